@@ -1,0 +1,109 @@
+"""Box conventions: the one place where a box changes frame.
+
+GEMeX boxes are `[x1, y1, x2, y2]` integer pixels in Chest ImaGenome's 224 x 224
+frame, an aspect-preserving letterbox of the original image (not a stretch, not a
+crop). For an image of W x H pixels::
+
+    r    = 224 / max(W, H)
+    left = (224 - int(W * r)) // 2        top = (224 - int(H * r)) // 2
+    x_image = (x_224 - left) / r          y_image = (y_224 - top) / r
+
+Model families write boxes in their own conventions; `to_model_frame` and
+`from_model_frame` move between those and image pixels:
+
+- ``pixels``: the image's own pixels (LLaVA-style and most models),
+- ``qwen2.5-vl``: absolute pixels of the image as Qwen2.5-VL's processor resizes it
+  (`qwen25vl_resized_size`),
+- ``norm1000``: integers on a 0..1000 scale of each axis (Qwen2-VL, Qwen3-VL),
+- ``frame224``: the GEMeX release's own 224 letterbox frame.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+FRAME = 224
+Box = Sequence[float]
+BOX_CONVENTIONS = ("pixels", "qwen2.5-vl", "norm1000", "frame224")
+
+
+def letterbox(width: int, height: int, frame: int = FRAME) -> tuple[float, int, int]:
+    """Scale and left/top padding of the letterbox that fits W x H into `frame` x `frame`."""
+    r = frame / max(width, height)
+    left = (frame - int(width * r)) // 2
+    top = (frame - int(height * r)) // 2
+    return r, left, top
+
+
+def frame224_to_pixels(box: Box, width: int, height: int) -> tuple[list[float], bool]:
+    """Map a 224-frame box onto a W x H image; returns the box and whether it had to be clipped.
+
+    A box reaching into the letterbox padding lands outside the image and is clipped
+    to it (formats.md: "clip to the image and count it").
+    """
+    r, left, top = letterbox(width, height)
+    x1, y1, x2, y2 = ((box[0] - left) / r, (box[1] - top) / r, (box[2] - left) / r, (box[3] - top) / r)
+    clipped = [min(max(x1, 0.0), width), min(max(y1, 0.0), height), min(max(x2, 0.0), width), min(max(y2, 0.0), height)]
+    was_clipped = any(abs(a - b) > 1e-6 for a, b in zip(clipped, (x1, y1, x2, y2)))
+    return [round(v, 2) for v in clipped], was_clipped
+
+
+def pixels_to_frame224(box: Box, width: int, height: int) -> list[int]:
+    """Inverse of `frame224_to_pixels`, rounded to the release's integer pixels."""
+    r, left, top = letterbox(width, height)
+    return [round(box[0] * r + left), round(box[1] * r + top), round(box[2] * r + left), round(box[3] * r + top)]
+
+
+def scale_box(box: Box, sx: float, sy: float) -> list[float]:
+    return [box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy]
+
+
+def qwen25vl_resized_size(
+    width: int, height: int, factor: int = 28, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280
+) -> tuple[int, int]:
+    """(width, height) of the image after Qwen2.5-VL's `smart_resize`: both sides multiples of
+    `factor`, the area kept within [min_pixels, max_pixels], aspect kept as closely as possible.
+    Pass the processor's own `min_pixels`/`max_pixels` when they differ from the defaults."""
+    h_bar = max(factor, round(height / factor) * factor)
+    w_bar = max(factor, round(width / factor) * factor)
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt((height * width) / max_pixels)
+        h_bar = max(factor, math.floor(height / beta / factor) * factor)
+        w_bar = max(factor, math.floor(width / beta / factor) * factor)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / factor) * factor
+        w_bar = math.ceil(width * beta / factor) * factor
+    return w_bar, h_bar
+
+
+def to_model_frame(box: Box, width: int, height: int, convention: str, **resize_kwargs: int) -> list[int]:
+    """A box in image pixels written in a model family's convention, as integers."""
+    if convention == "pixels":
+        out = list(box)
+    elif convention == "qwen2.5-vl":
+        rw, rh = qwen25vl_resized_size(width, height, **resize_kwargs)
+        out = scale_box(box, rw / width, rh / height)
+    elif convention == "norm1000":
+        out = scale_box(box, 1000 / width, 1000 / height)
+    elif convention == "frame224":
+        return pixels_to_frame224(box, width, height)
+    else:
+        raise ValueError(f"unknown box convention {convention!r}; expected one of {', '.join(BOX_CONVENTIONS)}")
+    return [round(v) for v in out]
+
+
+def from_model_frame(box: Box, width: int, height: int, convention: str, **resize_kwargs: int) -> list[float]:
+    """A box written in a model family's convention, back in image pixels (not clipped)."""
+    if convention == "pixels":
+        return [float(v) for v in box]
+    if convention == "qwen2.5-vl":
+        rw, rh = qwen25vl_resized_size(width, height, **resize_kwargs)
+        return scale_box(box, width / rw, height / rh)
+    if convention == "norm1000":
+        return scale_box(box, width / 1000, height / 1000)
+    if convention == "frame224":
+        r, left, top = letterbox(width, height)
+        return [(box[0] - left) / r, (box[1] - top) / r, (box[2] - left) / r, (box[3] - top) / r]
+    raise ValueError(f"unknown box convention {convention!r}; expected one of {', '.join(BOX_CONVENTIONS)}")
