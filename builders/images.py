@@ -41,7 +41,7 @@ Windowing: how a source becomes an 8-bit image
         5. MONOCHROME1 inverted (255 - value), so that bone is bright as in MONOCHROME2.
     * ``keep_16bit=True``: 16-bit sources stay 16-bit and are not windowed. A 16-bit PNG keeps its
       values. A grayscale DICOM with Bits Stored above 8 keeps its modality-LUT values when they
-      are integers within 0..65535; otherwise (negative Hounsfield units, fractional rescale)
+      are whole numbers within 0..65535; otherwise (negative Hounsfield units, fractional rescale)
       they are mapped linearly from their minimum..maximum onto 0..65535. MONOCHROME1 is
       inverted within the image's own minimum..maximum. 8-bit and colour sources are stored as
       8-bit images as above.
@@ -65,6 +65,7 @@ import numpy as np
 import pydicom
 from PIL import Image
 from pydicom.dataset import Dataset
+from pydicom.errors import InvalidDicomError
 from pydicom.multival import MultiValue
 from pydicom.pixels import apply_color_lut, apply_modality_lut, apply_voi, get_decoder, pixel_array
 from pydicom.uid import UID
@@ -206,9 +207,7 @@ def image_size(path: str | os.PathLike[str]) -> tuple[int, int]:
     """(width, height) from the header alone: JPEG and PNG via Pillow, DICOM from Columns/Rows."""
     path = Path(path)
     if sniff_format(path) == "dicom":
-        with _decoding(path, "read the DICOM header"):
-            dataset = pydicom.dcmread(path, force=False, stop_before_pixels=True)
-        return _dicom_size(path, dataset)
+        return _dicom_size(path, _dcmread(path, path, stop_before_pixels=True))
     with _decoding(path, "read the image header"):
         with Image.open(path, formats=list(_PIL_FORMAT.values())) as image:
             return image.size
@@ -490,8 +489,7 @@ def _pil_pixels(path: Path, image: Image.Image) -> np.ndarray:
 
 def _read_dicom(path: Path, source: Path | BinaryIO, defer_size: str | None = None) -> Dataset:
     """Read a DICOM file that holds pixel data an installed plugin can decode."""
-    with _decoding(path, "read the DICOM file"):
-        dataset = pydicom.dcmread(source, force=False, defer_size=defer_size)
+    dataset = _dcmread(path, source, defer_size=defer_size)
     if not any(k in dataset for k in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
         kind = UID(str(dataset.get("SOPClassUID", ""))).name or "unknown SOP class"
         raise ImageError(
@@ -499,6 +497,16 @@ def _read_dicom(path: Path, source: Path | BinaryIO, defer_size: str | None = No
         )
     _require_decoder(path, dataset)
     return dataset
+
+
+def _dcmread(path: Path, source: Path | BinaryIO, **options: object) -> Dataset:
+    with _decoding(path, "read the DICOM file"):
+        try:
+            return pydicom.dcmread(source, force=False, **options)
+        except InvalidDicomError:
+            raise ImageError(
+                path, "not a DICOM Part 10 file (no 'DICM' preamble and file meta)", "unsupported"
+            ) from None
 
 
 def _require_decoder(path: Path, dataset: Dataset) -> None:
@@ -555,8 +563,9 @@ def _dicom_display_pixels(path: Path, dataset: Dataset, keep_16bit: bool) -> np.
 
 def _dicom_to_16bit(values: np.ndarray, monochrome1: bool) -> np.ndarray:
     low, high = float(values.min()), float(values.max())
-    fits = values.dtype.kind in "ui" and low >= 0 and high <= np.iinfo(np.uint16).max
-    if fits:
+    in_range = low >= 0 and high <= np.iinfo(np.uint16).max
+    # Rescale Slope 1 and Intercept 0 (common in DX) still turns the values into float64.
+    if in_range and (values.dtype.kind in "ui" or np.array_equal(values, np.rint(values))):
         pixels = values.astype(np.uint16)
     elif high > low:
         pixels = _round_to((values - low) * (65535.0 / (high - low)), 0, 65535, np.uint16)
