@@ -263,6 +263,10 @@ def embed_image(
             height,
         ):
             return StoredImage(_absolute(path), data, width, height, width, height)
+        if image.format == "JPEG" and stored_size(width, height, max_side) != (width, height):
+            # libjpeg decodes at 1/2, 1/4 or 1/8 scale, never below the asked size: the
+            # Lanczos resize then starts from far fewer pixels.
+            image.draft("L", stored_size(width, height, max_side))
         pixels = _pil_pixels(path, image)
     if not (keep_16bit and pixels.dtype == np.uint16):
         pixels = to_8bit(pixels)
@@ -632,9 +636,10 @@ def _stored(
     max_side: int | None,
     encoding: Literal["JPEG", "PNG"],
 ) -> StoredImage:
-    """Resize ``pixels`` (uint8 or uint16, 2-D) and encode them."""
+    """Resize ``pixels`` (uint8 or uint16, 2-D; possibly already reduced from the source) to the
+    stored size of the source and encode them."""
     image = Image.fromarray(pixels)
-    size = stored_size(image.width, image.height, max_side)
+    size = stored_size(*source_size, max_side)
     if size != image.size:
         image = image.resize(size, Image.Resampling.LANCZOS)
     buffer = io.BytesIO()

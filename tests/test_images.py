@@ -139,6 +139,14 @@ def test_resize_keeps_aspect_and_long_side(tmp_path, height, width, expected):
     assert (image.format, image.mode, image.size) == ("JPEG", "L", expected)
 
 
+@pytest.mark.parametrize(("height", "width"), [(599, 801), (999, 1001), (640, 96)])
+def test_reduced_jpeg_decode_gives_the_stored_size_of_the_source(tmp_path, height, width):
+    stored = embed_image(write_jpeg(tmp_path / "x.jpg", height, width), max_side=97)
+    assert (stored.width, stored.height) == stored_size(width, height, 97)
+    assert decoded(stored).size == (stored.width, stored.height)
+    assert (stored.source_width, stored.source_height) == (width, height)
+
+
 def test_resize_never_enlarges():
     assert stored_size(120, 90, 500) == (120, 90)
     assert stored_size(3056, 2544, 512) == (512, 426)
