@@ -258,15 +258,13 @@ def embed_image(
         image = Image.open(io.BytesIO(data), formats=[_PIL_FORMAT[image_format]])
     with image:
         width, height = image.size
-        if _is_storable_as_is(image, keep_16bit) and stored_size(width, height, max_side) == (
-            width,
-            height,
-        ):
+        target = stored_size(width, height, max_side)
+        if target == (width, height) and _is_storable_as_is(image, keep_16bit):
             return StoredImage(_absolute(path), data, width, height, width, height)
-        if image.format == "JPEG" and stored_size(width, height, max_side) != (width, height):
+        if image.format == "JPEG" and target != (width, height):
             # libjpeg decodes at 1/2, 1/4 or 1/8 scale, never below the asked size: the
             # Lanczos resize then starts from far fewer pixels.
-            image.draft("L", stored_size(width, height, max_side))
+            image.draft("L", target)
         pixels = _pil_pixels(path, image)
     if not (keep_16bit and pixels.dtype == np.uint16):
         pixels = to_8bit(pixels)
