@@ -55,7 +55,7 @@ def region_layout(lung_top: float = 0.12, lung_bottom: float = 0.78, midline: fl
         boxes[f"bilateral {zone}"] = _union(boxes[f"right {zone}"], boxes[f"left {zone}"])
     boxes["trachea"] = (midline - 0.035, 0.02, midline + 0.035, lung_top + third * 0.9)
     boxes["spine"] = (midline - 0.06, 0.0, midline + 0.06, 1.0)
-    boxes["svc"] = (midline - 0.09, lung_top + third * 0.6, midline - 0.02, lung_top + 1.5 * third)
+    boxes["svc"] = (midline - 0.1, lung_top + third * 0.6, midline - 0.04, lung_top + 1.5 * third)
     boxes["mediastinum"] = (midline - 0.1, lung_top - 0.02, midline + 0.1, lung_top + 1.8 * third)
     boxes["cardiac region"] = (midline - 0.12, lung_top + 1.45 * third, midline + 0.22, lung_bottom - 0.01)
     boxes["abdomen"] = (midline - 0.4, lung_bottom + 0.04, midline + 0.4, 1.0)

@@ -84,6 +84,7 @@ class SyntheticImage:
     width: int
     height: int
     region_boxes: dict[str, list[int]]
+    layout: dict[str, tuple[float, float, float, float]]  # region -> box as fractions of the image
     findings: dict[str, str] = field(default_factory=dict)  # finding -> region
 
     @property
@@ -146,8 +147,8 @@ def draw_chest(layout: dict[str, tuple[float, float, float, float]], width: int,
             draw.arc((x1, y, x2, y + step * 2.2), 200, 340, fill=85, width=max(1, width // 120))
     draw.rectangle(px("spine"), fill=135)
     draw.rectangle(px("mediastinum"), fill=150)
-    draw.rectangle(px("trachea"), fill=55)
-    draw.ellipse(px("svc"), fill=160)
+    draw.ellipse(px("svc"), fill=165)
+    draw.rectangle(px("trachea"), fill=50)
     draw.ellipse(px("cardiac region"), fill=190)
     for side in ("right", "left"):
         x1, y1, x2, y2 = px(f"{side} hilar structures")
@@ -166,18 +167,17 @@ def make_image(seed: int, index: int, downscale: int) -> SyntheticImage:
         for name, (x1, y1, x2, y2) in layout.items()
     }
     dicom_id = "-".join(f"{rng.getrandbits(32):08x}" for _ in range(5))
-    image = SyntheticImage(10_000_000 + rng.randrange(10_000_000), 50_000_000 + rng.randrange(10_000_000), dicom_id, width, height, boxes)
+    image = SyntheticImage(10_000_000 + rng.randrange(10_000_000), 50_000_000 + rng.randrange(10_000_000), dicom_id,
+                           width, height, boxes, layout)
     for finding in rng.sample(sorted(FINDINGS), k=rng.randint(1, 3)):
         image.findings[finding] = rng.choice(FINDINGS[finding])
     return image
 
 
-def write_image(image: SyntheticImage, image_root: Path, seed: int, index: int) -> None:
-    rng = random.Random(f"{seed}/image/{index}")
-    layout = _chest(rng, image.width, image.height)  # same draws as make_image
+def write_image(image: SyntheticImage, image_root: Path, index: int) -> None:
     path = image_root / image.image_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    draw_chest(layout, image.width, image.height, seed=index).save(path, quality=90)
+    draw_chest(image.layout, image.width, image.height, seed=index).save(path, quality=90)
 
 
 def report(image: SyntheticImage, rng: random.Random) -> str:
@@ -274,7 +274,7 @@ def _split_records(seed: int, first: int, count: int, downscale: int) -> Iterato
 def _write_images(args: tuple[int, int, int, int, str]) -> None:
     seed, first, count, downscale, root = args
     for index in range(first, first + count):
-        write_image(make_image(seed, index, downscale), Path(root), seed, index)
+        write_image(make_image(seed, index, downscale), Path(root), index)
 
 
 def write_annotations(out: Path, split: str, seed: int, first: int, count: int, downscale: int, layouts: tuple[str, ...]) -> int:
