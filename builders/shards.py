@@ -9,8 +9,8 @@ Hub's dataset viewer.
 A build writes one shard set per config (question type or task), and an image with
 questions of several types is stored in each of their files. `RowGroupPlan` cuts the
 row groups of all of a split's writers at the same images, so those files carry
-byte-identical dictionary pages; with content-defined chunking (`use_content_defined_chunking`)
-the Hub's Xet storage keeps such repeated pages once.
+byte-identical dictionary pages; the Hub's Xet storage, which chunks uploads by content,
+keeps such repeated pages once.
 """
 
 from __future__ import annotations
@@ -28,22 +28,27 @@ BYTES_PER_SHARD = 512 << 20
 """Under the viewer's ~286 MiB per row group read and the Hub's advice for file sizes."""
 
 
-def _binary_columns(schema: pa.Schema) -> list[str]:
-    """Dotted paths of image byte columns: `image.bytes`, `images.list.element.bytes`."""
-    paths = []
+def _leaf_columns(schema: pa.Schema) -> dict[str, pa.DataType]:
+    """Every leaf column by its dotted Parquet path (`image.bytes`, `images.list.element.bytes`)."""
+    leaves: dict[str, pa.DataType] = {}
 
     def walk(prefix: str, type_: pa.DataType) -> None:
         if pa.types.is_struct(type_):
             for child in type_:
                 walk(f"{prefix}.{child.name}", child.type)
-        elif pa.types.is_list(type_) or pa.types.is_large_list(type_):
+        elif pa.types.is_list(type_) or pa.types.is_large_list(type_) or pa.types.is_fixed_size_list(type_):
             walk(f"{prefix}.list.element", type_.value_type)
-        elif pa.types.is_binary(type_) or pa.types.is_large_binary(type_):
-            paths.append(prefix)
+        else:
+            leaves[prefix] = type_
 
     for field in schema:
         walk(field.name, field.type)
-    return paths
+    return leaves
+
+
+def _binary_columns(schema: pa.Schema) -> list[str]:
+    """The image byte columns: the only binary leaves of a dataset's schema."""
+    return [path for path, type_ in _leaf_columns(schema).items() if pa.types.is_binary(type_) or pa.types.is_large_binary(type_)]
 
 
 class ShardWriter:
@@ -53,6 +58,8 @@ class ShardWriter:
         self.folder, self.config = folder, config
         self.schema = features.arrow_schema
         self.image_columns = _binary_columns(self.schema)
+        # Encoded images do not compress: zstd on them costs time and saves nothing.
+        self.compression = {column: "zstd" for column in _leaf_columns(self.schema)} | {c: "none" for c in self.image_columns}
         self.pending: list[dict] = []
         self.pending_bytes = 0
         self.shard_bytes = 0
@@ -66,9 +73,8 @@ class ShardWriter:
         self.paths.append(path)
         self.shard_bytes = 0
         return pq.ParquetWriter(
-            path, self.schema, compression="zstd", use_dictionary=True, dictionary_pagesize_limit=1 << 30,
-            write_statistics=[c.name for c in self.schema if c.name not in ("image", "images")],
-            write_page_index=True, use_content_defined_chunking=True,
+            path, self.schema, compression=self.compression, use_dictionary=True, dictionary_pagesize_limit=1 << 30,
+            write_statistics=[c.name for c in self.schema if c.name not in ("image", "images")], write_page_index=True,
         )
 
     def add_image_rows(self, rows: list[dict], image_bytes: int = 0) -> None:

@@ -1,21 +1,44 @@
-"""JSON Schema files for every raw record layout, and the one way to check a record against them."""
+"""JSON Schema files (draft-07) for every raw record layout, and the one way to check a record against them.
+
+A build checks every one of up to millions of records, so the schema is also compiled to
+Python by `fastjsonschema` for the yes/no answer; `jsonschema` explains the records that fail.
+"""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from functools import cache
 from importlib import resources
 
-from jsonschema import Draft202012Validator
+import fastjsonschema
+from jsonschema import Draft7Validator
 from jsonschema.exceptions import best_match
 
 
 @cache
-def validator(name: str) -> Draft202012Validator:
-    """The validator for `schemas/<name>.json` (e.g. `gemex_per_type`)."""
-    schema = json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text(encoding="utf-8"))
-    Draft202012Validator.check_schema(schema)
-    return Draft202012Validator(schema)
+def schema(name: str) -> dict:
+    """The JSON Schema `schemas/<name>.json` (e.g. `gemex_per_type`)."""
+    return json.loads(resources.files(__package__).joinpath(f"{name}.json").read_text(encoding="utf-8"))
+
+
+@cache
+def validator(name: str) -> Draft7Validator:
+    Draft7Validator.check_schema(schema(name))
+    return Draft7Validator(schema(name))
+
+
+@cache
+def _compiled(name: str) -> Callable[[object], object]:
+    return fastjsonschema.compile(schema(name))
+
+
+def is_valid(name: str, record: object) -> bool:
+    try:
+        _compiled(name)(record)
+    except fastjsonschema.JsonSchemaException:
+        return False
+    return True
 
 
 def first_error(name: str, record: object) -> tuple[str, str] | None:
@@ -24,10 +47,9 @@ def first_error(name: str, record: object) -> tuple[str, str] | None:
     `field` is the JSON path of the offending value (`visual_locations[1]`), or the missing
     key's name when a required key is absent.
     """
-    check = validator(name)
-    if check.is_valid(record):
+    if is_valid(name, record):
         return None
-    error = best_match(check.iter_errors(record))
+    error = best_match(validator(name).iter_errors(record))
     field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
     if error.validator == "required":
         missing = [key for key in error.validator_value if key not in error.instance]
