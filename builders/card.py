@@ -8,6 +8,7 @@ stays a string) are theirs. Every number in the prose comes from the build.
 
 from __future__ import annotations
 
+import hashlib
 from importlib import resources
 from pathlib import Path
 
@@ -25,6 +26,20 @@ def config_files(out: Path, pattern: str) -> dict[str, list[Path]]:
     splits = sorted((p.name for p in (out / "data").iterdir() if p.is_dir()), key=lambda s: (SPLIT_ORDER + (s,)).index(s))
     found = {split: sorted((out / "data" / split).glob(pattern)) for split in splits}
     return {split: files for split, files in found.items() if files}
+
+
+def config_entry(files: dict[str, list[Path]], pattern: str, checksums: dict[str, str], default: bool = False) -> dict:
+    """One `configs` entry: a glob per split, and a description naming the build's content.
+
+    `datasets` caches a local folder under a hash of its card's YAML alone, not of the
+    files; the shards' checksums in `description` make a rebuilt folder load afresh.
+    """
+    digest = hashlib.sha256("".join(sorted(checksums.values())).encode()).hexdigest()[:16]
+    entry = {"data_files": [{"split": split, "path": f"data/{split}/{pattern}"} for split in files],
+             "description": f"cxr-vqa build {digest}"}
+    if default:
+        entry["default"] = True
+    return entry
 
 
 def config_info(files: dict[str, list[Path]], features: Features, description: str = "") -> DatasetInfo:

@@ -19,7 +19,7 @@ from tqdm.auto import tqdm
 
 from builders.box_frame import frame224_to_pixels
 from builders.build import BuildSettings, ImageSource, Staging, staged_output
-from builders.card import card_data, config_files, config_info, render_card, size_category
+from builders.card import card_data, config_entry, config_files, config_info, render_card, size_category
 from builders.images import ImageError, StoredImage
 from builders.report import BuildError, BuildReport, Reject
 from builders.shards import RowGroupPlan, ShardWriter, sha256
@@ -154,12 +154,12 @@ class GemexBuild:
     def write_card(self, out: Path) -> None:
         configs, infos = {}, {}
         default_files = config_files(out, "*.parquet")
-        configs["default"] = {"data_files": [{"split": s, "path": f"data/{s}/*.parquet"} for s in default_files], "default": True}
+        configs["default"] = config_entry(default_files, "*.parquet", self.report.shards, default=True)
         infos["default"] = config_info(default_files, self.features)
         for qtype in QUESTION_TYPES:
             files = config_files(out, f"{qtype}-*.parquet")
             if files:
-                configs[qtype] = {"data_files": [{"split": s, "path": f"data/{s}/{qtype}-*.parquet"} for s in files]}
+                configs[qtype] = config_entry(files, f"{qtype}-*.parquet", self.report.shards)
                 infos[qtype] = config_info(files, self.features)
         synthetic = is_synthetic(Path(self.settings.source))
         data = card_data(

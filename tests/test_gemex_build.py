@@ -145,3 +145,13 @@ def test_num_proc_gives_the_same_shards(gemex_release, gemex_embed, tmp_path):
     out = tmp_path / "par"
     report = build(gemex_release, out, image_mode="embed", num_proc=2)
     assert report.shards == gemex_embed[1].shards
+
+
+def test_a_rebuilt_folder_loads_afresh(gemex_release, tmp_path):
+    """`datasets` caches local folders by their card alone; the card names the build's content."""
+    out = tmp_path / "same"
+    build(gemex_release, out, image_mode="none", images=None)
+    first = load_dataset(str(out), split="test")
+    build(gemex_release, out, image_mode="none", images=None, source=gemex_release.root / "llava", overwrite=True)
+    again = load_dataset(str(out), split="test")
+    assert set(first["source_layout"]) == {"per_type"} and set(again["source_layout"]) == {"llava"}
