@@ -89,13 +89,13 @@ def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelC
         model = AutoModelForImageTextToText.from_pretrained(
             model_args.model_name_or_path,
             revision=model_args.model_revision,
-            trust_remote_code=model_args.trust_remote_code,
+            trust_remote_code=training_args.trust_remote_code,
             attn_implementation=model_args.attn_implementation,
             dtype=dtype,
         )
     if processor is None:
         processor = AutoProcessor.from_pretrained(
-            model_args.model_name_or_path, revision=model_args.model_revision, trust_remote_code=model_args.trust_remote_code
+            model_args.model_name_or_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
         )
     settings = settings_for(
         model.config.model_type, processor, data_args.box_convention, data_args.fold_system_prompt
