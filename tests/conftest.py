@@ -1,0 +1,40 @@
+import os
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+
+
+def pytest_addoption(parser):
+    parser.addoption("--samples", default=None, help="the real public samples folder (../shared/samples) for the conformance tests")
+
+
+@pytest.fixture(scope="session")
+def samples_dir(request) -> Path:
+    value = request.config.getoption("--samples") or os.environ.get("CXR_VQA_SAMPLES")
+    if not value:
+        pytest.skip("conformance test skipped: pass --samples ../shared/samples (or set CXR_VQA_SAMPLES) to run it")
+    path = Path(value)
+    if not path.is_dir():
+        pytest.fail(f"--samples {path}: no such folder")
+    return path
+
+
+@pytest.fixture(scope="session")
+def gemex_release(tmp_path_factory):
+    from gemex_dataset.synthetic import generate
+
+    return generate(tmp_path_factory.mktemp("gemex-release"), num_images=16, seed=7)
+
+
+@pytest.fixture(scope="session")
+def gemex_embed(gemex_release, tmp_path_factory):
+    """A built GEMeX folder in embed mode, and its report."""
+    from builders.build import BuildSettings
+    from gemex_dataset.build import build_gemex
+
+    out = tmp_path_factory.mktemp("gemex-built") / "gemex"
+    report = build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root, image_mode="embed"))
+    return out, report

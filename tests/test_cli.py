@@ -1,0 +1,37 @@
+import subprocess
+import sys
+
+from datasets import load_dataset
+
+from builders.cli import main
+
+
+def test_demo_builds_a_loadable_dataset(tmp_path, capsys):
+    assert main(["demo", "--out", str(tmp_path / "demo"), "--num-images", "8"]) == 0
+    assert "rows written" in capsys.readouterr().out
+    assert len(load_dataset(str(tmp_path / "demo" / "gemex"), "open_ended", split="train")) > 0
+
+
+def test_build_gemex_from_the_command_line(gemex_release, tmp_path):
+    out = tmp_path / "out"
+    args = ["build", "gemex", "--source", str(gemex_release.root / "per_type"), "--images", str(gemex_release.image_root),
+            "--out", str(out), "--image-mode", "embed", "--image-size", "96"]
+    assert main(args) == 0
+    assert max(load_dataset(str(out), split="test")[0]["image"].size) == 96
+
+
+def test_errors_are_one_line_and_exit_non_zero(tmp_path):
+    result = subprocess.run([sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(tmp_path / "nowhere"),
+                             "--out", str(tmp_path / "out"), "--image-mode", "none"], capture_output=True, text=True)
+    assert result.returncode == 1
+    assert result.stderr.strip().count("\n") == 0 and "no such file or folder" in result.stderr
+
+
+def test_images_are_required_unless_mode_none(gemex_release, tmp_path, capsys):
+    assert main(["build", "gemex", "--source", str(gemex_release.root / "per_type"), "--out", str(tmp_path / "o")]) == 1
+    assert "--images is needed" in capsys.readouterr().err
+
+
+def test_synthesize_writes_a_release(tmp_path):
+    assert main(["synthesize", "gemex", "--out", str(tmp_path / "r"), "--num-images", "6"]) == 0
+    assert (tmp_path / "r" / "per_type" / "test" / "open_ended_question.jsonl").exists()

@@ -1,0 +1,163 @@
+"""Each kind of bad input is rejected with its file, record, field and reason, and the build goes on."""
+
+import json
+import shutil
+
+import pytest
+from datasets import load_dataset
+
+from builders.build import BuildSettings
+from builders.report import BuildError
+from gemex_dataset.build import build_gemex
+
+GOOD = {
+    "question": "Which findings are present?", "choices": ["A: Effusion", "B: Normal", "C: Edema", "D: Mass"],
+    "type": "finding", "answer": ["A", "C"], "reason": "Both are seen.", "visual_regions": ["bilateral lung"],
+    "visual_locations": [[43, 35, 180, 156]], "image_path": None, "ori_report": "Synthetic.", "q_id": 0, "row_id": "row_0",
+}
+
+
+@pytest.fixture
+def release(gemex_release, tmp_path):
+    """A copy of one split of the synthetic release whose files the tests may spoil."""
+    root = tmp_path / "release"
+    shutil.copytree(gemex_release.root / "per_type" / "test", root / "test")
+    images = tmp_path / "files"
+    shutil.copytree(gemex_release.image_root, images)
+    first = json.loads((root / "test" / "open_ended_question.jsonl").read_text().split("\n")[0])
+    return root, images, first["image_path"]
+
+
+def write_multi(root, records, raw_lines=()):
+    lines = [json.dumps(r) for r in records] + list(raw_lines)
+    (root / "test" / "multi_choice_question.jsonl").write_text("\n".join(lines), encoding="utf-8")
+
+
+def run(root, images, tmp_path, **kw):
+    kw.setdefault("image_mode", "embed")
+    report = build_gemex(BuildSettings(source=root, out=tmp_path / "out", images=images, overwrite=True, **kw))
+    assert report.records_read == report.rows_written + report.rejected
+    saved = json.loads((tmp_path / "out" / "build_report.json").read_text())
+    assert saved["records_read"] == saved["rows_written"] + saved["rejected"]
+    return report
+
+
+def only_reject(report, file_name):
+    rejects = [r for r in report.rejects if r.file.endswith(file_name)]
+    assert len(rejects) == 1, [r.line() for r in report.rejects]
+    return rejects[0]
+
+
+def good(image_path, **changes):
+    return {**GOOD, "image_path": image_path, **changes}
+
+
+@pytest.mark.parametrize(
+    "change, field, reason",
+    [
+        ({"answer": ["A", "E"]}, "answer", "not among the choices"),
+        ({"visual_locations": [[100, 35, 90, 156]]}, "visual_locations[0]", "x2 <= x1"),
+        ({"visual_locations": [[43, 35, 180, 400]]}, "visual_locations[0]", "far outside"),
+        ({"visual_regions": ["bilateral lung", "spine"]}, "visual_regions", "parallel"),
+        ({"choices": ["A: Effusion", "C: Normal"]}, "choices[1]", "expected 'B: <text>'"),
+    ],
+)
+def test_bad_record_is_rejected_with_its_field(release, tmp_path, change, field, reason):
+    root, images, image_path = release
+    write_multi(root, [good(image_path), good(image_path, question="Another?", **change)])
+    report = run(root, images, tmp_path)
+    reject = only_reject(report, "multi_choice_question.jsonl")
+    assert (reject.record, reject.field) == ("line 2", field) and reason in reject.reason
+    assert report.rows["test/multi_choice"] == 1
+
+
+def test_missing_key(release, tmp_path):
+    root, images, image_path = release
+    record = good(image_path)
+    del record["reason"]
+    write_multi(root, [good(image_path, question="Kept?"), record])
+    reject = only_reject(run(root, images, tmp_path), "multi_choice_question.jsonl")
+    assert (reject.record, reject.field) == ("line 2", "reason") and "required" in reject.reason
+
+
+def test_malformed_json_line(release, tmp_path):
+    root, images, image_path = release
+    write_multi(root, [good(image_path)], raw_lines=['{"question": "cut off'])
+    reject = only_reject(run(root, images, tmp_path), "multi_choice_question.jsonl")
+    assert reject.record == "line 2" and "malformed JSON" in reject.reason
+
+
+def test_closed_answer_must_be_yes_or_no(release, tmp_path):
+    root, images, image_path = release
+    path = root / "test" / "closed_ended_question.jsonl"
+    lines = path.read_text().split("\n")
+    record = json.loads(lines[0])
+    record["answer"] = "Probably."
+    path.write_text("\n".join([json.dumps(record)] + lines[1:]))
+    reject = only_reject(run(root, images, tmp_path), "closed_ended_question.jsonl")
+    assert (reject.record, reject.field) == ("line 1", "answer") and "'Yes.' or 'No.'" in reject.reason
+
+
+def test_unknown_region_is_kept_and_counted(release, tmp_path):
+    root, images, image_path = release
+    write_multi(root, [good(image_path, visual_regions=["left clavicle"])])
+    report = run(root, images, tmp_path)
+    assert report.rejected == 0 and report.unknown_values["region"]["left clavicle"] == 1
+    row = load_dataset(str(tmp_path / "out"), "multi_choice", split="test")[0]
+    assert row["regions"] == ["left clavicle"]
+
+
+def test_slightly_outside_box_is_clipped_and_counted(release, tmp_path):
+    root, images, image_path = release
+    write_multi(root, [good(image_path, visual_locations=[[-5, 35, 229, 156]])])
+    report = run(root, images, tmp_path)
+    assert report.rejected == 0 and report.notices["boxes clipped to the image"] >= 1
+    row = load_dataset(str(tmp_path / "out"), "multi_choice", split="test")[0]
+    x1, _, x2, _ = row["boxes"][0]
+    assert x1 == 0 and x2 == row["image_width"] and row["boxes_224"] == [[-5, 35, 229, 156]]
+
+
+def test_same_question_twice(release, tmp_path):
+    root, images, image_path = release
+    write_multi(root, [good(image_path), good(image_path)])
+    reject = only_reject(run(root, images, tmp_path), "multi_choice_question.jsonl")
+    assert reject.record == "line 2" and "same question twice" in reject.reason
+
+
+@pytest.mark.parametrize("damage, reason", [("missing", "not found"), ("empty", "empty"), ("garbage", "")])
+def test_unusable_image_rejects_its_questions(release, tmp_path, damage, reason):
+    root, images, image_path = release
+    target = images / image_path
+    if damage == "missing":
+        target.unlink()
+    elif damage == "empty":
+        target.write_bytes(b"")
+    else:
+        target.write_bytes(b"\xff\xd8\xff\xe0 not really a jpeg" * 10)
+    report = run(root, images, tmp_path)
+    rejected = [r for r in report.rejects if r.field == "image_path"]
+    assert rejected and all(reason in r.reason and image_path in r.reason for r in rejected)
+    assert report.rows_written > 0
+
+
+def test_non_utf8_file(release, tmp_path):
+    root, images, image_path = release
+    (root / "test" / "multi_choice_question.jsonl").write_bytes(json.dumps(good(image_path, question="Caf\u00e9?"), ensure_ascii=False).encode("latin-1"))
+    reject = only_reject(run(root, images, tmp_path), "multi_choice_question.jsonl")
+    assert reject.record == "line 1" and "UTF-8" in reject.reason
+
+
+def test_empty_file(release, tmp_path):
+    root, images, _ = release
+    (root / "test" / "multi_choice_question.jsonl").write_bytes(b"")
+    reject = only_reject(run(root, images, tmp_path), "multi_choice_question.jsonl")
+    assert reject.record is None and "empty file" in reject.reason
+
+
+def test_strict_fails_on_the_first_reject_and_leaves_nothing(release, tmp_path):
+    root, images, image_path = release
+    write_multi(root, [good(image_path), good(image_path, answer=["Z"])])
+    with pytest.raises(BuildError, match=r"--strict: rejected .*multi_choice_question.jsonl, line 2, field answer"):
+        build_gemex(BuildSettings(source=root, out=tmp_path / "strict", images=images, strict=True))
+    assert not (tmp_path / "strict").exists()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []

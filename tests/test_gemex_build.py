@@ -1,0 +1,147 @@
+import json
+from collections import Counter
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from datasets import load_dataset, load_dataset_builder
+from PIL import Image
+
+from builders.build import BuildSettings
+from builders.report import BuildError
+from gemex_dataset.build import build_gemex
+from gemex_dataset.features import QUESTION_TYPES, features
+
+
+def build(release, out, **kw):
+    kw.setdefault("images", release.image_root)
+    return build_gemex(BuildSettings(source=kw.pop("source", release.root / "per_type"), out=out, **kw))
+
+
+def test_folder_loads_offline_with_the_declared_features(gemex_embed):
+    out, report = gemex_embed
+    ds = load_dataset(str(out))
+    assert set(ds) == {"train", "validation", "test"}
+    assert ds["train"].features == features("embed")
+    assert load_dataset_builder(str(out)).info.features == features("embed")
+    assert sum(len(split) for split in ds.values()) == report.rows_written
+    multi = load_dataset(str(out), "multi_choice")
+    assert set(multi["test"]["question_type"]) == {QUESTION_TYPES.index("multi_choice")}
+    assert multi["test"].features == features("embed")
+
+
+def test_rows_are_typed_and_ids_unique(gemex_embed):
+    out, _ = gemex_embed
+    ds = load_dataset(str(out), split="train")
+    assert len(set(ds["question_id"])) == len(ds)
+    row = ds.filter(lambda r: r["question_type"] == 3)[0]
+    assert json.loads(row["answer"]) == row["answer_letters"] and len(row["choices"]) >= 2
+    assert isinstance(row["image"], Image.Image) and row["image"].size == (row["image_width"], row["image_height"])
+    assert len(row["regions"]) == len(row["boxes"]) == len(row["boxes_224"])
+    closed = ds.filter(lambda r: r["question_type"] == 1)[0]
+    assert closed["choices"] == [] and closed["answer"] in ("Yes.", "No.")
+
+
+def test_counts_add_up_and_card_counts_come_from_the_build(gemex_embed):
+    out, report = gemex_embed
+    saved = json.loads((out / "build_report.json").read_text())
+    assert saved["records_read"] == saved["rows_written"] + saved["rejected"]
+    assert sum(saved["rows"].values()) == saved["rows_written"]
+    assert set(saved["shards"]) == {str(p.relative_to(out)) for p in out.glob("data/*/*.parquet")}
+    card = (out / "README.md").read_text()
+    assert f"{report.rows_written} rows written" in card and "synthetic" in card.lower()
+
+
+def test_shards_are_sorted_by_image_with_one_image_copy_per_file(gemex_embed):
+    out, _ = gemex_embed
+    for path in out.glob("data/*/*.parquet"):
+        assert path.name.endswith("-00000-of-00001.parquet")
+        table = pq.read_table(path)
+        paths = table.column("image_path").to_pylist()
+        assert paths == sorted(paths)
+        per_row = [img["bytes"] for img in table.column("image").to_pylist()]
+        distinct = sum(len(b) for b in dict(zip(paths, per_row)).values())
+        text = sum(table.column(c).nbytes for c in table.column_names if c != "image")
+        footer = pq.ParquetFile(path).metadata.serialized_size + 16_384  # schema, page indexes: fixed per file
+        assert path.stat().st_size < 1.15 * (distinct + text) + footer
+        assert len(set(paths)) == len(paths) or path.stat().st_size < 0.75 * sum(map(len, per_row))
+        assert "RLE_DICTIONARY" in pq.ParquetFile(path).metadata.row_group(0).column(1).encodings
+
+
+def test_reference_mode_points_at_the_users_files(gemex_release, tmp_path):
+    out = tmp_path / "ref"
+    build(gemex_release, out)
+    ds = load_dataset(str(out), split="test")
+    raw = ds.cast_column("image", ds.features["image"].__class__(decode=False))[0]["image"]
+    assert raw["bytes"] is None and Path(raw["path"]).is_absolute() and Path(raw["path"]).exists()
+    assert ds[0]["image"].size == (ds[0]["image_width"], ds[0]["image_height"])
+    for path in out.rglob("*.parquet"):
+        image_bytes = pq.read_table(path, columns=["image"]).column("image").combine_chunks().field("bytes")
+        assert image_bytes.null_count == len(image_bytes), "reference mode copies no image"
+
+
+def test_none_mode_needs_no_images_and_has_no_image_column(gemex_release, tmp_path):
+    out = tmp_path / "none"
+    build(gemex_release, out, image_mode="none", images=None)
+    ds = load_dataset(str(out), split="train")
+    assert "image" not in ds.column_names and ds[0]["boxes"] is None and ds[0]["boxes_224"]
+
+
+def test_image_size_resizes_and_boxes_follow(gemex_release, gemex_embed, tmp_path):
+    out = tmp_path / "small"
+    build(gemex_release, out, image_mode="embed", image_size=128)
+    small = load_dataset(str(out), split="test").sort("question_id")
+    full = load_dataset(str(gemex_embed[0]), split="test").sort("question_id")
+    for a, b in zip(small, full):
+        assert max(a["image"].size) == 128 == max(a["image_width"], a["image_height"])
+        scale = a["image_width"] / b["image_width"]
+        for box_a, box_b in zip(a["boxes"], b["boxes"]):
+            assert box_a == pytest.approx([v * scale for v in box_b], abs=1.5)
+
+
+def test_the_three_layouts_build_the_same_questions(gemex_release, tmp_path):
+    rows = {}
+    for layout in ("per_type", "llava", "grouped"):
+        out = tmp_path / layout
+        build(gemex_release, out, source=gemex_release.root / layout, image_mode="none", images=gemex_release.image_root)
+        ds = load_dataset(str(out), split="train")
+        rows[layout] = {r["question_id"]: r for r in ds}
+    assert rows["per_type"].keys() == rows["llava"].keys() == rows["grouped"].keys()
+    for qid, row in rows["per_type"].items():
+        for layout in ("llava", "grouped"):
+            other = rows[layout][qid]
+            for column in ("question", "choices", "answer", "answer_letters", "reason", "boxes_224", "boxes", "image_path"):
+                assert other[column] == row[column], (layout, qid, column)
+        assert rows["llava"][qid]["report"] is None and rows["llava"][qid]["regions"] == []
+
+
+def test_split_comes_from_the_folder_or_the_option(gemex_release, tmp_path):
+    out = tmp_path / "forced"
+    build(gemex_release, out, source=gemex_release.root / "per_type" / "test", split="valid", image_mode="none", images=None)
+    assert list(load_dataset(str(out))) == ["validation"]
+
+
+def test_existing_output_is_kept_without_overwrite(gemex_release, gemex_embed):
+    out, _ = gemex_embed
+    before = (out / "build_report.json").read_bytes()
+    with pytest.raises(BuildError, match="already exists"):
+        build(gemex_release, out)
+    assert (out / "build_report.json").read_bytes() == before
+
+
+def test_failed_build_leaves_no_folder(gemex_release, tmp_path, monkeypatch):
+    import gemex_dataset.build as gb
+
+    def boom(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(gb.GemexBuild, "write_card", boom)
+    with pytest.raises(KeyboardInterrupt):
+        build(gemex_release, tmp_path / "out")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_num_proc_gives_the_same_shards(gemex_release, gemex_embed, tmp_path):
+    out = tmp_path / "par"
+    report = build(gemex_release, out, image_mode="embed", num_proc=2)
+    assert report.shards == gemex_embed[1].shards
