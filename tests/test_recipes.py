@@ -255,3 +255,28 @@ def test_throughput_benchmark_runs_tiny_on_cpu(tmp_path, capsys):
         assert key in result
     assert result["samples_per_s"] > 0 and 0 <= result["data_wait_share"] <= 1
     assert "samples/s" in capsys.readouterr().out
+
+
+def test_end_to_end_on_a_real_demo_build(tmp_path):
+    """The real builder makes a small synthetic GEMeX build (what `cxr-vqa demo` does); the recipe
+    trains on it and predicts its questions. (`run_demo` itself is not called: with few images its
+    preview asks for a `test` split the build may not have.)"""
+    from builders.build import BuildSettings
+    from gemex_dataset.build import build_gemex
+    from gemex_dataset.synthetic import generate as generate_release
+
+    release = generate_release(tmp_path / "raw", num_images=4)
+    gemex_dir = tmp_path / "gemex"
+    build_gemex(BuildSettings(source=release.root / "per_type", out=gemex_dir, images=release.image_root,
+                              image_mode="embed", overwrite=True))
+    model_dir = tiny_models.save_tiny_vlm("gemma3", tmp_path / "base")
+    out = tmp_path / "full"
+    sft.main(["--model_name_or_path", str(model_dir), "--gemex_path", str(gemex_dir), "--train_split", "train", "--max_train_samples", "8",
+              "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "4",
+              "--bf16", "false", "--use_cpu", "true", "--dtype", "float32", "--save_strategy", "no"])
+    predictions = tmp_path / "predictions.jsonl"
+    generate.main(["--model_name_or_path", str(out), "--dataset_path", str(gemex_dir), "--split", "train",
+                   "--output_file", str(predictions), "--max_samples", "6", "--batch_size", "3",
+                   "--max_new_tokens", "4", "--dtype", "float32"])
+    split = tiny_builds.load_built(gemex_dir, "train").select(range(6))
+    assert_scorer_accepts(predictions, split)
