@@ -1,0 +1,70 @@
+"""ReXVQA rows as chat conversations: one image part per study image, the four options, and a
+target in the same grammar as GEMeX's (``<answer> B <reason> {explanation}``), so that a model
+trained on both datasets learns one output format and the letter is easy to read off.
+
+Imports no torch (the dataset build uses it too). Content parts are dicts with exactly the keys
+``type`` and ``text`` (``text`` None for image parts): one uniform Arrow struct.
+"""
+
+from __future__ import annotations
+
+import string
+
+from gemex_dataset.prompts import format_choices, image_part, text_part
+
+INSTRUCTION = (
+    "Input a chest X-ray study and a multiple-choice question, and the assistant will output the letter of "
+    "the correct option with a detailed reason."
+)
+"""The fixed system instruction, worded like GEMeX's type prompts."""
+
+
+def type_prompt(question_type: str | None = None) -> str:
+    """ReXVQA has one format (four options, one answer); kept for symmetry with GEMeX."""
+    return INSTRUCTION
+
+
+def question_text(row: dict) -> str:
+    return f"{row['question']} <choices>: {format_choices(row['options'])}"
+
+
+def answer_letter(row: dict) -> str:
+    """The answer letter, from `answer` or else from `answer_index`."""
+    answer = (row.get("answer") or "").strip()
+    if answer:
+        return answer[0].upper()
+    return string.ascii_uppercase[int(row["answer_index"])]
+
+
+def target_text(row: dict, box_convention: str = "pixels", **resize_kwargs: int) -> str:
+    """``<answer> B <reason> {explanation}``; ReXVQA has no boxes, so the convention is unused."""
+    return f"<answer> {answer_letter(row)} <reason> {row.get('explanation') or ''}".rstrip()
+
+
+def image_count(row: dict) -> int:
+    """How many images the study has: `images`, or `image_paths` in a build without images."""
+    images = row.get("images")
+    if images is None:
+        images = row.get("image_paths") or []
+    return len(images)
+
+
+def to_messages(
+    row: dict,
+    box_convention: str = "pixels",
+    with_answer: bool = True,
+    fold_system: bool = False,
+    **resize_kwargs: int,
+) -> list[dict]:
+    """A ReXVQA row as TRL's conversational vision format: one image part per study image."""
+    question = question_text(row)
+    messages: list[dict] = []
+    if fold_system:
+        question = f"{INSTRUCTION}\n{question}"
+    else:
+        messages.append({"role": "system", "content": [text_part(INSTRUCTION)]})
+    parts = [image_part() for _ in range(image_count(row))] + [text_part(question)]
+    messages.append({"role": "user", "content": parts})
+    if with_answer:
+        messages.append({"role": "assistant", "content": [text_part(target_text(row, box_convention, **resize_kwargs))]})
+    return messages

@@ -1,0 +1,157 @@
+"""Greedy predictions over a built split, written as the JSON Lines `cxr-vqa evaluate` reads.
+
+Each line is ``{"question_id": ..., "prediction": "<raw model text>"}``. The file is appended to
+batch by batch, and a rerun skips the questions already in it, so an interrupted run resumes.
+The prompt is `to_messages(row, with_answer=False)`: the training prompt without the reply.
+
+    python training_recipes/generate.py --model_name_or_path runs/qwen25vl-gemex \\
+        --dataset_path ./gemex --split test --output_file predictions/gemex-test.jsonl
+
+A LoRA output directory works as `--model_name_or_path` (its base model is read from
+`adapter_config.json`).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from datasets import Dataset, load_dataset
+from transformers import AutoModelForImageTextToText, AutoProcessor, HfArgumentParser
+
+from training_recipes.data import ConversationSettings, dataset_kind, row_images, settings_for, to_messages
+
+
+@dataclass
+class GenerateArguments:
+    model_name_or_path: str = field(metadata={"help": "Fine-tuned model folder, LoRA output folder or Hub id."})
+    dataset_path: str = field(metadata={"help": "Built GEMeX or ReXVQA folder (or Hub repo id)."})
+    output_file: str = field(metadata={"help": "Predictions JSON Lines; appended to, and resumed from."})
+    dataset_config: str | None = None
+    split: str = "test"
+    batch_size: int = 8
+    max_new_tokens: int = 256
+    max_samples: int | None = field(default=None, metadata={"help": "Only the first N questions of the split."})
+    dtype: str = field(default="bfloat16", metadata={"help": "bfloat16, float16, float32 or auto."})
+    device: str | None = field(default=None, metadata={"help": "Default: cuda when available, else cpu."})
+    box_convention: str | None = field(default=None, metadata={"help": "As in training; default from the model."})
+    fold_system_prompt: bool | None = field(default=None, metadata={"help": "As in training; default: auto."})
+
+
+def done_question_ids(output_file: Path) -> set[str]:
+    """Question ids already answered in `output_file` (a torn last line is ignored and rewritten)."""
+    if not output_file.exists():
+        return set()
+    done = set()
+    for line in output_file.read_text().splitlines():
+        try:
+            done.add(json.loads(line)["question_id"])
+        except (json.JSONDecodeError, KeyError, TypeError):
+            continue
+    return done
+
+
+def drop_torn_last_line(output_file: Path) -> None:
+    """A run killed mid-write leaves a partial line; cut it so appended lines stay valid."""
+    if output_file.exists():
+        text = output_file.read_text()
+        if text and not text.endswith("\n"):
+            output_file.write_text(text[: text.rfind("\n") + 1])
+
+
+def load_model(model_name_or_path: str, dtype: str, device: str):
+    """A model folder or a LoRA adapter folder (base model from its `adapter_config.json`)."""
+    torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
+    adapter_config = Path(model_name_or_path) / "adapter_config.json"
+    if adapter_config.exists():
+        from peft import PeftModel
+
+        base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
+        model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch_dtype)
+        model = PeftModel.from_pretrained(model, model_name_or_path).merge_and_unload()
+    else:
+        model = AutoModelForImageTextToText.from_pretrained(model_name_or_path, dtype=torch_dtype)
+    processor = AutoProcessor.from_pretrained(model_name_or_path)
+    return model.to(device).eval(), processor
+
+
+@torch.inference_mode()
+def generate_batch(model, processor, rows: list[dict], kind: str, settings: ConversationSettings, max_new_tokens: int):
+    """Raw model text for each row: greedy, left-padded, the prompt's tokens cut off."""
+    conversations = []
+    for row in rows:
+        images = iter(row_images(row, kind))
+        messages = to_messages(row, kind, settings, with_answer=False)
+        for message in messages:  # put each image into its placeholder, as TRL's collator does
+            message["content"] = [
+                {"type": "image", "image": next(images)} if part["type"] == "image" else part
+                for part in message["content"]
+            ]
+        conversations.append(messages)
+    inputs = processor.apply_chat_template(
+        conversations,
+        add_generation_prompt=True,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+        processor_kwargs={"padding": True, "padding_side": "left"},
+    ).to(model.device)
+    if "pixel_values" in inputs:
+        inputs["pixel_values"] = inputs["pixel_values"].to(model.dtype)
+    tokenizer = processor.tokenizer
+    output = model.generate(
+        **inputs,
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
+    )
+    new_tokens = output[:, inputs["input_ids"].shape[1] :]
+    return [text.strip() for text in processor.batch_decode(new_tokens, skip_special_tokens=True)]
+
+
+def generate_predictions(
+    model,
+    processor,
+    dataset: Dataset,
+    output_file: str | Path,
+    batch_size: int = 8,
+    max_new_tokens: int = 256,
+    settings: ConversationSettings | None = None,
+) -> int:
+    """Append a prediction for every question of `dataset` not yet in `output_file`; returns how many."""
+    output_file = Path(output_file)
+    output_file.parent.mkdir(parents=True, exist_ok=True)
+    kind = dataset_kind(dataset.column_names)
+    settings = settings or settings_for(model.config.model_type, processor)
+    drop_torn_last_line(output_file)
+    done = done_question_ids(output_file)
+    todo = [i for i, question_id in enumerate(dataset["question_id"]) if question_id not in done]
+    with output_file.open("a") as out:
+        for start in range(0, len(todo), batch_size):
+            rows = list(dataset.select(todo[start : start + batch_size]))  # decodes this batch's images only
+            texts = generate_batch(model, processor, rows, kind, settings, max_new_tokens)
+            for row, text in zip(rows, texts):
+                out.write(json.dumps({"question_id": row["question_id"], "prediction": text}) + "\n")
+            out.flush()
+    return len(todo)
+
+
+def main(argv: list[str] | None = None) -> int:
+    (args,) = HfArgumentParser(GenerateArguments).parse_args_into_dataclasses(args=argv)
+    device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
+    model, processor = load_model(args.model_name_or_path, args.dtype, device)
+    dataset = load_dataset(args.dataset_path, args.dataset_config, split=args.split)
+    if args.max_samples is not None:
+        dataset = dataset.select(range(min(args.max_samples, len(dataset))))
+    settings = settings_for(model.config.model_type, processor, args.box_convention, args.fold_system_prompt)
+    written = generate_predictions(
+        model, processor, dataset, args.output_file, args.batch_size, args.max_new_tokens, settings
+    )
+    print(f"wrote {written} predictions to {args.output_file}")
+    return written
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""Fine-tune a vision-language model on built GEMeX and/or ReXVQA folders with TRL's SFTTrainer.
+
+Loss on the assistant's reply only (`assistant_only_loss`, with TRL's training chat template),
+LoRA (`--use_peft`) or full fine-tuning, bf16 and gradient checkpointing by default. With two
+datasets, training draws from each by its weight (`--gemex_weight`, `--rexvqa_weight`) and
+needs `--max_steps`.
+
+    accelerate launch --config_file training_recipes/accelerate/single_gpu.yaml \\
+        training_recipes/sft.py \\
+        --model_name_or_path Qwen/Qwen2.5-VL-3B-Instruct \\
+        --gemex_path ./gemex --output_dir runs/qwen25vl-gemex \\
+        --per_device_train_batch_size 8 --gradient_accumulation_steps 2 --learning_rate 1e-5
+
+    # or every argument in a file
+    accelerate launch training_recipes/sft.py --config training_recipes/configs/qwen25vl_lora.yaml
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+from datasets import Dataset, load_dataset
+from transformers import AutoModelForImageTextToText, AutoProcessor
+from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+
+from training_recipes.data import conversational, mix, settings_for
+
+
+@dataclass
+class DataArguments:
+    """Which built folders to train on, and how their rows become conversations."""
+
+    gemex_path: str | None = field(default=None, metadata={"help": "Built GEMeX folder (or Hub repo id)."})
+    rexvqa_path: str | None = field(default=None, metadata={"help": "Built ReXVQA folder (or Hub repo id)."})
+    gemex_config: str | None = field(default=None, metadata={"help": "GEMeX config, e.g. one question type."})
+    rexvqa_config: str | None = field(default=None, metadata={"help": "ReXVQA config, e.g. one task."})
+    gemex_weight: float = field(default=1.0, metadata={"help": "Sampling weight of GEMeX when mixing."})
+    rexvqa_weight: float = field(default=1.0, metadata={"help": "Sampling weight of ReXVQA when mixing."})
+    train_split: str = "train"
+    eval_split: str | None = field(default=None, metadata={"help": "Split to evaluate the loss on (e.g. valid)."})
+    max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N rows per dataset."})
+    box_convention: str | None = field(
+        default=None,
+        metadata={"help": "pixels, qwen2.5-vl, norm1000 or frame224; by default from the model family."},
+    )
+    fold_system_prompt: bool | None = field(
+        default=None,
+        metadata={"help": "Put the instruction in the user turn; by default when the chat template rejects a system turn."},
+    )
+
+
+def load_split(path: str, config: str | None, split: str, max_samples: int | None = None) -> Dataset:
+    dataset = load_dataset(path, config, split=split)
+    if max_samples is not None:
+        dataset = dataset.select(range(min(max_samples, len(dataset))))
+    return dataset
+
+
+def training_data(data_args: DataArguments, settings, split: str, seed: int, max_samples: int | None = None):
+    """One dataset: its lazy conversational split. Two: a weighted stream of both."""
+    weighted = []
+    if data_args.gemex_path:
+        gemex = load_split(data_args.gemex_path, data_args.gemex_config, split, max_samples)
+        weighted.append((gemex, data_args.gemex_weight))
+    if data_args.rexvqa_path:
+        rexvqa = load_split(data_args.rexvqa_path, data_args.rexvqa_config, split, max_samples)
+        weighted.append((rexvqa, data_args.rexvqa_weight))
+    if not weighted:
+        raise ValueError("give --gemex_path, --rexvqa_path or both")
+    if len(weighted) == 1:
+        return conversational(weighted[0][0], settings)
+    return mix(weighted, settings, seed=seed)
+
+
+def recipe_defaults(training_args: SFTConfig) -> SFTConfig:
+    """Settings the recipe relies on, whatever the command line says."""
+    training_args.assistant_only_loss = True  # loss on the reply only, via {% generation %} markers
+    training_args.remove_unused_columns = False  # the lazy transform reads the stored columns
+    training_args.dataset_kwargs = {"skip_prepare_dataset": True}
+    return training_args
+
+
+def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelConfig, model=None, processor=None):
+    """Build (or take) the model and processor, the data, and run SFT; returns the trainer."""
+    training_args = recipe_defaults(training_args)
+    if model is None:
+        dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(torch, model_args.dtype)
+        model = AutoModelForImageTextToText.from_pretrained(
+            model_args.model_name_or_path,
+            revision=model_args.model_revision,
+            trust_remote_code=training_args.trust_remote_code,
+            attn_implementation=model_args.attn_implementation,
+            dtype=dtype,
+        )
+    if processor is None:
+        processor = AutoProcessor.from_pretrained(
+            model_args.model_name_or_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
+        )
+    settings = settings_for(
+        model.config.model_type, processor, data_args.box_convention, data_args.fold_system_prompt
+    )
+    train_dataset = training_data(data_args, settings, data_args.train_split, training_args.seed, data_args.max_train_samples)
+    eval_dataset = None
+    if data_args.eval_split:
+        eval_dataset = training_data(data_args, settings, data_args.eval_split, training_args.seed)
+    trainer = SFTTrainer(
+        model=model,
+        args=training_args,
+        train_dataset=train_dataset,
+        eval_dataset=eval_dataset,
+        processing_class=processor,
+        peft_config=get_peft_config(model_args),
+    )
+    trainer.train()
+    trainer.save_model(training_args.output_dir)
+    if trainer.accelerator.is_main_process:
+        processor.save_pretrained(training_args.output_dir)
+    return trainer
+
+
+def make_parser() -> TrlParser:
+    parser = TrlParser((DataArguments, SFTConfig, ModelConfig))
+    # Recipe defaults; a --config file or the command line still overrides them.
+    parser.set_defaults(
+        bf16=True,
+        gradient_checkpointing=True,
+        max_length=None,  # never cut image tokens; bound the sequence with the processor's image size
+        lora_target_modules=["all-linear"],
+        dtype="bfloat16",
+        report_to="none",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None):
+    data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
+    return train(data_args, training_args, model_args)
+
+
+if __name__ == "__main__":
+    main()
