@@ -72,6 +72,19 @@ def run_demo(args: argparse.Namespace) -> int:
     return demo(args.out, args.num_images)
 
 
+def run_validate(args: argparse.Namespace) -> int:
+    from builders.validate import validate
+
+    problems = validate(args.dataset)
+    for problem in problems:
+        print(problem.line())
+    if problems:
+        print(f"{args.dataset}: {len(problems)} problem(s); the Hub's viewer would fail on it", file=sys.stderr)
+        return 1
+    print(f"{args.dataset}: ready for the Hub and its dataset viewer")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets.")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -103,6 +116,10 @@ def parser() -> argparse.ArgumentParser:
     convert.add_argument("--split", default="train")
     convert.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     convert.set_defaults(func=run_convert)
+
+    check = commands.add_parser("validate", help="check a built folder is ready for the Hub's dataset viewer")
+    check.add_argument("dataset", type=Path, help="a built dataset folder")
+    check.set_defaults(func=run_validate)
     return root
 
 
