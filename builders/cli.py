@@ -85,6 +85,19 @@ def run_validate(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_preview(args: argparse.Namespace) -> int:
+    from builders.preview import PREVIEW_IMAGE, add_preview_config, write_preview
+
+    if not args.out and not args.add_config:
+        raise ValueError("give --out FILE.png|FILE.html, or --add-config")
+    if args.out:
+        print(f"{write_preview(args.dataset, args.out, n=args.n, config=args.config, split=args.split)}: {args.n} rows")
+    if args.add_config:
+        target = add_preview_config(args.dataset, n=min(args.n, 16), split=args.split)
+        print(f"{target}: the preview config (boxes drawn in); {args.dataset / PREVIEW_IMAGE} shown in the card")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets.")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -120,6 +133,16 @@ def parser() -> argparse.ArgumentParser:
     check = commands.add_parser("validate", help="check a built folder is ready for the Hub's dataset viewer")
     check.add_argument("dataset", type=Path, help="a built dataset folder")
     check.set_defaults(func=run_validate)
+
+    preview = commands.add_parser("preview", help="draw rows of a built folder, boxes included, as PNG or HTML")
+    preview.add_argument("dataset", type=Path, help="a built dataset folder")
+    preview.add_argument("--out", type=Path, help="FILE.png (a grid) or FILE.html (self-contained page)")
+    preview.add_argument("--n", type=int, default=16, help="rows to show")
+    preview.add_argument("--config", help="the config to read (default: the card's default)")
+    preview.add_argument("--split", help="the split to read (default: test)")
+    preview.add_argument("--add-config", action="store_true",
+                         help="also add a small `preview` config with boxes drawn into the images, and preview.png to the card")
+    preview.set_defaults(func=run_preview)
     return root
 
 
