@@ -3,6 +3,7 @@
 Checked before any upload (`publish` runs it too). Each problem names the file and
 the rule it breaks, so a failure reads as one line:
 
+- `parquet`: every shard is a readable Parquet file.
 - `card`: README.md exists and its YAML parses into `configs` and `dataset_info`.
 - `config-name`: names the viewer and `datasets` accept.
 - `data-files`: every pattern of a config matches at least one shard on disk.
@@ -21,6 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from datasets import Features
 from datasets.info import DatasetInfosDict
@@ -110,9 +112,17 @@ def check_shard(folder: Path, path: Path) -> list[Problem]:
     return problems
 
 
-def check_config(folder: Path, name: str, config: dict, info) -> list[Problem]:
+def unreadable(path: Path) -> str | None:
+    try:
+        pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        return str(err).splitlines()[0]
+    return None
+
+
+def check_config(folder: Path, name: str, config: dict, info, broken: set[Path] = frozenset()) -> list[Problem]:
     problems = []
-    shards = config_shards(folder, config)
+    shards = {split: [p for p in paths if p not in broken] for split, paths in config_shards(folder, config).items()}
     for split, paths in shards.items():
         if not paths:
             problems.append(Problem("README.md", "data-files", f"config {name!r} split {split!r}: {split_patterns(config)[split]} match no file"))
@@ -155,13 +165,17 @@ def validate(folder: Path) -> list[Problem]:
         configs, infos = card_configs(folder)
     except ValueError as err:
         return [Problem("README.md", "card", str(err))]
-    problems = []
+    problems, broken = [], set()
+    for path in sorted((folder / "data").rglob("*.parquet")) if (folder / "data").is_dir() else []:
+        if reason := unreadable(path):
+            problems.append(Problem(_rel(folder, path), "parquet", f"not a readable Parquet file: {reason}"))
+            broken.add(path)
     read: set[Path] = set()
     for name, config in configs.items():
         problems += check_config_name(name)
-        problems += check_config(folder, name, config, infos.get(name))
+        problems += check_config(folder, name, config, infos.get(name), broken)
         read |= {p for paths in config_shards(folder, config).values() for p in paths}
-    for path in sorted(read):
+    for path in sorted(read - broken):
         problems += check_shard(folder, path)
     for path in sorted((folder / "data").rglob("*.parquet")) if (folder / "data").is_dir() else []:
         if path not in read:

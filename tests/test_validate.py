@@ -124,3 +124,10 @@ def test_cli(build, capsys):
     assert main(["validate", str(build)]) == 1
     out = capsys.readouterr().out
     assert f"{path.relative_to(build)}: [columns]" in out
+
+
+def test_unreadable_shard(build):
+    path = next((build / "data" / "test").glob("*.parquet"))
+    path.write_bytes(b"")
+    problems = validate(build)
+    assert (str(path.relative_to(build)), "parquet") in rules(problems)
