@@ -73,3 +73,39 @@ def size_category(rows: int) -> str:
         if rows < limit:
             return name
     return "10M<n<100M"
+
+
+def load_card(folder: Path) -> DatasetCard:
+    return DatasetCard.load(Path(folder) / "README.md")
+
+
+def update_card(card: DatasetCard, configs: dict[str, dict] | None = None, infos: dict[str, DatasetInfo] | None = None,
+                **fields) -> None:
+    """Merge configs, infos and top-level YAML fields (a value of None removes the field) into `card`."""
+    if configs:
+        MetadataConfigs(configs).to_dataset_card_data(card.data)
+    if infos:
+        DatasetInfosDict(infos).to_dataset_card_data(card.data)
+    for key, value in fields.items():
+        if value is None:
+            card.data.pop(key, None)
+        else:
+            card.data[key] = value
+
+
+def set_card_section(card: DatasetCard, key: str, markdown: str) -> None:
+    """Put `markdown` in the card's prose between `<!-- cxr-vqa:key -->` markers, after the title block.
+
+    Rerunning replaces the section instead of adding another; the markers are invisible on the Hub.
+    """
+    start, end = f"<!-- cxr-vqa:{key} -->", f"<!-- /cxr-vqa:{key} -->"
+    section = f"{start}\n{markdown.strip()}\n{end}\n"
+    text = card.text
+    if start in text and end in text:
+        before, rest = text.split(start, 1)
+        card.text = before + section + rest.split(end, 1)[1].lstrip("\n")
+        return
+    lines = text.splitlines(keepends=True)
+    title = next((i for i, line in enumerate(lines) if line.startswith("# ")), -1)
+    after = next((i for i in range(title + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
+    card.text = "".join(lines[:after]) + section + "\n" + "".join(lines[after:])

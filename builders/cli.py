@@ -10,6 +10,8 @@ import json
 import sys
 from pathlib import Path
 
+from huggingface_hub.errors import HfHubHTTPError
+
 from builders.build import IMAGE_MODES, BuildSettings
 from builders.images import ImageError
 from builders.report import BuildError
@@ -72,6 +74,45 @@ def run_demo(args: argparse.Namespace) -> int:
     return demo(args.out, args.num_images)
 
 
+def run_validate(args: argparse.Namespace) -> int:
+    from builders.validate import validate
+
+    problems = validate(args.dataset)
+    for problem in problems:
+        print(problem.line())
+    if problems:
+        print(f"{args.dataset}: {len(problems)} problem(s); the Hub's viewer would fail on it", file=sys.stderr)
+        return 1
+    print(f"{args.dataset}: ready for the Hub and its dataset viewer")
+    return 0
+
+
+def run_preview(args: argparse.Namespace) -> int:
+    from builders.preview import PREVIEW_IMAGE, add_preview_config, write_preview
+
+    if not args.out and not args.add_config:
+        raise ValueError("give --out FILE.png|FILE.html, or --add-config")
+    if args.out:
+        print(f"{write_preview(args.dataset, args.out, n=args.n, config=args.config, split=args.split)}: {args.n} rows")
+    if args.add_config:
+        target = add_preview_config(args.dataset, n=min(args.n, 16), split=args.split)
+        print(f"{target}: the preview config (boxes drawn in); {args.dataset / PREVIEW_IMAGE} shown in the card")
+    return 0
+
+
+def run_publish(args: argparse.Namespace) -> int:
+    from builders.publish import plan_publish, publish
+
+    plan = plan_publish(args.dataset, args.repo, args.visibility, args.revision, args.confirm_public)
+    if args.dry_run:
+        print("\n".join(["dry run: nothing is uploaded", *plan.lines()]))
+        return 0
+    print("\n".join(plan.lines()[:4]))
+    url = publish(plan)
+    print(f"published {len(plan.files)} files to datasets/{plan.repo_id} ({plan.visibility}): {url}")
+    return 0
+
+
 def parser() -> argparse.ArgumentParser:
     root = argparse.ArgumentParser(prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets.")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -103,6 +144,35 @@ def parser() -> argparse.ArgumentParser:
     convert.add_argument("--split", default="train")
     convert.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     convert.set_defaults(func=run_convert)
+
+    check = commands.add_parser("validate", help="check a built folder is ready for the Hub's dataset viewer")
+    check.add_argument("dataset", type=Path, help="a built dataset folder")
+    check.set_defaults(func=run_validate)
+
+    preview = commands.add_parser("preview", help="draw rows of a built folder, boxes included, as PNG or HTML")
+    preview.add_argument("dataset", type=Path, help="a built dataset folder")
+    preview.add_argument("--out", type=Path, help="FILE.png (a grid) or FILE.html (self-contained page)")
+    preview.add_argument("--n", type=int, default=16, help="rows to show")
+    preview.add_argument("--config", help="the config to read (default: the card's default)")
+    preview.add_argument("--split", help="the split to read (default: test)")
+    preview.add_argument("--add-config", action="store_true",
+                         help="also add a small `preview` config with boxes drawn into the images, and preview.png to the card")
+    preview.set_defaults(func=run_preview)
+
+    push = commands.add_parser("publish", help="upload a built folder to a Hub dataset repo under the access rules")
+    push.add_argument("dataset", type=Path, help="a built dataset folder")
+    push.add_argument("--repo", required=True, help="ORG/NAME of the dataset repo")
+    access = push.add_mutually_exclusive_group()
+    access.add_argument("--private", dest="visibility", action="store_const", const="private", help="private repo (default)")
+    access.add_argument("--gated", dest="visibility", action="store_const", const="gated",
+                        help="gated repo: the card's gating fields, every request approved by hand")
+    access.add_argument("--public", dest="visibility", action="store_const", const="public",
+                        help="public repo: only annotation-only builds (--image-mode none) under a declared licence, or synthetic data")
+    push.set_defaults(visibility="private")
+    push.add_argument("--confirm-public", action="store_true", help="confirm that --public may make this build downloadable by anyone")
+    push.add_argument("--revision", help="branch to commit to (created if missing; default main)")
+    push.add_argument("--dry-run", action="store_true", help="print the plan (repo settings, files, sizes, card) and upload nothing")
+    push.set_defaults(func=run_publish)
     return root
 
 
@@ -112,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         return args.func(args)
     except (BuildError, ImageError, FileNotFoundError, ValueError) as err:
         print(f"cxr-vqa: error: {err}", file=sys.stderr)
+        return 1
+    except HfHubHTTPError as err:
+        print(f"cxr-vqa: error: the Hub answered: {str(err).splitlines()[0]}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("cxr-vqa: interrupted; no output was left behind", file=sys.stderr)

@@ -15,6 +15,7 @@ from builders.build import BuildSettings
 def run_demo(out: Path, num_images: int = 24) -> int:
     from datasets import load_dataset
 
+    from builders.preview import add_preview_config
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate
 
@@ -24,6 +25,8 @@ def run_demo(out: Path, num_images: int = 24) -> int:
     report = build_gemex(BuildSettings(source=release.root / "per_type", out=out / "gemex", images=release.image_root,
                                        image_mode="embed", overwrite=True))
     print(f"GEMeX (synthetic): {report.summary()} -> {out / 'gemex'}")
+    add_preview_config(out / "gemex", n=8)
+    print(f"  preview config (boxes drawn in) and {out / 'gemex' / 'preview.png'} in the card")
     row = load_dataset(str(out / "gemex"), "multi_choice", split="test")[0]
     print(f"  e.g. {row['question_id']}: {row['question']} {row['choices']} -> {row['answer_letters']}; "
           f"regions {row['regions']} at {row['boxes']} on a {row['image_width']}x{row['image_height']} image")

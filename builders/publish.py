@@ -1,0 +1,249 @@
+"""`cxr-vqa publish`: a built folder to a Hub dataset repo, with its card, under access rules.
+
+GEMeX quotes MIMIC-CXR and uses its images; ReXVQA's images are ReXGradient-160K: a wrong
+flag must never make either public. So the plan is made, and refused, before anything
+touches the Hub:
+
+- a build that carries images or report text (an `image`/`images` column, a non-null
+  `report`/`findings`/`impression` column, a rendered `preview.png`) goes only to a private
+  or gated repo;
+- a gated repo gets the card's gating fields (`extra_gated_prompt`, `extra_gated_fields`
+  asking for the credential and the agreement) and manual approval of every request;
+- `--public` takes only a build made with `--image-mode none`, carrying neither, whose card
+  names the licence its annotations are under (and not a credentialed-access one), and only
+  with `--confirm-public`;
+- a synthetic build (card tag `synthetic` and licence cc-by-4.0, written by the build from
+  the generator's SYNTHETIC.md marker) holds no patient data: it may go public, images
+  included, with `--confirm-public`;
+- a `--image-mode reference` build is never uploaded: its image column holds paths to files
+  on the builder's machine.
+
+The folder must also pass `validate`. Uploading is `HfApi.create_repo` and
+`HfApi.upload_folder` (which skips what is already there, so a rerun resumes); before the
+upload the repo's actual visibility is read back, since `create_repo(exist_ok=True)` leaves
+an existing repo's visibility as it was. The token comes from `huggingface_hub`'s usual
+places (`HF_TOKEN`, the saved login) and is never printed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+import pyarrow.parquet as pq
+from huggingface_hub import HfApi, get_token
+
+from builders.card import load_card, update_card
+from builders.validate import card_configs, check_ready, config_shards
+
+Visibility = Literal["private", "gated", "public"]
+IMAGE_COLUMNS = ("image", "images")
+REPORT_COLUMNS = ("report", "findings", "impression")
+CREDENTIALED_LICENCE_WORDS = ("physionet", "credentialed")
+PREVIEW_IMAGE = "preview.png"
+
+
+class PublishRefused(ValueError):
+    """The plan breaks an access rule; the message is the one line the CLI prints."""
+
+
+def gating_for(dataset: str) -> tuple[str, dict[str, str]] | None:
+    """The dataset's own gating prompt and fields, for cards built without them (e.g. synthetic)."""
+    if dataset == "gemex":
+        from gemex_dataset.build import GATED_FIELDS, GATED_PROMPT
+
+        return GATED_PROMPT, GATED_FIELDS
+    try:
+        from importlib import import_module
+
+        module = import_module(f"{dataset}_dataset.build")
+        return module.GATED_PROMPT, module.GATED_FIELDS
+    except (ImportError, AttributeError):
+        return None
+
+
+@dataclass
+class BuildFacts:
+    """What the access rules need to know about a built folder."""
+
+    dataset: str
+    image_mode: str | None
+    synthetic: bool
+    licence: str | None
+    licence_declared: bool
+    credentialed_licence: bool
+    carries: list[str] = field(default_factory=list)
+    gated_prompt: str | None = None
+    gated_fields: dict | None = None
+
+
+def carried_content(folder: Path) -> list[str]:
+    """Images and report text the folder's files hold, each named with where it was found."""
+    where: dict[tuple[str, str], list[str]] = {}
+    for path in sorted((folder / "data").rglob("*.parquet")):
+        names = pq.read_schema(path).names
+        rel = str(path.relative_to(folder))
+        for column in (c for c in IMAGE_COLUMNS if c in names):
+            where.setdefault(("images", column), []).append(rel)
+        for column in (c for c in REPORT_COLUMNS if c in names):
+            values = pq.read_table(path, columns=[column])[column]
+            if values.null_count < len(values):
+                where.setdefault(("report text", column), []).append(rel)
+    found = [f"{what} ({column!r} column in {len(files)} file(s), e.g. {files[0]})" for (what, column), files in where.items()]
+    if (folder / PREVIEW_IMAGE).exists():
+        found.append(f"rendered images ({PREVIEW_IMAGE})")
+    return found
+
+
+def inspect_build(folder: Path) -> BuildFacts:
+    import json
+
+    folder = Path(folder)
+    report_path = folder / "build_report.json"
+    report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.exists() else {}
+    data = load_card(folder).data
+    licence, name, link = data.get("license"), data.get("license_name"), data.get("license_link")
+    licence = licence[0] if isinstance(licence, list) and licence else licence
+    described = " ".join(str(v) for v in (licence, name, link) if v).lower()
+    return BuildFacts(
+        dataset=report.get("dataset", "unknown"),
+        image_mode=report.get("settings", {}).get("image_mode"),
+        synthetic="synthetic" in (data.get("tags") or []) and licence == "cc-by-4.0",
+        licence=name or licence,
+        licence_declared=bool(licence) and (licence != "other" or bool(name or link)),
+        credentialed_licence=any(word in described for word in CREDENTIALED_LICENCE_WORDS),
+        carries=carried_content(folder),
+        gated_prompt=data.get("extra_gated_prompt"),
+        gated_fields=data.get("extra_gated_fields"),
+    )
+
+
+def access_refusal(facts: BuildFacts, visibility: Visibility, confirm_public: bool = False) -> str | None:
+    """Why this build may not go to a repo of this visibility (one line), or None if it may."""
+    if facts.image_mode == "reference":
+        return ("built with --image-mode reference: its image column holds paths to files on this machine; "
+                "rebuild with --image-mode embed (private or gated repo) or none")
+    if visibility == "public":
+        if not facts.synthetic:
+            if facts.image_mode != "none":
+                return (f"--public takes only a build made with --image-mode none (this one: {facts.image_mode or 'unknown, no build_report.json'}); "
+                        "publish it with --private or --gated")
+            if facts.carries:
+                return f"--public refused: the build carries {facts.carries[0]}, credentialed content; publish it with --private or --gated"
+            if not facts.licence_declared:
+                return "--public refused: the card does not say which licence the annotations are under (license, or license_name for 'other')"
+            if facts.credentialed_licence:
+                return f"--public refused: the annotations are under {facts.licence}, which allows credentialed access only; publish with --gated"
+        if not confirm_public:
+            what = "synthetic demo data" if facts.synthetic else f"annotations under {facts.licence}"
+            return f"--public needs --confirm-public: anyone will be able to download this build ({what})"
+    if visibility == "gated" and not (facts.gated_prompt and facts.gated_fields) and gating_for(facts.dataset) is None:
+        return f"--gated refused: the card has no extra_gated_prompt/extra_gated_fields and none are known for {facts.dataset!r}"
+    return None
+
+
+@dataclass
+class PublishPlan:
+    folder: Path
+    repo_id: str
+    visibility: Visibility
+    revision: str
+    files: list[tuple[str, int]]
+    facts: BuildFacts
+    configs: dict[str, dict[str, int]]
+    card_fields: dict = field(default_factory=dict)
+    """YAML fields publishing writes into the card before the upload (the gating fields)."""
+
+    def lines(self) -> list[str]:
+        f = self.facts
+        total = sum(size for _, size in self.files)
+        out = [
+            f"repo: datasets/{self.repo_id} (revision {self.revision})",
+            f"access: {self.visibility}" + (", requests approved by hand" if self.visibility == "gated" else ""),
+            f"build: {f.dataset}, image mode {f.image_mode}, {'synthetic' if f.synthetic else 'real data'}",
+            f"card: licence {f.licence or 'not declared'}; carries {', '.join(f.carries) if f.carries else 'no images or report text'}",
+        ]
+        if self.visibility == "gated":
+            prompt = self.card_fields.get("extra_gated_prompt", f.gated_prompt)
+            fields = self.card_fields.get("extra_gated_fields", f.gated_fields) or {}
+            out.append(f"gating: {len(fields)} fields ({'; '.join(fields)}); prompt: {prompt}"
+                       + (" [added to the card]" if self.card_fields else ""))
+        for name, splits in self.configs.items():
+            out.append(f"config {name}: " + ", ".join(f"{s} {n} rows" for s, n in splits.items()))
+        out.append(f"files: {len(self.files)}, {_size(total)}")
+        out += [f"  {path}  {_size(size)}" for path, size in self.files]
+        out.append("token: " + ("found" if get_token() else "none found (set HF_TOKEN or run `hf auth login`)"))
+        return out
+
+
+def _size(n: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if n < 1024 or unit == "GiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+    return str(n)
+
+
+def folder_files(folder: Path) -> list[tuple[str, int]]:
+    """Every file to upload (relative path, size); hidden files and folders left out."""
+    files = []
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder)
+        if path.is_file() and not any(part.startswith(".") for part in rel.parts):
+            files.append((rel.as_posix(), path.stat().st_size))
+    return files
+
+
+def plan_publish(folder: Path, repo_id: str, visibility: Visibility = "private", revision: str | None = None,
+                 confirm_public: bool = False) -> PublishPlan:
+    """The upload, checked against the access rules and viewer readiness; raises PublishRefused."""
+    folder = Path(folder)
+    if repo_id.count("/") != 1 or not all(repo_id.split("/")):
+        raise PublishRefused(f"--repo {repo_id!r}: expected ORG/NAME")
+    check_ready(folder)
+    facts = inspect_build(folder)
+    refusal = access_refusal(facts, visibility, confirm_public)
+    if refusal:
+        raise PublishRefused(refusal)
+    card_fields = {}
+    if visibility == "gated" and not (facts.gated_prompt and facts.gated_fields):
+        prompt, fields = gating_for(facts.dataset)
+        card_fields = {"extra_gated_prompt": prompt, "extra_gated_fields": fields}
+    configs, _ = card_configs(folder)
+    counts = {name: {split: sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
+                     for split, paths in config_shards(folder, config).items()} for name, config in configs.items()}
+    return PublishPlan(folder, repo_id, visibility, revision or "main", folder_files(folder), facts, counts, card_fields)
+
+
+def check_remote_access(api: HfApi, plan: PublishPlan) -> None:
+    """Read the repo back: it must be as closed as the plan says before any file goes up."""
+    info = api.repo_info(plan.repo_id, repo_type="dataset")
+    if plan.visibility == "private" and not info.private:
+        raise PublishRefused(f"datasets/{plan.repo_id} exists and is not private; nothing uploaded (make it private first)")
+    if plan.visibility == "gated" and not (info.private or info.gated == "manual"):
+        raise PublishRefused(f"datasets/{plan.repo_id} is not gated with manual approval (gated={info.gated!r}); nothing uploaded")
+
+
+def publish(plan: PublishPlan, api: HfApi | None = None) -> str:
+    """Create (or reuse) the repo, set its access, upload the planned files; returns the commit URL."""
+    api = api or HfApi()
+    if not (api.token or get_token()):
+        raise PublishRefused("no Hugging Face token: set HF_TOKEN or run `hf auth login`")
+    if plan.card_fields:
+        card = load_card(plan.folder)
+        update_card(card, **plan.card_fields)
+        card.save(plan.folder / "README.md")
+        plan.files = folder_files(plan.folder)
+    api.create_repo(plan.repo_id, repo_type="dataset", private=plan.visibility == "private", exist_ok=True)
+    if plan.visibility == "gated":
+        api.update_repo_settings(plan.repo_id, gated="manual", repo_type="dataset")
+    check_remote_access(api, plan)
+    if plan.revision != "main":
+        api.create_branch(plan.repo_id, branch=plan.revision, repo_type="dataset", exist_ok=True)
+    commit = api.upload_folder(
+        repo_id=plan.repo_id, folder_path=plan.folder, repo_type="dataset", revision=plan.revision,
+        allow_patterns=[path for path, _ in plan.files],
+        commit_message=f"cxr-vqa publish: {plan.facts.dataset} ({plan.facts.image_mode}), {len(plan.files)} files",
+    )
+    return commit.commit_url

@@ -1,0 +1,191 @@
+"""`cxr-vqa validate`: is a built folder ready for the Hub and its dataset viewer?
+
+Checked before any upload (`publish` runs it too). Each problem names the file and
+the rule it breaks, so a failure reads as one line:
+
+- `parquet`: every shard is a readable Parquet file.
+- `card`: README.md exists and its YAML parses into `configs` and `dataset_info`.
+- `config-name`: names the viewer and `datasets` accept.
+- `data-files`: every pattern of a config matches at least one shard on disk.
+- `splits`: the splits the card counts are the splits on disk, with the same row counts.
+- `features`: the card's features are the shards' features.
+- `columns`: every file of a config has the same columns (name and type).
+- `row-group-size`: a row group stays under the viewer's limit on what it reads at once.
+- `shard-size`: a shard stays under the Hub's size guidance.
+- `stray-file`: a Parquet file under `data/` that no config reads.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from datasets import Features
+from datasets.info import DatasetInfosDict
+from datasets.naming import INVALID_WINDOWS_CHARACTERS_IN_PATH
+from datasets.utils.metadata import MetadataConfigs
+from huggingface_hub import DatasetCard
+
+VIEWER_ROW_GROUP_BYTES = 300_000_000
+"""The dataset viewer refuses to read a row group larger than this uncompressed (about 286 MiB)."""
+HUB_SHARD_BYTES = 5 << 30
+"""Keep each Parquet file to a few GB at most: the viewer and `datasets` stream it whole per worker."""
+CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One way the folder is not ready: the file at fault, the rule, what was found."""
+
+    file: str
+    rule: str
+    detail: str
+
+    def line(self) -> str:
+        return f"{self.file}: [{self.rule}] {self.detail}"
+
+
+def card_configs(folder: Path) -> tuple[dict[str, dict], DatasetInfosDict]:
+    """The card's configs ({name: {"data_files": [...]}}) and infos; raises ValueError if the card is unusable."""
+    readme = folder / "README.md"
+    if not readme.exists():
+        raise ValueError("no README.md (the card)")
+    try:
+        data = DatasetCard.load(readme).data
+    except Exception as err:  # the card parser raises several types for bad YAML
+        raise ValueError(f"the YAML header does not parse: {err}") from err
+    configs = MetadataConfigs.from_dataset_card_data(data)
+    if not configs:
+        raise ValueError("the YAML header declares no `configs`")
+    return dict(configs), DatasetInfosDict.from_dataset_card_data(data)
+
+
+def split_patterns(config: dict) -> dict[str, list[str]]:
+    """{split: [glob, ...]} of one config's `data_files` (every form MetadataConfigs accepts)."""
+    data_files = config.get("data_files", [])
+    if isinstance(data_files, (str, list)) and (isinstance(data_files, str) or all(isinstance(d, str) for d in data_files)):
+        return {"train": [data_files] if isinstance(data_files, str) else list(data_files)}
+    if isinstance(data_files, dict):
+        data_files = [{"split": k, "path": v} for k, v in data_files.items()]
+    out: dict[str, list[str]] = {}
+    for entry in data_files:
+        paths = entry["path"]
+        out.setdefault(entry.get("split", "train"), []).extend([paths] if isinstance(paths, str) else paths)
+    return out
+
+
+def config_shards(folder: Path, config: dict) -> dict[str, list[Path]]:
+    """{split: shards on disk} of one config, in path order; a pattern matching nothing gives an empty list."""
+    found = {}
+    for split, patterns in split_patterns(config).items():
+        paths = {p for pattern in patterns for p in folder.glob(pattern) if p.is_file()}
+        found[split] = sorted(paths)
+    return found
+
+
+def _rel(folder: Path, path: Path) -> str:
+    return str(path.relative_to(folder))
+
+
+def check_config_name(name: str) -> list[Problem]:
+    bad = [c for c in INVALID_WINDOWS_CHARACTERS_IN_PATH if c in name]
+    if bad or not CONFIG_NAME.match(name):
+        return [Problem("README.md", "config-name", f"config {name!r} is not a legal name (letters, digits, _ . -; up to 64; none of {INVALID_WINDOWS_CHARACTERS_IN_PATH})")]
+    return []
+
+
+def check_shard(folder: Path, path: Path) -> list[Problem]:
+    problems = []
+    meta = pq.ParquetFile(path).metadata
+    for g in range(meta.num_row_groups):
+        size = meta.row_group(g).total_byte_size
+        if size > VIEWER_ROW_GROUP_BYTES:
+            problems.append(Problem(_rel(folder, path), "row-group-size",
+                                    f"row group {g} is {size / 2**20:.0f} MiB uncompressed (viewer limit {VIEWER_ROW_GROUP_BYTES / 2**20:.0f} MiB)"))
+    size = path.stat().st_size
+    if size > HUB_SHARD_BYTES:
+        problems.append(Problem(_rel(folder, path), "shard-size", f"{size / 2**30:.1f} GiB (keep shards under {HUB_SHARD_BYTES / 2**30:.0f} GiB)"))
+    return problems
+
+
+def unreadable(path: Path) -> str | None:
+    try:
+        pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as err:
+        return str(err).splitlines()[0]
+    return None
+
+
+def check_config(folder: Path, name: str, config: dict, info, broken: set[Path] = frozenset()) -> list[Problem]:
+    problems = []
+    shards = {split: [p for p in paths if p not in broken] for split, paths in config_shards(folder, config).items()}
+    for split, paths in shards.items():
+        if not paths:
+            problems.append(Problem("README.md", "data-files", f"config {name!r} split {split!r}: {split_patterns(config)[split]} match no file"))
+    files = [p for paths in shards.values() for p in paths]
+    if not files:
+        return problems
+    first = pq.read_schema(files[0])
+    for path in files[1:]:
+        schema = pq.read_schema(path)
+        if schema.remove_metadata() != first.remove_metadata():
+            diff = sorted(set(map(str, schema)) ^ set(map(str, first)))
+            problems.append(Problem(_rel(folder, path), "columns",
+                                    f"config {name!r}: columns differ from {_rel(folder, files[0])} ({'; '.join(diff[:4])})"))
+    if info is None:
+        problems.append(Problem("README.md", "splits", f"config {name!r} has no dataset_info entry"))
+        return problems
+    if info.features is not None:
+        on_disk = Features.from_arrow_schema(first)
+        if on_disk != info.features:
+            names = sorted(set(on_disk) ^ set(info.features))
+            retyped = [c for c in on_disk if c in info.features and on_disk[c] != info.features[c]]
+            detail = f"columns on one side only: {names}" if names else f"types differ: {retyped}"
+            problems.append(Problem(_rel(folder, files[0]), "features", f"config {name!r}: card features differ from the shard's: {detail}"))
+    counted = set(info.splits or {})
+    on_disk_splits = {s for s, paths in shards.items() if paths}
+    if counted != on_disk_splits:
+        problems.append(Problem("README.md", "splits", f"config {name!r}: the card counts splits {sorted(counted)}, on disk {sorted(on_disk_splits)}"))
+    for split in counted & on_disk_splits:
+        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in shards[split])
+        if info.splits[split].num_examples != rows:
+            problems.append(Problem("README.md", "splits",
+                                    f"config {name!r} split {split!r}: the card counts {info.splits[split].num_examples} rows, the shards hold {rows}"))
+    return problems
+
+
+def validate(folder: Path) -> list[Problem]:
+    """Every viewer-readiness problem of a built dataset folder; empty when it is ready."""
+    folder = Path(folder)
+    try:
+        configs, infos = card_configs(folder)
+    except ValueError as err:
+        return [Problem("README.md", "card", str(err))]
+    problems, broken = [], set()
+    for path in sorted((folder / "data").rglob("*.parquet")) if (folder / "data").is_dir() else []:
+        if reason := unreadable(path):
+            problems.append(Problem(_rel(folder, path), "parquet", f"not a readable Parquet file: {reason}"))
+            broken.add(path)
+    read: set[Path] = set()
+    for name, config in configs.items():
+        problems += check_config_name(name)
+        problems += check_config(folder, name, config, infos.get(name), broken)
+        read |= {p for paths in config_shards(folder, config).values() for p in paths}
+    for path in sorted(read - broken):
+        problems += check_shard(folder, path)
+    for path in sorted((folder / "data").rglob("*.parquet")) if (folder / "data").is_dir() else []:
+        if path not in read:
+            problems.append(Problem(_rel(folder, path), "stray-file", "no config of the card reads this file"))
+    return problems
+
+
+def check_ready(folder: Path) -> None:
+    """Raise ValueError with the first problem (and how many more) unless the folder is viewer-ready."""
+    problems = validate(folder)
+    if problems:
+        more = f" (and {len(problems) - 1} more; run `cxr-vqa validate {folder}`)" if len(problems) > 1 else ""
+        raise ValueError(f"not ready for the Hub: {problems[0].line()}{more}")

@@ -1,0 +1,284 @@
+"""Publishing: access rules, the dry-run plan, and the real `huggingface_hub` calls.
+
+The Hub is unreachable here. The upload tests run `HfApi(endpoint=...)` against a
+recording HTTP server on 127.0.0.1 (no patching): it answers create_repo, repo settings,
+repo_info, create_branch, preupload and commit. Its preupload answer puts every file in
+"regular" upload mode, so `upload_folder` sends file contents inside the commit payload and
+never reaches Xet/LFS storage, which a local server cannot fake; that storage path is the
+one part of a real push these tests do not exercise.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+from huggingface_hub import DatasetCard, HfApi, constants
+
+from builders.cli import main
+from builders.preview import add_preview_config
+from builders.publish import PublishRefused, inspect_build, plan_publish, publish
+from tests.publish_builds import built, copy_build
+
+TOKEN = "hf_recordingServerSecret0123456789"
+
+
+@pytest.fixture(scope="session")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("builds")
+
+
+class RecordingHub(BaseHTTPRequestHandler):
+    """The few Hub endpoints `create_repo`, `update_repo_settings`, `repo_info` and `upload_folder` call."""
+
+    requests: list[dict]
+    repos: dict[str, dict]
+    commits: list[dict]
+
+    def log_message(self, *args):
+        pass
+
+    def _reply(self, status: int, body: dict) -> None:
+        data = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+
+    def _record(self) -> bytes:
+        body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+        self.requests.append({"method": self.command, "path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        return body
+
+    def do_POST(self):
+        body = self._record()
+        endpoint = f"http://{self.server.server_address[0]}:{self.server.server_address[1]}"
+        if self.path == "/api/repos/create":
+            payload = json.loads(body)
+            repo = f"{payload['organization']}/{payload['name']}"
+            if repo in self.repos:
+                return self._reply(409, {"error": "You already created this dataset repo", "url": f"{endpoint}/datasets/{repo}"})
+            self.repos[repo] = {"private": payload.get("visibility") == "private", "gated": False}
+            return self._reply(200, {"url": f"{endpoint}/datasets/{repo}"})
+        if m := re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/preupload/([^/?]+)(\?.*)?", self.path):
+            files = json.loads(body)["files"]
+            return self._reply(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in files]})
+        if m := re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/commit/([^/?]+)(\?.*)?", self.path):
+            lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
+            files = {l["value"]["path"]: base64.b64decode(l["value"]["content"]) for l in lines if l["key"] == "file"}
+            self.commits.append({"repo": m.group(1), "revision": m.group(2), "files": files})
+            return self._reply(200, {"commitUrl": f"{endpoint}/datasets/{m.group(1)}/commit/{'a' * 40}", "commitOid": "a" * 40,
+                                     "pullRequestUrl": None})
+        if re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/branch/([^/?]+)", self.path):
+            return self._reply(200, {})
+        if self.path == "/api/validate-yaml":
+            return self._reply(200, {"errors": [], "warnings": []})
+        self._reply(404, {"error": f"not recorded: POST {self.path}"})
+
+    def do_PUT(self):
+        body = self._record()
+        if m := re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/settings", self.path):
+            settings = json.loads(body)
+            if "gated" in settings:
+                self.repos[m.group(1)]["gated"] = settings["gated"]
+            if "visibility" in settings:
+                self.repos[m.group(1)]["private"] = settings["visibility"] == "private"
+            return self._reply(200, {})
+        self._reply(404, {"error": f"not recorded: PUT {self.path}"})
+
+    def do_GET(self):
+        self._record()
+        if m := re.fullmatch(r"/api/datasets/([^/]+/[^/]+)(/revision/[^/?]+)?(\?.*)?", self.path):
+            repo = self.repos.get(m.group(1))
+            if repo is None:
+                return self._reply(404, {"error": "Repository not found"})
+            return self._reply(200, {"id": m.group(1), "sha": "b" * 40, "private": repo["private"], "gated": repo["gated"],
+                                     "siblings": [], "tags": [], "downloads": 0, "likes": 0})
+        self._reply(404, {"error": f"not recorded: GET {self.path}"})
+
+
+@pytest.fixture
+def hub(monkeypatch):
+    """A recording Hub on 127.0.0.1; `HF_TOKEN` set to a secret the output must never show."""
+    handler = type("Hub", (RecordingHub,), {"requests": [], "repos": {}, "commits": []})
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint = f"http://127.0.0.1:{server.server_address[1]}"
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    monkeypatch.setenv("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    monkeypatch.setattr(constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(constants, "ENDPOINT", endpoint)
+    handler.endpoint = endpoint
+    yield handler
+    server.shutdown()
+    server.server_close()
+
+
+def api(hub) -> HfApi:
+    return HfApi(endpoint=hub.endpoint)
+
+
+# -- access rules --------------------------------------------------------------------------
+
+@pytest.mark.parametrize("kind", ["real-embed", "real-none"])
+def test_credentialed_content_never_public(root, kind):
+    with pytest.raises(PublishRefused) as err:
+        plan_publish(built(kind, root), "org/gemex", "public", confirm_public=True)
+    message = str(err.value)
+    assert "\n" not in message and "--private or --gated" in message
+    assert ("image-mode none" in message) if kind == "real-embed" else ("report text" in message)
+
+
+@pytest.mark.parametrize("visibility", ["private", "gated"])
+def test_credentialed_content_goes_private_or_gated(root, visibility):
+    plan = plan_publish(built("real-embed", root), "org/gemex", visibility)
+    assert plan.visibility == visibility and plan.facts.carries and not plan.facts.synthetic
+
+
+def test_public_annotations_need_none_mode_a_licence_and_confirmation(root, tmp_path):
+    folder = copy_build("real-none", root, tmp_path / "gemex")
+    import pyarrow.parquet as pq
+    for path in (folder / "data").rglob("*.parquet"):  # an annotation-only build without report text
+        table = pq.read_table(path)
+        pq.write_table(table.set_column(table.schema.get_field_index("report"), "report",
+                                        __import__("pyarrow").nulls(table.num_rows, "string")), path)
+    with pytest.raises(PublishRefused, match="credentialed access only"):
+        plan_publish(folder, "org/gemex", "public", confirm_public=True)  # the card says PhysioNet licence
+    card = DatasetCard.load(folder / "README.md")
+    card.data["license"], card.data["license_name"], card.data["license_link"] = "other", None, None
+    card.save(folder / "README.md")
+    with pytest.raises(PublishRefused, match="does not say which licence"):
+        plan_publish(folder, "org/gemex", "public", confirm_public=True)
+    card.data["license"] = "cc-by-nc-4.0"
+    card.save(folder / "README.md")
+    with pytest.raises(PublishRefused, match="needs --confirm-public"):
+        plan_publish(folder, "org/gemex", "public")
+    assert plan_publish(folder, "org/gemex", "public", confirm_public=True).visibility == "public"
+
+
+def test_synthetic_demo_may_go_public_with_confirmation(root):
+    folder = built("synthetic-embed", root)
+    assert inspect_build(folder).synthetic
+    with pytest.raises(PublishRefused, match="needs --confirm-public"):
+        plan_publish(folder, "org/demo", "public")
+    assert plan_publish(folder, "org/demo", "public", confirm_public=True).facts.carries
+
+
+def test_reference_builds_are_never_uploaded(root):
+    with pytest.raises(PublishRefused, match="image-mode reference"):
+        plan_publish(built("synthetic-reference", root), "org/demo", "private")
+
+
+def test_preview_image_of_a_real_build_stays_out_of_public(root, tmp_path):
+    folder = copy_build("real-none", root, tmp_path / "gemex")
+    (folder / "preview.png").write_bytes(b"png")
+    facts = inspect_build(folder)
+    assert any("preview.png" in c for c in facts.carries)
+
+
+def test_gated_plan_adds_the_gating_fields(root, tmp_path):
+    plan = plan_publish(copy_build("synthetic-embed", root, tmp_path / "gemex"), "org/demo", "gated")
+    assert set(plan.card_fields) == {"extra_gated_prompt", "extra_gated_fields"}
+    assert "checkbox" in plan.card_fields["extra_gated_fields"].values()
+    assert plan_publish(built("real-embed", root), "org/gemex", "gated").card_fields == {}  # the real card has them
+
+
+def test_unready_folder_is_refused(root, tmp_path):
+    folder = copy_build("real-embed", root, tmp_path / "gemex")
+    next((folder / "data" / "test").glob("*.parquet")).write_bytes(b"")
+    with pytest.raises(Exception, match="not ready for the Hub"):
+        plan_publish(folder, "org/gemex", "private")
+
+
+# -- dry run --------------------------------------------------------------------------------
+
+def test_dry_run_prints_the_plan_and_no_token(root, tmp_path, capsys, monkeypatch):
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    folder = built("real-embed", root)
+    assert main(["publish", str(folder), "--repo", "org/gemex", "--gated", "--dry-run"]) == 0
+    out = capsys.readouterr().out
+    assert "access: gated, requests approved by hand" in out and "licence physionet" in out
+    assert "config default: train" in out and "README.md" in out and "build_report.json" in out
+    assert "token: found" in out and TOKEN not in out
+
+
+def test_cli_refusal_is_one_line(root, capsys):
+    assert main(["publish", str(built("real-embed", root)), "--repo", "org/gemex", "--public", "--confirm-public"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("cxr-vqa: error: --public takes only")
+
+
+# -- against the recording Hub ------------------------------------------------------------
+
+def assert_uploaded(hub, plan) -> None:
+    [commit] = hub.commits
+    assert commit["repo"] == plan.repo_id and commit["revision"] == plan.revision
+    assert sorted(commit["files"]) == sorted(path for path, _ in plan.files)
+    for path, content in commit["files"].items():
+        assert content == (plan.folder / path).read_bytes()
+
+
+def test_private_upload(root, hub, capsys, caplog):
+    plan = plan_publish(built("real-embed", root), "org/gemex", "private")
+    url = publish(plan, api(hub))
+    assert url.endswith("a" * 40)
+    create = next(r for r in hub.requests if r["path"] == "/api/repos/create")
+    assert json.loads(create["body"])["visibility"] == "private" and json.loads(create["body"])["type"] == "dataset"
+    assert hub.repos["org/gemex"] == {"private": True, "gated": False}
+    assert_uploaded(hub, plan)
+    repo_calls = [r for r in hub.requests if r["path"].startswith(("/api/repos/", "/api/datasets/", "/api/validate-yaml"))]
+    assert len(repo_calls) >= 4 and all(r["auth"] == f"Bearer {TOKEN}" for r in repo_calls)
+    captured = capsys.readouterr()
+    assert TOKEN not in captured.out + captured.err + caplog.text
+
+
+def test_gated_upload_gates_before_uploading(root, hub, tmp_path):
+    folder = copy_build("synthetic-embed", root, tmp_path / "gemex")
+    plan = plan_publish(folder, "org/demo", "gated", revision="v1")
+    publish(plan, api(hub))
+    paths = [(r["method"], r["path"].split("?")[0]) for r in hub.requests]
+    settings = paths.index(("PUT", "/api/datasets/org/demo/settings"))
+    assert settings < paths.index(("POST", "/api/datasets/org/demo/commit/v1"))
+    assert json.loads(hub.requests[settings]["body"]) == {"gated": "manual"}
+    assert ("POST", "/api/datasets/org/demo/branch/v1") in paths
+    assert hub.repos["org/demo"] == {"private": False, "gated": "manual"}
+    card = DatasetCard(hub.commits[0]["files"]["README.md"].decode())
+    assert card.data["extra_gated_prompt"] and "checkbox" in card.data["extra_gated_fields"].values()
+    assert_uploaded(hub, plan)
+
+
+def test_private_plan_never_uploads_into_an_existing_public_repo(root, hub):
+    hub.repos["org/gemex"] = {"private": False, "gated": False}
+    with pytest.raises(PublishRefused, match="not private; nothing uploaded"):
+        publish(plan_publish(built("real-embed", root), "org/gemex", "private"), api(hub))
+    assert hub.commits == []
+
+
+def test_public_synthetic_upload_with_preview(root, hub, tmp_path):
+    folder = copy_build("synthetic-embed", root, tmp_path / "gemex")
+    add_preview_config(folder, n=4)
+    plan = plan_publish(folder, "org/demo", "public", confirm_public=True)
+    publish(plan, api(hub))
+    assert hub.repos["org/demo"]["private"] is False
+    assert "preview.png" in hub.commits[0]["files"] and "data/test/preview-00000-of-00001.parquet" in hub.commits[0]["files"]
+
+
+def test_rerun_resumes(root, hub):
+    plan = plan_publish(built("real-embed", root), "org/gemex", "private")
+    publish(plan, api(hub))
+    publish(plan_publish(built("real-embed", root), "org/gemex", "private"), api(hub))
+    assert hub.repos["org/gemex"]["private"] is True and len(hub.commits) == 2
+
+
+def test_cli_publish(root, hub, capsys):
+    assert main(["publish", str(built("real-embed", root)), "--repo", "org/gemex", "--private"]) == 0
+    out = capsys.readouterr()
+    assert "published" in out.out and TOKEN not in out.out + out.err
+    assert hub.commits and hub.repos["org/gemex"]["private"] is True

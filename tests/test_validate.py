@@ -1,0 +1,133 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from huggingface_hub import DatasetCard
+
+import builders.validate as validate_module
+from builders.cli import main
+from builders.validate import check_ready, validate
+from tests.publish_builds import built, copy_build
+
+
+@pytest.fixture(scope="session")
+def root(tmp_path_factory) -> Path:
+    return tmp_path_factory.mktemp("builds")
+
+
+@pytest.fixture
+def build(root, tmp_path) -> Path:
+    return copy_build("synthetic-embed", root, tmp_path / "gemex")
+
+
+def rules(problems) -> set[tuple[str, str]]:
+    return {(p.file, p.rule) for p in problems}
+
+
+@pytest.mark.parametrize("kind", ["synthetic-embed", "synthetic-none", "real-none"])
+def test_builds_are_viewer_ready(root, kind):
+    assert validate(built(kind, root)) == []
+
+
+def test_missing_card(build):
+    (build / "README.md").unlink()
+    assert rules(validate(build)) == {("README.md", "card")}
+
+
+def test_yaml_that_does_not_parse(build):
+    text = (build / "README.md").read_text()
+    (build / "README.md").write_text(text.replace("configs:\n", "configs: [\n", 1))
+    [problem] = validate(build)
+    assert (problem.file, problem.rule) == ("README.md", "card")
+
+
+def test_file_with_other_columns(build):
+    path = next((build / "data" / "train").glob("open_ended-*.parquet"))
+    table = pq.read_table(path).drop_columns(["reason"])
+    pq.write_table(table, path)
+    found = rules(validate(build))
+    rel = str(path.relative_to(build))
+    assert (rel, "columns") in found or (rel, "features") in found
+    assert any(p.rule == "columns" and "reason" in p.detail for p in validate(build))
+
+
+def test_card_features_differ_from_shards(build):
+    card = DatasetCard.load(build / "README.md")
+    for info in card.data["dataset_info"]:
+        info["features"] = [f for f in info["features"] if f["name"] != "reason"]
+    card.save(build / "README.md")
+    problems = validate(build)
+    assert {p.rule for p in problems} == {"features"}
+    assert all("reason" in p.detail for p in problems)
+
+
+def test_counted_splits_are_the_splits_on_disk(build):
+    for path in (build / "data" / "validation").glob("*.parquet"):
+        path.unlink()
+    (build / "data" / "validation").rmdir()
+    problems = validate(build)
+    assert ("README.md", "splits") in rules(problems)
+    assert ("README.md", "data-files") in rules(problems)
+    assert any("validation" in p.detail for p in problems if p.rule == "splits")
+
+
+def test_row_counts_must_match(build):
+    path = next((build / "data" / "test").glob("closed_ended-*.parquet"))
+    table = pq.read_table(path)
+    pq.write_table(table.slice(0, table.num_rows - 1), path)
+    assert any(p.rule == "splits" and "closed_ended" in p.detail for p in validate(build))
+
+
+def test_illegal_config_name(build):
+    card = DatasetCard.load(build / "README.md")
+    for config in card.data["configs"]:
+        if config["config_name"] == "open_ended":
+            config["config_name"] = "open ended?"
+    for info in card.data["dataset_info"]:
+        if info["config_name"] == "open_ended":
+            info["config_name"] = "open ended?"
+    card.save(build / "README.md")
+    assert ("README.md", "config-name") in rules(validate(build))
+
+
+def test_row_group_and_shard_limits(build, monkeypatch):
+    monkeypatch.setattr(validate_module, "VIEWER_ROW_GROUP_BYTES", 1000)
+    monkeypatch.setattr(validate_module, "HUB_SHARD_BYTES", 1000)
+    problems = validate(build)
+    assert {p.rule for p in problems} == {"row-group-size", "shard-size"}
+    assert all(p.file.startswith("data/") for p in problems)
+
+
+def test_stray_file(build):
+    pq.write_table(pa.table({"x": [1]}), build / "data" / "test" / "extra.parquet")
+    # the default config's glob reads it, so it is a column problem, not a stray file
+    assert ("data/test/extra.parquet", "columns") in rules(validate(build))
+    (build / "data" / "other").mkdir()
+    pq.write_table(pa.table({"x": [1]}), build / "data" / "other" / "extra.parquet")
+    assert ("data/other/extra.parquet", "stray-file") in rules(validate(build))
+
+
+def test_check_ready_raises_one_line(build):
+    (build / "README.md").unlink()
+    with pytest.raises(ValueError, match=r"^not ready for the Hub: README.md: \[card\]"):
+        check_ready(build)
+
+
+def test_cli(build, capsys):
+    assert main(["validate", str(build)]) == 0
+    assert "ready" in capsys.readouterr().out
+    path = next((build / "data" / "train").glob("open_ended-*.parquet"))
+    pq.write_table(pq.read_table(path).drop_columns(["reason"]), path)
+    assert main(["validate", str(build)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path.relative_to(build)}: [columns]" in out
+
+
+def test_unreadable_shard(build):
+    path = next((build / "data" / "test").glob("*.parquet"))
+    path.write_bytes(b"")
+    problems = validate(build)
+    assert (str(path.relative_to(build)), "parquet") in rules(problems)
