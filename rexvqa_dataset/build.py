@@ -139,9 +139,9 @@ class RexvqaBuild:
             for table in staging.sorted_batches(split, "study_id"):
                 for rows, loaded in self.studies(table.to_pylist()):
                     final = self.study_rows(rows, loaded)
-                    used = {p: img for row in final for p in row["image_paths"] if isinstance(img := loaded.get(p), StoredImage)}
+                    used = {p for row in final for p in row["image_paths"] if isinstance(loaded.get(p), StoredImage)}
                     images.update(used)
-                    size = sum(len(img.bytes) for img in used.values() if img.bytes)
+                    size = sum(len(loaded[p].bytes or b"") for p in used)
                     plan.before_image(size)
                     for config in CONFIGS:
                         rows_of_config = [r for r in final if config_of(r) == config]
@@ -204,7 +204,7 @@ class RexvqaBuild:
 
     def run(self) -> BuildReport:
         self.settings.check()
-        if self.settings.images is not None:
+        if self.settings.image_mode != "none":
             self.images = ImageSource(self.settings, allowed_root=Path(self.settings.images).absolute().parent)
         with staged_output(Path(self.settings.out), self.settings.overwrite) as out:
             staging = Staging(out / ".staging", staging_schema())
