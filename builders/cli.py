@@ -18,9 +18,9 @@ from builders.report import BuildError
 
 
 def _add_build_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--source", type=Path, required=True, help="the raw release: a folder (or one annotation file)")
+    parser.add_argument("--source", type=Path, required=True, help="the raw release: a folder (or one annotation file); for ReXVQA the release root or its metadata/")
     parser.add_argument("--out", type=Path, required=True, help="the dataset folder to write")
-    parser.add_argument("--images", type=Path, help="the folder image paths are relative to (optional with --image-mode none)")
+    parser.add_argument("--images", type=Path, help="the folder image paths are relative to (GEMeX: optional with --image-mode none; ReXVQA: default the metadata folder)")
     parser.add_argument("--image-mode", choices=IMAGE_MODES, default="reference",
                         help="reference: absolute paths to your files (default); embed: image bytes in the Parquet; none: no image column")
     parser.add_argument("--image-size", type=int, help="with --image-mode embed: resize so the long side is N pixels (aspect kept)")
@@ -48,6 +48,22 @@ def run_build_gemex(args: argparse.Namespace) -> int:
     from gemex_dataset.build import build_gemex
 
     _print_report(build_gemex(_settings(args)), args.out)
+    return 0
+
+
+def run_build_rexvqa(args: argparse.Namespace) -> int:
+    from rexvqa_dataset.build import build_rexvqa
+
+    _print_report(build_rexvqa(_settings(args)), args.out)
+    return 0
+
+
+def run_synthesize_rexvqa(args: argparse.Namespace) -> int:
+    from rexvqa_dataset.synthetic import generate
+
+    release = generate(args.out, num_studies=args.num_studies, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc)
+    print(f"{args.out}: synthetic ReXVQA release, studies per split {release.studies}, questions per split {release.questions}")
+    print(f"  annotations: {release.metadata}; images: {args.out}/deid_png")
     return 0
 
 
@@ -127,6 +143,9 @@ def parser() -> argparse.ArgumentParser:
     gemex = datasets.add_parser("gemex", help="GEMeX: any of its three layouts, MIMIC-CXR-JPG (or DICOM) images")
     _add_build_options(gemex)
     gemex.set_defaults(func=run_build_gemex)
+    rexvqa = datasets.add_parser("rexvqa", help="ReXVQA: metadata/*_vqa_data.json, ReXGradient-160K PNG (or DICOM) images")
+    _add_build_options(rexvqa)
+    rexvqa.set_defaults(func=run_build_rexvqa)
 
     synth = commands.add_parser("synthesize", help="write a synthetic raw release in the real formats")
     synth_datasets = synth.add_subparsers(dest="dataset", required=True, metavar="DATASET")
@@ -137,6 +156,14 @@ def parser() -> argparse.ArgumentParser:
     synth_gemex.add_argument("--downscale", type=int, default=8, help="images this many times smaller than MIMIC-CXR's per side")
     synth_gemex.add_argument("--num-proc", type=int, default=1)
     synth_gemex.set_defaults(func=run_synthesize_gemex)
+
+    synth_rexvqa = synth_datasets.add_parser("rexvqa", help="ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/")
+    synth_rexvqa.add_argument("--out", type=Path, required=True)
+    synth_rexvqa.add_argument("--num-studies", type=int, default=20, help="studies (the public release: 160000, about 4.09 questions each)")
+    synth_rexvqa.add_argument("--seed", type=int, default=0)
+    synth_rexvqa.add_argument("--downscale", type=int, default=4, help="images this many times smaller per side than the release's 600-800 px PNGs")
+    synth_rexvqa.add_argument("--num-proc", type=int, default=1)
+    synth_rexvqa.set_defaults(func=run_synthesize_rexvqa)
 
     convert = commands.add_parser("convert", help="write a built GEMeX dataset in the authors' LLaVA conversation layout")
     convert.add_argument("--dataset", type=Path, required=True, help="a built GEMeX folder")

@@ -31,4 +31,21 @@ def run_demo(out: Path, num_images: int = 24) -> int:
     print(f"  e.g. {row['question_id']}: {row['question']} {row['choices']} -> {row['answer_letters']}; "
           f"regions {row['regions']} at {row['boxes']} on a {row['image_width']}x{row['image_height']} image")
     print(f"Load it: datasets.load_dataset({str(out / 'gemex')!r}, 'multi_choice')")
+    run_rexvqa_demo(out)
     return 0
+
+
+def run_rexvqa_demo(out: Path, num_studies: int = 20) -> None:
+    """The ReXVQA part: a synthetic release of `num_studies` studies built in embed mode."""
+    from datasets import load_dataset
+
+    from rexvqa_dataset.build import build_rexvqa
+    from rexvqa_dataset.synthetic import generate
+
+    release = generate(out / "raw" / "rexvqa", num_studies=num_studies)
+    report = build_rexvqa(BuildSettings(source=release.root, out=out / "rexvqa", image_mode="embed", overwrite=True))
+    print(f"ReXVQA (synthetic): {report.summary()} -> {out / 'rexvqa'}")
+    row = load_dataset(str(out / "rexvqa"), split="test")[0]
+    print(f"  e.g. {row['question_id']} ({row['task_name_raw']}): {row['question']} {row['options']} -> {row['answer']}; "
+          f"{len(row['images'])} image(s), views {row['view_positions']}")
+    print(f"Load it: datasets.load_dataset({str(out / 'rexvqa')!r}, 'presence_assessment')")

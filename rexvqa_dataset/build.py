@@ -1,0 +1,240 @@
+"""Build ReXVQA: raw release -> schema check -> typed rows -> study images attached -> shards, card, report.
+
+Two passes, as for GEMeX. The first reads the three `*_vqa_data.json` files, checks
+each question and stages its text columns on disk. The second takes each split's rows
+sorted by study, loads each of the study's images once, and writes one shard set per
+task. A study's rows stay in one row group, so its image bytes are stored once per
+file (dictionary-encoded) however many questions name them.
+
+Images: a row keeps the images that load and lists the others in `missing_images`
+(noticed in the report); a row none of whose images loads is rejected, and so is a row
+with an image path that escapes the release folder. `--image-mode none` reads no image.
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from builders.build import BuildSettings, ImageSource, Staging, staged_output
+from builders.card import card_data, config_files, config_info, render_card, size_category
+from builders.images import ImageError, StoredImage
+from builders.report import BuildError, BuildReport, Reject
+from builders.shards import RowGroupPlan, ShardWriter, sha256
+from rexvqa_dataset.features import IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
+from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder, read_file
+from rexvqa_dataset.rows import RecordError, drop_missing_views, question_row
+
+SYNTHETIC_MARKER = "SYNTHETIC.md"
+CONFIGS = (*TASK_CONFIGS, OTHER_TASK)
+
+
+def staging_schema() -> pa.Schema:
+    text = features("none").arrow_schema
+    fields = [f for f in text if f.name not in IMAGE_COLUMNS]
+    return pa.schema(fields + [pa.field("_file", pa.string())])
+
+
+def is_synthetic(source: Path) -> bool:
+    """Whether `source` lies in a release made by `rexvqa_dataset.synthetic` (it leaves a marker)."""
+    return any((folder / SYNTHETIC_MARKER).exists() for folder in [source, *source.absolute().parents])
+
+
+def config_of(row: dict) -> str:
+    return TASK_CONFIGS[row["task_name"]] if row["task_name"] >= 0 else OTHER_TASK
+
+
+class RexvqaBuild:
+    def __init__(self, settings: BuildSettings):
+        self.settings = settings
+        self.metadata = metadata_folder(Path(settings.source))
+        if settings.images is None and settings.image_mode != "none":
+            settings.images = self.metadata
+        self.report = BuildReport("rexvqa", settings.to_dict())
+        self.features = features(settings.image_mode)
+        self.images: ImageSource | None = None
+
+    def reject(self, item: Reject) -> None:
+        self.report.reject(item)
+        if self.settings.strict:
+            raise BuildError(f"--strict: rejected {item.line()}")
+
+    def stage(self, staging: Staging) -> None:
+        files = find_source_files(Path(self.settings.source), self.settings.split)
+        if not files:
+            raise BuildError(f"no ReXVQA files under {self.settings.source} (expected metadata/{{train,valid,test}}_vqa_data.json)")
+        for path, split in files:
+            for item in tqdm(read_file(path, split), desc=f"reading {path.name}", unit="question", disable=None):
+                self.report.records_read += 1
+                if isinstance(item, Reject):
+                    self.reject(item)
+                else:
+                    self.stage_question(staging, item)
+
+    def stage_question(self, staging: Staging, raw: RawRecord) -> None:
+        try:
+            row, notes = question_row(raw)
+        except RecordError as err:
+            self.reject(Reject(raw.file, raw.question_id, err.field, err.reason))
+            return
+        if notes.unknown_task is not None:
+            self.report.count_unknown("task_name", notes.unknown_task)
+        for age in notes.odd_ages:
+            self.report.count_unknown("PatientAge", age)
+        for key in notes.kept_in_extra:
+            self.report.notices[f"{key} kept as released in extra (not representable in its column)"] += 1
+        row["_file"] = raw.file
+        staging.add(raw.split, row)
+
+    def studies(self, rows: list[dict]) -> Iterator[tuple[list[dict], dict[str, StoredImage | ImageError]]]:
+        """Rows grouped by study, each with its images loaded (by released path) once."""
+        groups: dict[str, list[dict]] = {}
+        for row in rows:
+            groups.setdefault(row["study_id"], []).append(row)
+        for study_rows in groups.values():
+            paths = list(dict.fromkeys(p for row in study_rows for p in row["image_paths"]))
+            loaded = self.images.load_many(paths) if self.images else []
+            yield study_rows, dict(zip(paths, loaded))
+
+    def study_rows(self, rows: list[dict], images: dict[str, StoredImage | ImageError]) -> list[dict]:
+        """The final rows of one study, image columns attached; rows without a usable image rejected."""
+        out = []
+        for row in rows:
+            file = row.pop("_file")
+            if self.settings.image_mode == "none":
+                row.update(missing_images=[], image_widths=None, image_heights=None)
+                out.append(row)
+                continue
+            loaded = [(path, images[path]) for path in row["image_paths"]]
+            escaped = next((img for _, img in loaded if isinstance(img, ImageError) and img.reason == "path_escape"), None)
+            usable = [(path, img) for path, img in loaded if isinstance(img, StoredImage)]
+            if escaped or not usable:
+                error = escaped or loaded[0][1]
+                what = "an image path escapes the release folder" if escaped else "none of the study's images can be read"
+                self.reject(Reject(file, row["question_id"], "ImagePath", f"{what}: {error.problem}: {error.path}"))
+                continue
+            missing = [path for path, img in loaded if isinstance(img, ImageError)]
+            for path in missing:
+                self.report.notices[f"images {images[path].reason} (row kept with its other images)"] += 1
+            drop_missing_views(row, missing)
+            row.update(
+                missing_images=missing,
+                image_widths=[img.width for _, img in usable],
+                image_heights=[img.height for _, img in usable],
+                images=[{"bytes": img.bytes, "path": path} if self.settings.image_mode == "embed" else {"bytes": None, "path": img.path}
+                        for path, img in usable],
+            )
+            out.append(row)
+        return out
+
+    def write_split(self, staging: Staging, split: str, out: Path) -> None:
+        writers = {c: ShardWriter(out / "data" / split, c, self.features) for c in CONFIGS}
+        plan = RowGroupPlan(list(writers.values()))
+        images: set[str] = set()
+        with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
+            for table in staging.sorted_batches(split, "study_id"):
+                for rows, loaded in self.studies(table.to_pylist()):
+                    final = self.study_rows(rows, loaded)
+                    used = {p for row in final for p in row["image_paths"] if isinstance(loaded.get(p), StoredImage)}
+                    images.update(used)
+                    size = sum(len(loaded[p].bytes or b"") for p in used)
+                    plan.before_image(size)
+                    for config in CONFIGS:
+                        rows_of_config = [r for r in final if config_of(r) == config]
+                        if rows_of_config:
+                            writers[config].add_image_rows(rows_of_config, size)
+                    bar.update(len(rows))
+        for config, writer in writers.items():
+            for path in writer.close():
+                self.report.shards[str(path.relative_to(out))] = sha256(path)
+            if writer.rows:
+                self.report.rows[f"{split}/{config}"] = writer.rows
+            self.report.rows_written += writer.rows
+        self.report.images[split] = len(images)
+
+    def write_card(self, out: Path) -> None:
+        configs, infos = {}, {}
+        default_files = config_files(out, "*.parquet")
+        configs["default"] = {"data_files": [{"split": s, "path": f"data/{s}/*.parquet"} for s in default_files], "default": True}
+        infos["default"] = config_info(default_files, self.features)
+        for config in CONFIGS:
+            files = config_files(out, f"{config}-*.parquet")
+            if files:
+                configs[config] = {"data_files": [{"split": s, "path": f"data/{s}/{config}-*.parquet"} for s in files]}
+                infos[config] = config_info(files, self.features)
+        synthetic = is_synthetic(Path(self.settings.source))
+        data = card_data(
+            configs, infos,
+            pretty_name="ReXVQA (synthetic demo)" if synthetic else "ReXVQA",
+            license="cc-by-4.0" if synthetic else "other",
+            license_name=None if synthetic else "rexgradient-160k-research-use",
+            license_link=None if synthetic else "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K",
+            language=["en"], task_categories=["visual-question-answering"],
+            tags=["medical", "chest-x-ray", "radiology", "multiple-choice", "rexgradient"] + (["synthetic"] if synthetic else []),
+            size_categories=[size_category(self.report.rows_written)],
+            extra_gated_prompt=None if synthetic else GATED_PROMPT,
+            extra_gated_fields=None if synthetic else GATED_FIELDS,
+        )
+        splits = list(self.report.images)
+        counts = {s: {c: self.report.rows.get(f"{s}/{c}", 0) for c in CONFIGS} for s in splits}
+        totals = {c: sum(counts[s][c] for s in splits) for c in CONFIGS}
+        card = render_card("rexvqa.md", data, synthetic=synthetic, settings=self.settings.to_dict(), counts=counts,
+                           totals=totals, tasks=dict(zip(CONFIGS, [*TASKS, "other (unknown task)"])),
+                           images=dict(self.report.images), report=self.report, columns=list(self.features),
+                           categories=self.category_counts(out),
+                           missing_images=sum(n for k, n in self.report.notices.items() if k.startswith("images ")))
+        card.save(out / "README.md")
+
+    @staticmethod
+    def category_counts(out: Path) -> list[tuple[str, int]]:
+        """Rows per `category` over all splits, most frequent first, read back from the shards."""
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        counts: dict[str, int] = {}
+        for path in sorted((out / "data").rglob("*.parquet")):
+            table = pq.read_table(path, columns=["category"])
+            for item in pc.value_counts(table.column("category")).to_pylist():
+                counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
+        return sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+
+    def run(self) -> BuildReport:
+        self.settings.check()
+        if self.settings.image_mode != "none":
+            self.images = ImageSource(self.settings, allowed_root=Path(self.settings.images).absolute().parent)
+        with staged_output(Path(self.settings.out), self.settings.overwrite) as out:
+            staging = Staging(out / ".staging", staging_schema())
+            try:
+                self.stage(staging)
+                for split in staging.splits():
+                    self.write_split(staging, split, out)
+            finally:
+                if self.images:
+                    self.images.close()
+                shutil.rmtree(out / ".staging", ignore_errors=True)
+            if self.report.rows_written == 0:
+                raise BuildError(f"no row written from {self.settings.source}: {self.report.summary()}; first: {self.report.rejects[0].line() if self.report.rejects else 'no records'}")
+            self.write_card(out)
+            self.report.save(out / "build_report.json")
+        return self.report
+
+
+GATED_PROMPT = (
+    "This dataset contains ReXVQA questions and ReXGradient-160K chest X-ray images and report text, released for "
+    "non-commercial research under the terms on ReXGradient-160K's Hub page. Requests are approved by hand."
+)
+GATED_FIELDS = {
+    "Name": "text",
+    "Affiliation": "text",
+    "I have been granted access to ReXGradient-160K on the Hugging Face Hub and accept its terms": "checkbox",
+    "I will use this dataset for non-commercial research only and will not share it": "checkbox",
+}
+
+
+def build_rexvqa(settings: BuildSettings) -> BuildReport:
+    """Build a ReXVQA dataset folder from a raw release; see `cxr-vqa build rexvqa --help`."""
+    return RexvqaBuild(settings).run()

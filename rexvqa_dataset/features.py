@@ -1,0 +1,91 @@
+"""The typed columns of a built ReXVQA dataset: one row per question.
+
+Every column is defined here and nowhere else. `features(image_mode)` is what the
+Parquet shards are written with and what the card's `dataset_info` declares.
+"""
+
+from __future__ import annotations
+
+import re
+
+from datasets import ClassLabel, Features, Image, List, Value
+
+TASKS: tuple[str, ...] = (
+    "Presence Assessment",
+    "Location and Distribution Assessment",
+    "Negation Assessment",
+    "Differential Diagnosis",
+    "Geometric Information Assessment",
+)
+"""The five tasks as stored in the release, in formats.md's order (the ClassLabel's names)."""
+
+OTHER_TASK = "other_task"
+"""The config (and shard name) of rows whose `task_name` is none of `TASKS`."""
+
+SPLIT_FILES = {"train_vqa_data.json": "train", "valid_vqa_data.json": "validation", "test_vqa_data.json": "test"}
+LETTERS = "ABCD"
+IMAGE_COLUMNS = ("images", "missing_images", "image_widths", "image_heights")
+"""Columns filled when a study's images are loaded (the build's second pass)."""
+
+
+def task_config(task: str) -> str:
+    """'Location and Distribution Assessment' -> 'location_and_distribution_assessment'."""
+    return re.sub(r"[^0-9a-z]+", "_", task.lower()).strip("_")
+
+
+TASK_CONFIGS: tuple[str, ...] = tuple(task_config(t) for t in TASKS)
+
+
+def features(image_mode: str) -> Features:
+    """Columns for a build in `image_mode` (`reference`, `embed` or `none`).
+
+    `images`, `view_positions`, `image_widths` and `image_heights` are parallel: the
+    study's images that could be read, in `ImagePath` order. `image_paths` is the
+    released list unchanged and `missing_images` the released paths that were missing
+    or unreadable. `none` drops `images` and reads no image: every released path is
+    listed in `view_positions`' order and the sizes are null.
+
+    `task_name` is -1 when the stored task is none of `TASKS`; `task_name_raw` always
+    holds the stored text. `extra` is a JSON object (NaN written as a bare `NaN`, as
+    Python's json does) of every raw key the schema does not name, and of any named value
+    the typed columns cannot give back exactly, so that `rows.raw_record` rebuilds the
+    released record.
+    """
+    columns: dict = {"question_id": Value("string")}
+    if image_mode != "none":
+        columns["images"] = List(Image())
+    columns.update(
+        {
+            "image_paths": List(Value("string")),
+            "view_positions": List(Value("string")),
+            "missing_images": List(Value("string")),
+            "image_widths": List(Value("int32")),
+            "image_heights": List(Value("int32")),
+            "study_id": Value("string"),
+            "question": Value("string"),
+            "options": List(Value("string")),
+            "answer": Value("string"),
+            "answer_index": Value("int32"),
+            "explanation": Value("string"),
+            "task_name": ClassLabel(names=list(TASKS)),
+            "task_name_raw": Value("string"),
+            "category": Value("string"),
+            "subcategory": Value("string"),
+            "patient_id": Value("string"),
+            "accession_number": Value("string"),
+            "study_instance_uid": Value("string"),
+            "study_date": Value("string"),
+            "patient_age": Value("string"),
+            "patient_age_years": Value("float32"),
+            "patient_sex": Value("string"),
+            "image_modality": List(Value("string")),
+            "validation_code": Value("int32"),
+            "indication": Value("string"),
+            "comparison": Value("string"),
+            "findings": Value("string"),
+            "impression": Value("string"),
+            "split": Value("string"),
+            "extra": Value("string"),
+        }
+    )
+    return Features(columns)
