@@ -28,18 +28,39 @@ def config_files(out: Path, pattern: str) -> dict[str, list[Path]]:
     return {split: files for split, files in found.items() if files}
 
 
-def config_entry(files: dict[str, list[Path]], pattern: str, checksums: dict[str, str], default: bool = False) -> dict:
-    """One `configs` entry: a glob per split, and a description naming the build's content.
+def config_entry(splits: list[str], patterns: list[str], checksums: dict[str, str], default: bool = False) -> dict:
+    """One `configs` entry: its globs per split, and a description naming the build's content.
 
     `datasets` caches a local folder under a hash of its card's YAML alone, not of the
     files; the shards' checksums in `description` make a rebuilt folder load afresh.
     """
     digest = hashlib.sha256("".join(sorted(checksums.values())).encode()).hexdigest()[:16]
-    entry = {"data_files": [{"split": split, "path": f"data/{split}/{pattern}"} for split in files],
-             "description": f"cxr-vqa build {digest}"}
+    paths = lambda split: [f"data/{split}/{p}" for p in patterns] if len(patterns) > 1 else f"data/{split}/{patterns[0]}"
+    entry = {"data_files": [{"split": split, "path": paths(split)} for split in splits], "description": f"cxr-vqa build {digest}"}
     if default:
         entry["default"] = True
     return entry
+
+
+def build_configs(out: Path, names: list[str], features: Features, checksums: dict[str, str], sft: bool) -> tuple[dict, dict]:
+    """`configs` and `dataset_info` of a build: `default` (every shard), one per config name
+    with rows (its `<name>-*.parquet` shards) and, with `sft`, the `sft` config over the same
+    files as `default` (named explicitly, so files added later, such as `preview`, stay out)."""
+    configs, infos = {}, {}
+    every = config_files(out, "*.parquet")
+    configs["default"] = config_entry(list(every), ["*.parquet"], checksums, default=True)
+    infos["default"] = config_info(every, features)
+    present = []
+    for name in names:
+        files = config_files(out, f"{name}-*.parquet")
+        if files:
+            present.append(name)
+            configs[name] = config_entry(list(files), [f"{name}-*.parquet"], checksums)
+            infos[name] = config_info(files, features)
+    if sft:
+        configs["sft"] = config_entry(list(every), [f"{name}-*.parquet" for name in present], checksums)
+        infos["sft"] = config_info(every, features)
+    return configs, infos
 
 
 def config_info(files: dict[str, list[Path]], features: Features, description: str = "") -> DatasetInfo:

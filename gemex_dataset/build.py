@@ -19,15 +19,16 @@ from tqdm.auto import tqdm
 
 from builders.box_frame import frame224_to_pixels
 from builders.build import BuildSettings, ImageSource, Staging, staged_output
-from builders.card import card_data, config_entry, config_files, config_info, render_card, size_category
+from builders.card import build_configs, card_data, render_card, size_category
 from builders.images import ImageError, StoredImage
 from builders.report import BuildError, BuildReport, Reject
 from builders.shards import RowGroupPlan, ShardWriter, sha256
 from gemex_dataset.features import QUESTION_TYPES, features
+from gemex_dataset.prompts import to_messages
 from gemex_dataset.readers import RawQuestion, find_source_files, read_file
 from gemex_dataset.rows import RecordError, question_row
 
-IMAGE_COLUMNS = ("question_id", "image", "image_width", "image_height", "boxes")
+IMAGE_COLUMNS = ("question_id", "image", "image_width", "image_height", "boxes", "messages")
 SYNTHETIC_MARKER = "SYNTHETIC.md"
 
 
@@ -110,6 +111,8 @@ class GemexBuild:
             seen[content] = row["question_id"]
             del row["_file"], row["_record"]
             self.add_image_columns(row, image)
+            if "messages" in self.features:
+                row["messages"] = to_messages(row)
             out.append(row)
         return out
 
@@ -152,15 +155,8 @@ class GemexBuild:
         self.report.images[split] = images
 
     def write_card(self, out: Path) -> None:
-        configs, infos = {}, {}
-        default_files = config_files(out, "*.parquet")
-        configs["default"] = config_entry(default_files, "*.parquet", self.report.shards, default=True)
-        infos["default"] = config_info(default_files, self.features)
-        for qtype in QUESTION_TYPES:
-            files = config_files(out, f"{qtype}-*.parquet")
-            if files:
-                configs[qtype] = config_entry(files, f"{qtype}-*.parquet", self.report.shards)
-                infos[qtype] = config_info(files, self.features)
+        configs, infos = build_configs(out, list(QUESTION_TYPES), self.features, self.report.shards,
+                                       sft="messages" in self.features)
         synthetic = is_synthetic(Path(self.settings.source))
         data = card_data(
             configs, infos,
@@ -176,7 +172,7 @@ class GemexBuild:
         )
         counts = {s: {t: self.report.rows.get(f"{s}/{t}", 0) for t in QUESTION_TYPES} for s in self.report.images}
         card = render_card("gemex.md", data, synthetic=synthetic, settings=self.settings.to_dict(), counts=counts,
-                           images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report,
+                           images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report, sft="sft" in configs,
                            columns=list(self.features))
         card.save(out / "README.md")
 

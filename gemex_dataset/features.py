@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from datasets import ClassLabel, Features, Image, List, Value
 
+from builders.sft import MESSAGES
+
 QUESTION_TYPES: tuple[str, ...] = ("open_ended", "closed_ended", "single_choice", "multi_choice")
 """The four question formats, in the paper's order; also the names of the per-type configs."""
 
@@ -16,7 +18,8 @@ def features(image_mode: str) -> Features:
     """Columns for a build in `image_mode` (`reference`, `embed` or `none`).
 
     `none` drops the `image` column; the other two hold an `Image()` (a path for
-    `reference`, bytes for `embed`). Boxes in `boxes` are xyxy in the pixels of the
+    `reference`, bytes for `embed`) and `messages`, the row as TRL's chat turns (the
+    `sft` config; `builders/sft.py`). Boxes in `boxes` are xyxy in the pixels of the
     stored image (`image_width` x `image_height`); `boxes_224` are the released
     224 x 224 letterbox-frame boxes, unchanged.
     """
@@ -48,4 +51,6 @@ def features(image_mode: str) -> Features:
             "q_id": Value("int64"),
         }
     )
+    if image_mode != "none":
+        columns["messages"] = MESSAGES
     return Features(columns)

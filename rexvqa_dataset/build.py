@@ -21,11 +21,12 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from builders.build import BuildSettings, ImageSource, Staging, staged_output
-from builders.card import card_data, config_files, config_info, render_card, size_category
+from builders.card import build_configs, card_data, render_card, size_category
 from builders.images import ImageError, StoredImage
 from builders.report import BuildError, BuildReport, Reject
 from builders.shards import RowGroupPlan, ShardWriter, sha256
 from rexvqa_dataset.features import IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
+from rexvqa_dataset.prompts import to_messages
 from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder, read_file
 from rexvqa_dataset.rows import RecordError, drop_missing_views, question_row
 
@@ -128,6 +129,7 @@ class RexvqaBuild:
                 images=[{"bytes": img.bytes, "path": path} if self.settings.image_mode == "embed" else {"bytes": None, "path": img.path}
                         for path, img in usable],
             )
+            row["messages"] = to_messages(row)
             out.append(row)
         return out
 
@@ -157,15 +159,7 @@ class RexvqaBuild:
         self.report.images[split] = len(images)
 
     def write_card(self, out: Path) -> None:
-        configs, infos = {}, {}
-        default_files = config_files(out, "*.parquet")
-        configs["default"] = {"data_files": [{"split": s, "path": f"data/{s}/*.parquet"} for s in default_files], "default": True}
-        infos["default"] = config_info(default_files, self.features)
-        for config in CONFIGS:
-            files = config_files(out, f"{config}-*.parquet")
-            if files:
-                configs[config] = {"data_files": [{"split": s, "path": f"data/{s}/{config}-*.parquet"} for s in files]}
-                infos[config] = config_info(files, self.features)
+        configs, infos = build_configs(out, list(CONFIGS), self.features, self.report.shards, sft="messages" in self.features)
         synthetic = is_synthetic(Path(self.settings.source))
         data = card_data(
             configs, infos,
@@ -184,7 +178,7 @@ class RexvqaBuild:
         totals = {c: sum(counts[s][c] for s in splits) for c in CONFIGS}
         card = render_card("rexvqa.md", data, synthetic=synthetic, settings=self.settings.to_dict(), counts=counts,
                            totals=totals, tasks=dict(zip(CONFIGS, [*TASKS, "other (unknown task)"])),
-                           images=dict(self.report.images), report=self.report, columns=list(self.features),
+                           images=dict(self.report.images), report=self.report, columns=list(self.features), sft="sft" in configs,
                            categories=self.category_counts(out),
                            missing_images=sum(n for k, n in self.report.notices.items() if k.startswith("images ")))
         card.save(out / "README.md")

@@ -10,6 +10,8 @@ import re
 
 from datasets import ClassLabel, Features, Image, List, Value
 
+from builders.sft import MESSAGES
+
 TASKS: tuple[str, ...] = (
     "Presence Assessment",
     "Location and Distribution Assessment",
@@ -24,7 +26,7 @@ OTHER_TASK = "other_task"
 
 SPLIT_FILES = {"train_vqa_data.json": "train", "valid_vqa_data.json": "validation", "test_vqa_data.json": "test"}
 LETTERS = "ABCD"
-IMAGE_COLUMNS = ("images", "missing_images", "image_widths", "image_heights")
+IMAGE_COLUMNS = ("images", "missing_images", "image_widths", "image_heights", "messages")
 """Columns filled when a study's images are loaded (the build's second pass)."""
 
 
@@ -88,4 +90,6 @@ def features(image_mode: str) -> Features:
             "extra": Value("string"),
         }
     )
+    if image_mode != "none":
+        columns["messages"] = MESSAGES
     return Features(columns)

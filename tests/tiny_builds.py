@@ -12,6 +12,7 @@ from PIL import Image as PILImage
 from PIL import ImageDraw
 
 from gemex_dataset.features import QUESTION_TYPES, features
+from gemex_dataset.prompts import to_messages
 
 REXVQA_FEATURES = Features(
     {
@@ -114,7 +115,8 @@ def write_built(rows: list[dict], feature_set: Features, directory: Path, split:
 
 
 def built_gemex(directory: Path, n: int = 8, split: str = "train") -> Path:
-    return write_built(gemex_rows(n), features("embed"), directory, split)
+    rows = [{**row, "messages": to_messages(row)} for row in gemex_rows(n)]
+    return write_built(rows, features("embed"), directory, split)
 
 
 def built_rexvqa(directory: Path, n: int = 4, split: str = "train") -> Path:

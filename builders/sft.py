@@ -1,0 +1,16 @@
+"""The `sft` config: rows that TRL's `SFTTrainer` takes as they are.
+
+TRL's conversational vision format is an image column (`image`, or `images` for several)
+and a `messages` column of chat turns whose content is a list of `{"type": "image"}` /
+`{"type": "text", "text": ...}` parts. The build writes `messages` into the same shards
+as the typed columns, made by the same prompt functions the recipes use
+(`gemex_dataset.prompts`, `rexvqa_dataset.prompts`), so the `sft` config costs no second
+copy of any image: it names the same files as `default`.
+"""
+
+from __future__ import annotations
+
+from datasets import List, Value
+
+MESSAGES = List({"role": Value("string"), "content": List({"type": Value("string"), "text": Value("string")})})
+"""Chat turns; every content part has both keys (`text` is null for an image part), so the column is one Arrow type."""
