@@ -42,6 +42,12 @@ SINGLE = [
     ("Cardiac region", "C"),
     ("The abnormality is in the left lower lung zone.", "A"),
     ("Answer: Left lung", "D"),
+    ("<answer>C</answer>\n<reason>Big heart.</reason>", "C"),
+    ("Answer: (B) Right lung", "B"),
+    ("The answer is: **C. Cardiac region**", "C"),
+    ("Based on the radiograph, I would choose B because the opacity is on the right.", "B"),
+    ("The answer is C, not A.", "C"),
+    ("answer: d", "D"),
     ("A or C", None),
     ("A small effusion is seen.", None),
     ("I am not sure.", None),
@@ -57,6 +63,8 @@ MULTI = [
     ("$\\boxed{A, C}$", {"A", "C"}),
     ("C", {"C"}),
     ("Right lung and cardiac region", {"B", "C"}),
+    ("Options A and C are correct, while B is not.", {"A", "C"}),
+    ("<answer> A, D </answer>", {"A", "D"}),
     ("Nothing can be said.", None),
 ]
 
