@@ -1,0 +1,169 @@
+"""What every dataset build shares: settings, the atomic output folder, image loading, staging.
+
+A build writes into a hidden `.<name>.partial-*` folder beside the output and renames
+it into place only when everything (shards, card, report) is written: a failed or
+interrupted build leaves nothing that looks like a dataset, and an existing output is
+replaced only with `overwrite`.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Iterable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from builders.images import ImageError, StoredImage, embed_image, image_size, reference_image, resolve_image_path
+from builders.report import BuildError
+
+IMAGE_MODES = ("reference", "embed", "none")
+
+
+@dataclass
+class BuildSettings:
+    source: Path
+    out: Path
+    images: Path | None = None
+    image_mode: str = "reference"
+    image_size: int | None = None
+    split: str | None = None
+    strict: bool = False
+    overwrite: bool = False
+    num_proc: int = 1
+    image_ext: str | None = None
+    keep_16bit: bool = False
+
+    def check(self) -> None:
+        if self.image_mode not in IMAGE_MODES:
+            raise BuildError(f"--image-mode must be one of {', '.join(IMAGE_MODES)}, got {self.image_mode!r}")
+        if not Path(self.source).exists():
+            raise BuildError(f"--source {self.source}: no such file or folder")
+        if self.image_mode != "none" and self.images is None:
+            raise BuildError(f"--images is needed with --image-mode {self.image_mode} (or use --image-mode none)")
+        if self.images is not None and not Path(self.images).is_dir():
+            raise BuildError(f"--images {self.images}: no such folder")
+        if self.image_size is not None and self.image_mode != "embed":
+            raise BuildError("--image-size resizes embedded images: use it with --image-mode embed")
+        if self.image_size is not None and self.image_size < 16:
+            raise BuildError(f"--image-size {self.image_size}: the long side must be at least 16 pixels")
+        if self.image_mode == "reference" and (self.image_ext or "").lstrip(".").lower() == "dcm":
+            raise BuildError("--image-ext dcm needs --image-mode embed: DICOM files cannot be decoded from a path when rows are read")
+        if self.num_proc < 1:
+            raise BuildError(f"--num-proc must be at least 1, got {self.num_proc}")
+
+    def to_dict(self) -> dict:
+        return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
+
+
+@contextmanager
+def staged_output(out: Path, overwrite: bool) -> Iterator[Path]:
+    """A fresh folder to build in, renamed to `out` when the block finishes without error."""
+    out = Path(out).absolute()
+    if out.exists() and not overwrite:
+        raise BuildError(f"{out} already exists; pass --overwrite to replace it")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir()
+    try:
+        yield partial
+    except BaseException:
+        shutil.rmtree(partial, ignore_errors=True)
+        raise
+    previous = out.parent / f".{out.name}.previous-{os.getpid()}"
+    if out.exists():
+        out.rename(previous)
+    partial.rename(out)
+    shutil.rmtree(previous, ignore_errors=True)
+
+
+class ImageSource:
+    """Resolves released image paths under the image root and loads them for the build's mode."""
+
+    def __init__(self, settings: BuildSettings, allowed_root: Path | None = None):
+        self.settings = settings
+        self.root = Path(settings.images).absolute() if settings.images else None
+        self.allowed_root = allowed_root
+        self.pool = ThreadPoolExecutor(settings.num_proc) if settings.num_proc > 1 else None
+
+    def path(self, relative: str) -> Path:
+        return resolve_image_path(self.root, relative, self.settings.image_ext, self.allowed_root)
+
+    def load(self, relative: str) -> StoredImage | ImageError:
+        """The image for one released path, or why it cannot be used."""
+        try:
+            path = self.path(relative)
+            if not path.exists():
+                raise ImageError(path, "image file not found", "missing")
+            mode = self.settings.image_mode
+            if mode == "embed":
+                return embed_image(path, self.settings.image_size, self.settings.keep_16bit)
+            if mode == "reference":
+                return reference_image(path)
+            width, height = image_size(path)
+            return StoredImage(str(path), None, width, height, width, height)
+        except ImageError as err:
+            return err
+
+    def load_many(self, relatives: Iterable[str]) -> list[StoredImage | ImageError]:
+        if self.pool is None:
+            return [self.load(r) for r in relatives]
+        return list(self.pool.map(self.load, relatives))
+
+    def close(self) -> None:
+        if self.pool is not None:
+            self.pool.shutdown()
+
+
+class Staging:
+    """Validated rows (text only), spilled to Arrow IPC files per split, then read back sorted.
+
+    Rows are read in release order but written sorted by image; holding them on disk
+    rather than in memory keeps a build's memory flat whatever the release's size.
+    """
+
+    BATCH = 8192
+
+    def __init__(self, folder: Path, schema: pa.Schema):
+        self.folder, self.schema = folder, schema
+        folder.mkdir(parents=True, exist_ok=True)
+        self.buffers: dict[str, list[dict]] = {}
+        self.writers: dict[str, pa.ipc.RecordBatchFileWriter] = {}
+
+    def add(self, split: str, row: dict) -> None:
+        buffer = self.buffers.setdefault(split, [])
+        buffer.append(row)
+        if len(buffer) >= self.BATCH:
+            self._spill(split)
+
+    def _spill(self, split: str) -> None:
+        if split not in self.writers:
+            self.writers[split] = pa.ipc.new_file(self.folder / f"{split}.arrow", self.schema)
+        self.writers[split].write_batch(pa.RecordBatch.from_pylist(self.buffers[split], schema=self.schema))
+        self.buffers[split] = []
+
+    def splits(self) -> list[str]:
+        order = {"train": 0, "validation": 1, "test": 2}
+        return sorted(self.buffers, key=lambda s: (order.get(s, 3), s))
+
+    def sorted_batches(self, split: str, key: str) -> Iterator[pa.Table]:
+        """The split's rows sorted by `key` (stable), in chunks that never cut a run of equal keys."""
+        if self.buffers[split]:
+            self._spill(split)
+        self.writers.pop(split).close()
+        table = pa.ipc.open_file(pa.memory_map(str(self.folder / f"{split}.arrow"))).read_all()
+        order = pc.sort_indices(table, sort_keys=[(key, "ascending")])
+        keys = table.column(key).take(order).to_pylist()
+        start = 0
+        while start < len(keys):
+            end = min(start + self.BATCH, len(keys))
+            while end < len(keys) and keys[end] == keys[end - 1]:
+                end += 1
+            yield table.take(order[start:end])
+            start = end

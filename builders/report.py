@@ -1,0 +1,92 @@
+"""The build report: every raw record is either written or rejected with its reason.
+
+`build_report.json` holds records read, rows written, the rejects (file, record, field,
+reason), counts per split and config, what was noticed without rejecting (clipped boxes,
+unknown region names, missing images), the settings and the shards' checksums.
+`read == written + rejected` is checked before the report is saved.
+"""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+
+
+@dataclass
+class Reject:
+    """A raw record (or a whole file, `record=None`) that will not become a row, and why."""
+
+    file: str
+    record: str | None
+    field: str | None
+    reason: str
+
+    def line(self) -> str:
+        where = ", ".join(filter(None, [self.file, self.record, f"field {self.field}" if self.field else None]))
+        return f"{where}: {self.reason}"
+
+
+class BuildError(RuntimeError):
+    """A build that must stop; the message is the one line the CLI prints."""
+
+
+@dataclass
+class BuildReport:
+    dataset: str
+    settings: dict
+    records_read: int = 0
+    rows_written: int = 0
+    rejects: list[Reject] = field(default_factory=list)
+    rows: Counter = field(default_factory=Counter)  # "split/config" -> rows
+    notices: Counter = field(default_factory=Counter)  # e.g. "boxes clipped to the frame"
+    unknown_values: dict[str, Counter] = field(default_factory=dict)  # e.g. "region" -> name -> count
+    images: Counter = field(default_factory=Counter)  # "split" -> distinct images written
+    shards: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+
+    def reject(self, item: Reject) -> None:
+        self.rejects.append(item)
+
+    def count_unknown(self, kind: str, value: str) -> None:
+        self.unknown_values.setdefault(kind, Counter())[value] += 1
+
+    @property
+    def rejected(self) -> int:
+        return len(self.rejects)
+
+    def reject_reasons(self) -> Counter:
+        """Rejects per reason, with the record-specific part of the reason cut off."""
+        return Counter(r.reason.split(":")[0].split(" (")[0] if len(r.reason) > 60 else r.reason for r in self.rejects)
+
+    def check_accounts(self) -> None:
+        if self.records_read != self.rows_written + self.rejected:
+            raise BuildError(f"internal error: read {self.records_read} records but wrote {self.rows_written} and rejected {self.rejected}")
+
+    def to_dict(self) -> dict:
+        return {
+            "dataset": self.dataset,
+            "records_read": self.records_read,
+            "rows_written": self.rows_written,
+            "rejected": self.rejected,
+            "rows": dict(sorted(self.rows.items())),
+            "images": dict(sorted(self.images.items())),
+            "notices": dict(self.notices),
+            "unknown_values": {k: dict(v.most_common()) for k, v in self.unknown_values.items()},
+            "reject_reasons": dict(self.reject_reasons().most_common()),
+            "rejects": [asdict(r) for r in self.rejects],
+            "settings": self.settings,
+            "shards": self.shards,
+        }
+
+    def save(self, path: Path) -> None:
+        self.check_accounts()
+        path.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+
+    def summary(self) -> str:
+        text = f"{self.records_read} records read, {self.rows_written} rows written, {self.rejected} rejected"
+        if self.rejected:
+            top = "; ".join(f"{n} x {reason}" for reason, n in self.reject_reasons().most_common(3))
+            text += f" ({top})"
+        return text

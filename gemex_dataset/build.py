@@ -1,0 +1,215 @@
+"""Build GEMeX: raw release -> schema check -> typed rows -> images attached -> shards, card, report.
+
+Two passes. The first reads every annotation file (any mix of the three layouts),
+checks each question and stages its text columns on disk. The second takes each
+split's rows sorted by image, loads each image once, converts its boxes into the stored
+image's pixels, drops repeated questions, and writes one shard set per question type.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+from tqdm.auto import tqdm
+
+from builders.box_frame import frame224_to_pixels
+from builders.build import BuildSettings, ImageSource, Staging, staged_output
+from builders.card import card_data, config_files, config_info, render_card, size_category
+from builders.images import ImageError, StoredImage
+from builders.report import BuildError, BuildReport, Reject
+from builders.shards import RowGroupPlan, ShardWriter, sha256
+from gemex_dataset.features import QUESTION_TYPES, features
+from gemex_dataset.readers import RawQuestion, find_source_files, read_file
+from gemex_dataset.rows import RecordError, question_row
+
+IMAGE_COLUMNS = ("question_id", "image", "image_width", "image_height", "boxes")
+SYNTHETIC_MARKER = "SYNTHETIC.md"
+
+
+def staging_schema() -> pa.Schema:
+    text = features("none").arrow_schema
+    fields = [f for f in text if f.name not in IMAGE_COLUMNS]
+    return pa.schema(fields + [pa.field("_file", pa.string()), pa.field("_record", pa.string())])
+
+
+def is_synthetic(source: Path) -> bool:
+    """Whether `source` lies in a release made by `gemex_dataset.synthetic` (it leaves a marker)."""
+    return any((folder / SYNTHETIC_MARKER).exists() for folder in [source, *source.absolute().parents])
+
+
+class GemexBuild:
+    def __init__(self, settings: BuildSettings):
+        self.settings = settings
+        self.report = BuildReport("gemex", settings.to_dict())
+        self.features = features(settings.image_mode)
+        self.images = ImageSource(settings) if settings.images else None
+
+    def reject(self, item: Reject) -> None:
+        self.report.reject(item)
+        if self.settings.strict:
+            raise BuildError(f"--strict: rejected {item.line()}")
+
+    def stage(self, staging: Staging) -> None:
+        files = find_source_files(Path(self.settings.source), self.settings.split)
+        if not files:
+            raise BuildError(f"no GEMeX annotation files under {self.settings.source} (expected *_question.jsonl, *.json or *.jsonl + *.csv)")
+        for src in tqdm(files, desc="reading annotations", unit="file", disable=len(files) < 4):
+            for item in read_file(src):
+                self.report.records_read += 1
+                if isinstance(item, Reject):
+                    self.reject(item)
+                    continue
+                self.stage_question(staging, item)
+
+    def stage_question(self, staging: Staging, raw: RawQuestion) -> None:
+        try:
+            row, notes = question_row(raw, ordinal=0)
+        except RecordError as err:
+            self.reject(Reject(raw.file, raw.record, err.field, err.reason))
+            return
+        for region in notes.unknown_regions:
+            self.report.count_unknown("region", region)
+        del row["question_id"]
+        row["_file"], row["_record"] = raw.file, raw.record
+        staging.add(raw.split, row)
+
+    def attach_images(self, rows: list[dict]) -> Iterator[tuple[list[dict], StoredImage | ImageError | None]]:
+        """Rows grouped by image, each group with its loaded image (None without an image root)."""
+        groups: dict[str, list[dict]] = {}
+        for row in rows:
+            groups.setdefault(row["image_path"], []).append(row)
+        loaded = self.images.load_many(groups) if self.images else [None] * len(groups)
+        yield from zip(groups.values(), loaded)
+
+    def image_group(self, split: str, rows: list[dict], image: StoredImage | ImageError | None) -> list[dict]:
+        """The final rows of one image: ids, image columns and pixel boxes; repeats and image failures rejected."""
+        if isinstance(image, ImageError):
+            if self.settings.image_mode != "none":
+                for row in rows:
+                    self.reject(Reject(row["_file"], row["_record"], "image_path", f"{image.problem}: {image.path}"))
+                return []
+            self.report.notices["images unreadable in --image-mode none (boxes left in the 224 frame only)"] += 1
+            image = None
+        seen: dict[tuple, str] = {}
+        ordinals: Counter = Counter()
+        out = []
+        for row in rows:
+            qtype = QUESTION_TYPES[row["question_type"]]
+            content = (qtype, row["question"], tuple(row["choices"]), row["answer"])
+            if content in seen:
+                self.reject(Reject(row.pop("_file"), row.pop("_record"), "question", f"the same question twice on one image (first kept as {seen[content]})"))
+                continue
+            key = row["dicom_id"] or row["image_path"].rsplit(".", 1)[0]
+            row["question_id"] = f"{split}/{key}/{qtype}/{ordinals[qtype]}"
+            ordinals[qtype] += 1
+            seen[content] = row["question_id"]
+            del row["_file"], row["_record"]
+            self.add_image_columns(row, image)
+            out.append(row)
+        return out
+
+    def add_image_columns(self, row: dict, image: StoredImage | None) -> None:
+        if image is None:
+            row.update(image_width=None, image_height=None, boxes=None)
+        else:
+            boxes = []
+            for box in row["boxes_224"]:
+                pixels, clipped = frame224_to_pixels(box, image.width, image.height)
+                self.report.notices["boxes clipped to the image"] += clipped
+                boxes.append(pixels)
+            row.update(image_width=image.width, image_height=image.height, boxes=boxes)
+        if self.settings.image_mode == "embed":
+            row["image"] = {"bytes": image.bytes, "path": row["image_path"]}
+        elif self.settings.image_mode == "reference":
+            row["image"] = {"bytes": None, "path": image.path}
+
+    def write_split(self, staging: Staging, split: str, out: Path) -> None:
+        writers = {t: ShardWriter(out / "data" / split, t, self.features) for t in QUESTION_TYPES}
+        plan = RowGroupPlan(list(writers.values()))
+        images = 0
+        with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
+            for table in staging.sorted_batches(split, "image_path"):
+                for rows, image in self.attach_images(table.to_pylist()):
+                    final = self.image_group(split, rows, image)
+                    images += bool(final)
+                    size = len(image.bytes) if isinstance(image, StoredImage) and image.bytes else 0
+                    plan.before_image(size)
+                    for qtype in QUESTION_TYPES:
+                        typed = [r for r in final if r["question_type"] == QUESTION_TYPES.index(qtype)]
+                        if typed:
+                            writers[qtype].add_image_rows(typed, size)
+                    bar.update(len(rows))
+        for qtype, writer in writers.items():
+            for path in writer.close():
+                self.report.shards[str(path.relative_to(out))] = sha256(path)
+            self.report.rows[f"{split}/{qtype}"] = writer.rows
+            self.report.rows_written += writer.rows
+        self.report.images[split] = images
+
+    def write_card(self, out: Path) -> None:
+        configs, infos = {}, {}
+        default_files = config_files(out, "*.parquet")
+        configs["default"] = {"data_files": [{"split": s, "path": f"data/{s}/*.parquet"} for s in default_files], "default": True}
+        infos["default"] = config_info(default_files, self.features)
+        for qtype in QUESTION_TYPES:
+            files = config_files(out, f"{qtype}-*.parquet")
+            if files:
+                configs[qtype] = {"data_files": [{"split": s, "path": f"data/{s}/{qtype}-*.parquet"} for s in files]}
+                infos[qtype] = config_info(files, self.features)
+        synthetic = is_synthetic(Path(self.settings.source))
+        data = card_data(
+            configs, infos,
+            pretty_name="GEMeX (synthetic demo)" if synthetic else "GEMeX",
+            license="cc-by-4.0" if synthetic else "other",
+            license_name=None if synthetic else "physionet-credentialed-health-data-license-1.5.0",
+            license_link=None if synthetic else "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/",
+            language=["en"], task_categories=["visual-question-answering"],
+            tags=["medical", "chest-x-ray", "radiology", "grounding", "mimic-cxr"] + (["synthetic"] if synthetic else []),
+            size_categories=[size_category(self.report.rows_written)],
+            extra_gated_prompt=None if synthetic else GATED_PROMPT,
+            extra_gated_fields=None if synthetic else GATED_FIELDS,
+        )
+        counts = {s: {t: self.report.rows.get(f"{s}/{t}", 0) for t in QUESTION_TYPES} for s in self.report.images}
+        card = render_card("gemex.md", data, synthetic=synthetic, settings=self.settings.to_dict(), counts=counts,
+                           images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report,
+                           columns=list(self.features))
+        card.save(out / "README.md")
+
+    def run(self) -> BuildReport:
+        self.settings.check()
+        with staged_output(Path(self.settings.out), self.settings.overwrite) as out:
+            staging = Staging(out / ".staging", staging_schema())
+            try:
+                self.stage(staging)
+                for split in staging.splits():
+                    self.write_split(staging, split, out)
+            finally:
+                if self.images:
+                    self.images.close()
+                shutil.rmtree(out / ".staging", ignore_errors=True)
+            if self.report.rows_written == 0:
+                raise BuildError(f"no row written from {self.settings.source}: {self.report.summary()}; first: {self.report.rejects[0].line() if self.report.rejects else 'no records'}")
+            self.write_card(out)
+            self.report.save(out / "build_report.json")
+        return self.report
+
+
+GATED_PROMPT = (
+    "This dataset contains MIMIC-CXR images and report text. Access requires a credentialed PhysioNet account "
+    "and a signed data use agreement for MIMIC-CXR-JPG. Requests are approved by hand."
+)
+GATED_FIELDS = {
+    "PhysioNet username": "text",
+    "I hold credentialed access to MIMIC-CXR-JPG on PhysioNet": "checkbox",
+    "I have signed the PhysioNet Credentialed Health Data Use Agreement 1.5.0 and will not share the data": "checkbox",
+}
+
+
+def build_gemex(settings: BuildSettings) -> BuildReport:
+    """Build a GEMeX dataset folder from a raw release; see `cxr-vqa build gemex --help`."""
+    return GemexBuild(settings).run()

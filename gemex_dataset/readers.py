@@ -1,0 +1,237 @@
+"""Readers for the three GEMeX layouts (formats.md), auto-detected file by file.
+
+Every reader turns a file into `RawQuestion`s, one per question, or `Reject`s for what
+cannot be read; it checks nothing beyond what it needs to find the questions (the
+schema and row checks come after). Each question keeps where it came from, so a
+rejection names the file and the record, and a row can be written back in its layout.
+"""
+
+from __future__ import annotations
+
+import ast
+import csv
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from builders.report import Reject
+from schemas import first_error
+
+PER_TYPE_FILES = {f"{t}_question.jsonl": t for t in ("open_ended", "closed_ended", "single_choice", "multi_choice")}
+LLAVA_Q_TYPES = {f"{t}_questions": t for t in PER_TYPE_FILES.values()}
+SPLIT_FOLDERS = {"train": "train", "valid": "validation", "validation": "validation", "val": "validation", "test": "test"}
+
+
+@dataclass
+class RawQuestion:
+    """One released question, in the fields of the per-type layout whatever its own layout."""
+
+    file: str
+    record: str
+    layout: str
+    split: str
+    question_type: str
+    data: dict
+
+
+@dataclass
+class SourceFile:
+    path: Path
+    layout: str
+    split: str | None
+    csv: Path | None = None
+    problems: list[str] = field(default_factory=list)
+
+
+def split_of(path: Path) -> str | None:
+    """The split named by the nearest `train`/`valid`/`validation`/`test` folder above `path`."""
+    for part in reversed(path.parent.parts):
+        if part.lower() in SPLIT_FOLDERS:
+            return SPLIT_FOLDERS[part.lower()]
+    return None
+
+
+def _grouped_csv(path: Path) -> Path | None:
+    stem_match = [c for c in path.parent.glob("*.csv") if c.stem.split("_")[0] == path.stem.split("_")[0]]
+    candidates = stem_match or list(path.parent.glob("*.csv"))
+    return candidates[0] if len(candidates) == 1 else None
+
+
+def find_source_files(source: Path, split: str | None = None) -> list[SourceFile]:
+    """The annotation files under `source` (a folder or one file), with their layout and split."""
+    paths = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+    found = []
+    for path in paths:
+        if path.name in PER_TYPE_FILES:
+            layout = "per_type"
+        elif path.suffix == ".json":
+            layout = "llava"
+        elif path.suffix == ".jsonl":
+            layout = "grouped"
+        else:
+            continue
+        found.append(SourceFile(path, layout, SPLIT_FOLDERS.get(split.lower(), split) if split else split_of(path)))
+        if layout == "grouped":
+            found[-1].csv = _grouped_csv(path)
+    return found
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str | None, str | None]]:
+    """(line number, text, problem) for every non-blank line; a line that is not UTF-8 comes with a problem."""
+    with open(path, "rb") as f:
+        for number, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                yield number, raw.decode("utf-8"), None
+            except UnicodeDecodeError as err:
+                yield number, None, f"not valid UTF-8 (byte {err.start} of the line)"
+
+
+def _json_line(file: str, number: int, text: str | None, problem: str | None) -> dict | Reject:
+    if problem:
+        return Reject(file, f"line {number}", None, problem)
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as err:
+        return Reject(file, f"line {number}", None, f"malformed JSON: {err.msg} at column {err.colno}")
+    if not isinstance(value, dict):
+        return Reject(file, f"line {number}", None, f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
+def read_per_type(src: SourceFile) -> Iterator[RawQuestion | Reject]:
+    qtype = PER_TYPE_FILES[src.path.name]
+    for number, text, problem in _lines(src.path):
+        value = _json_line(str(src.path), number, text, problem)
+        if isinstance(value, Reject):
+            yield value
+            continue
+        error = first_error("gemex_per_type", value)
+        if error:
+            yield Reject(str(src.path), f"line {number}", error[0], error[1])
+        else:
+            yield RawQuestion(str(src.path), f"line {number}", "per_type", src.split, qtype, value)
+
+
+_HUMAN = re.compile(r"^<image>\n(?P<question>[\s\S]*?)(?: <choices>: \[(?P<choices>[\s\S]*)\])?$")
+_GPT = re.compile(r"^<answer> (?P<answer>[\s\S]*?) <reason> (?P<reason>[\s\S]*) <location> (?P<boxes>\[[\s\S]*\])\s*$")
+
+
+def split_llava_choices(text: str) -> list[str]:
+    """'A: x, B: y, C: z' -> ['A: x', 'B: y', 'C: z'], cutting only before the next expected letter."""
+    choices, start, letter = [], 0, "B"
+    while (cut := text.find(f", {letter}: ", start)) != -1:
+        choices.append(text[start:cut])
+        start, letter = cut + 2, chr(ord(letter) + 1)
+    return choices + [text[start:]]
+
+
+def parse_llava(record: dict) -> dict:
+    """The per-type fields carried by one LLaVA conversation record; raises ValueError naming the part that does not parse."""
+    human = _HUMAN.match(record["conversations"][0]["value"])
+    gpt = _GPT.match(record["conversations"][1]["value"])
+    if not human:
+        raise ValueError("conversations[0].value", "human turn is not '<image>\\n{question}[ <choices>: [...]]'")
+    if not gpt:
+        raise ValueError("conversations[1].value", "gpt turn is not '<answer> ... <reason> ... <location> [[...]]'")
+    answer = gpt["answer"]
+    if record["q_type"] == "multi_choice_questions":
+        try:
+            answer = ast.literal_eval(answer)
+        except (ValueError, SyntaxError):
+            raise ValueError("conversations[1].value", f"multi-choice answer {answer!r} is not a list of letters") from None
+    try:
+        boxes = json.loads(gpt["boxes"])
+    except json.JSONDecodeError:
+        raise ValueError("conversations[1].value", f"location {gpt['boxes']!r} is not a JSON list of boxes") from None
+    data = {"question": human["question"]}
+    if human["choices"] is not None:
+        data["choices"] = split_llava_choices(human["choices"])
+    data.update({"type": None, "answer": answer, "reason": gpt["reason"], "visual_regions": None, "visual_locations": boxes,
+                 "image_path": record["image"], "ori_report": None, "q_id": None, "row_id": f"row_{record['row_id']}"})
+    return data
+
+
+def read_llava(src: SourceFile) -> Iterator[RawQuestion | Reject]:
+    file = str(src.path)
+    try:
+        records = json.loads(src.path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        yield Reject(file, None, None, f"file is not valid UTF-8 (byte {err.start}); none of its records can be read")
+        return
+    except json.JSONDecodeError as err:
+        yield Reject(file, None, None, f"malformed JSON at line {err.lineno} column {err.colno}: {err.msg}; none of its records can be read")
+        return
+    if not isinstance(records, list):
+        yield Reject(file, None, None, "expected a JSON array of conversation records")
+        return
+    for index, record in enumerate(records):
+        error = first_error("gemex_llava", record)
+        if error:
+            yield Reject(file, f"index {index}", error[0], error[1])
+            continue
+        try:
+            data = parse_llava(record)
+        except ValueError as err:
+            yield Reject(file, f"index {index}", err.args[0], err.args[1])
+            continue
+        yield RawQuestion(file, f"index {index}", "llava", src.split, LLAVA_Q_TYPES[record["q_type"]], data)
+
+
+def _csv_paths(path: Path) -> list[str]:
+    with open(path, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if rows and "mimic_image_file_path" not in rows[0]:
+        raise ValueError(f"{path}: no column 'mimic_image_file_path'")
+    return [row["mimic_image_file_path"] for row in rows]
+
+
+def read_grouped(src: SourceFile) -> Iterator[RawQuestion | Reject]:
+    file = str(src.path)
+    if src.csv is None:
+        yield Reject(file, None, None, "no single CSV with column 'mimic_image_file_path' beside this grouped JSON Lines file")
+        return
+    try:
+        paths = _csv_paths(src.csv)
+    except (ValueError, UnicodeDecodeError) as err:
+        yield Reject(str(src.csv), None, None, str(err))
+        return
+    for row, (number, text, problem) in enumerate(_lines(src.path)):
+        value = _json_line(file, number, text, problem)
+        if isinstance(value, Reject):
+            yield value
+            continue
+        error = first_error("gemex_grouped", value)
+        if error:
+            yield Reject(file, f"line {number}", error[0], error[1])
+            continue
+        if row >= len(paths):
+            yield Reject(file, f"line {number}", "mimic_image_file_path", f"{src.csv.name} has no row {row + 1} for this line")
+            continue
+        image_path = paths[row].removeprefix("files/").lstrip("/")
+        for group, items in value.items():
+            for k, qa in enumerate(items):
+                data = {"question": qa["question"]}
+                if "choices" in qa:
+                    data["choices"] = qa["choices"]
+                data.update({"type": None, "answer": qa["answer"], "reason": qa["reason"],
+                             "visual_regions": qa.get("visual_regions"), "visual_locations": qa["visual_locations"],
+                             "image_path": image_path, "ori_report": None, "q_id": None, "row_id": f"row_{row}"})
+                yield RawQuestion(file, f"line {number}, {group}[{k}]", "grouped", src.split, LLAVA_Q_TYPES[group], data)
+
+
+READERS = {"per_type": read_per_type, "llava": read_llava, "grouped": read_grouped}
+
+
+def read_file(src: SourceFile) -> Iterator[RawQuestion | Reject]:
+    """Every question of one annotation file, or the reasons it could not be read."""
+    if src.split is None:
+        yield Reject(str(src.path), None, None, "cannot tell the split: put the file in a train/valid/test folder or pass --split")
+        return
+    if src.path.stat().st_size == 0:
+        yield Reject(str(src.path), None, None, "empty file: no records")
+        return
+    yield from READERS[src.layout](src)
