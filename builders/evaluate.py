@@ -167,6 +167,10 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     text = gemex_table(result["table"], metrics, judge is not None)
     if bert:
         text += f"\n\n* {BERTSCORE_NOTE}."
+    skipped = result["table"].get("all", {}).get("V_skipped", 0)
+    if skipped:
+        text += (f"\n\nV-score: {skipped} question(s) have no image size in this build (image mode none without images); "
+                 "they are left out of V unless boxes are scored in the 224 frame (--box-convention frame224).")
     return {"settings": settings, "scores": result["table"], "per_question": result["per_question"], "check": check}, text
 
 

@@ -297,12 +297,14 @@ def extract_raw_boxes(text: str) -> list[list[float]]:
     return [[float(v) for v in match] for match in found]
 
 
+def ordered_box(box: Sequence[float]) -> list[float]:
+    """``[x1, y1, x2, y2]`` with x1 <= x2 and y1 <= y2."""
+    x1, y1, x2, y2 = box
+    return [min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2)]
+
+
 def extract_boxes(
     text: str, width: int, height: int, convention: str = "pixels", **resize_kwargs: int
 ) -> list[list[float]]:
     """Boxes of a reply in the image's pixels, read in `convention` (see `builders.box_frame`)."""
-    boxes = []
-    for box in extract_raw_boxes(text):
-        x1, y1, x2, y2 = from_model_frame(box, width, height, convention, **resize_kwargs)
-        boxes.append([min(x1, x2), min(y1, y2), max(x1, x2), max(y1, y2)])
-    return boxes
+    return [ordered_box(from_model_frame(box, width, height, convention, **resize_kwargs)) for box in extract_raw_boxes(text)]

@@ -11,8 +11,12 @@ No official scorer exists; these are the reference definitions. All scores are 0
   image's pixels) are matched one to one by the Hungarian algorithm on IoU
   (`scipy.optimize.linear_sum_assignment`, maximising total IoU); the question scores the sum of
   the matched IoUs divided by the larger of the two box counts, so an unmatched box on either
-  side scores 0 and extra guesses are penalised. A reply without boxes scores 0. Questions
-  without reference boxes are left out of the V-score. The V-score is the mean over questions.
+  side scores 0 and extra guesses are penalised. A reply without boxes scores 0. The V-score is
+  the mean over questions. A build whose images could not be read (``--image-mode none``
+  without images) has no image size and no pixel boxes: its questions are then compared in the
+  release's 224 frame (predicted boxes as written against ``boxes_224``) when the model writes
+  ``frame224`` boxes, and are otherwise left out of the V-score and counted (``V_skipped``);
+  questions without any reference box are left out too.
 - AR-scores: answer + reason of the reply (`builders.extraction.answer_and_reason`) against
   the reference's ``answer + " " + reason``: ROUGE-L, BLEU-1, BERTScore
   (`builders.text_metrics`, definitions and the model there; not the paper's RoBERTa-large), and
@@ -32,14 +36,14 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from builders import extraction
-from builders.box_frame import to_model_frame
+from builders.box_frame import frame224_to_pixels, to_model_frame
 from gemex_dataset.features import QUESTION_TYPES
 
 ANSWERED_TYPES = ("closed_ended", "single_choice", "multi_choice")
 TEXT_METRICS = ("rougeL", "bleu1", "bertscore")
 COLUMNS = (
     "question_id", "question_type", "question", "choices", "answer", "answer_letters",
-    "reason", "boxes", "image_width", "image_height",
+    "reason", "boxes", "boxes_224", "image_width", "image_height",
 )
 """The columns the scorer reads from a built split (never the image)."""
 
@@ -105,6 +109,7 @@ class QuestionScore:
     """None for open questions (no A-score)."""
     failed_extraction: bool
     iou: float | None
+    v_skipped: bool
     candidate: str
     reference: str
     question: str = ""
@@ -120,11 +125,16 @@ def score_question(row: Mapping, reply: str | None, box_convention: str = "pixel
         got = predicted_answer(row, text) if reply is not None else None
         failed = reply is not None and got is None
         correct = got is not None and got == reference_answer(row)
-    reference_boxes = [list(b) for b in row.get("boxes") or []]
-    iou = None
-    if reference_boxes:
-        predicted = extraction.extract_boxes(text, row["image_width"], row["image_height"], box_convention, **resize_kwargs) if text else []
-        iou = matched_iou(predicted, reference_boxes)
+    iou, v_skipped = None, False
+    width, height = row.get("image_width"), row.get("image_height")
+    if row.get("boxes") and width and height:
+        predicted = extraction.extract_boxes(text, width, height, box_convention, **resize_kwargs)
+        iou = matched_iou(predicted, [list(b) for b in row["boxes"]])
+    elif row.get("boxes_224") and box_convention == "frame224":
+        predicted = [extraction.ordered_box(b) for b in extraction.extract_raw_boxes(text)]
+        iou = matched_iou(predicted, [list(b) for b in row["boxes_224"]])
+    elif row.get("boxes_224"):
+        v_skipped = True
     return QuestionScore(
         question_id=row["question_id"],
         question_type=kind,
@@ -132,6 +142,7 @@ def score_question(row: Mapping, reply: str | None, box_convention: str = "pixel
         correct=correct,
         failed_extraction=bool(failed),
         iou=iou,
+        v_skipped=v_skipped,
         candidate=extraction.answer_and_reason(text),
         reference=reference_text(row),
         question=row.get("question", ""),
@@ -157,6 +168,7 @@ def summarise(scores: Sequence[QuestionScore], metrics: Sequence[str], judge_sco
             "failed_extraction": sum(s.failed_extraction for s in group),
             "A": _mean([float(s.correct) for s in answered]),
             "V": _mean(boxed),
+            "V_skipped": sum(s.v_skipped for s in group),
         }
         for metric in metrics:
             entry[metric] = _mean([s.text[metric] for s in group])
@@ -213,28 +225,42 @@ def score_gemex(
     table = summarise(scores, metrics, judge_scores)
     per_question = [
         {"question_id": s.question_id, "question_type": s.question_type, "missing": s.missing, "correct": s.correct,
-         "failed_extraction": s.failed_extraction, "iou": s.iou, **s.text}
+         "failed_extraction": s.failed_extraction, "iou": s.iou, "v_skipped": s.v_skipped, **s.text}
         for s in scores
     ]
     return {"table": table, "per_question": per_question}
 
 
-def format_boxes(row: Mapping, boxes: Sequence[Sequence[float]], box_convention: str) -> str:
+def format_boxes(row: Mapping, boxes_224: Sequence[Sequence[int]], box_convention: str) -> str:
+    """Boxes given in the release's 224 frame, written as a model in `box_convention` would write them
+    (a row without an image size can only be written in the 224 frame)."""
+    width, height = row.get("image_width"), row.get("image_height")
+    if box_convention == "frame224" or not (width and height):
+        return json.dumps([[int(v) for v in box] for box in boxes_224])
+    pixels = [frame224_to_pixels(box, width, height)[0] for box in boxes_224]
     if box_convention == "pixels":
-        return json.dumps([[round(float(v), 2) for v in box] for box in boxes])
-    return json.dumps([to_model_frame(box, row["image_width"], row["image_height"], box_convention) for box in boxes])
+        return json.dumps([[round(float(v), 2) for v in box] for box in pixels])
+    return json.dumps([to_model_frame(box, width, height, box_convention) for box in pixels])
 
 
 def reference_reply(row: Mapping, box_convention: str = "pixels") -> str:
-    """The reference written as the paper's target ``<answer> ... <reason> ... <location> [[...]]``."""
-    return f"<answer> {row['answer']} <reason> {row['reason']} <location> {format_boxes(row, row.get('boxes') or [], box_convention)}"
+    """The reference written as the paper's target ``<answer> ... <reason> ... <location> [[...]]``.
+
+    In ``pixels`` the stored pixel boxes are written as they are (2 decimals); other conventions
+    are written from the released 224-frame boxes.
+    """
+    if box_convention == "pixels" and row.get("boxes") and row.get("image_width"):
+        location = json.dumps([[round(float(v), 2) for v in box] for box in row["boxes"]])
+    else:
+        location = format_boxes(row, row.get("boxes_224") or [], box_convention)
+    return f"<answer> {row['answer']} <reason> {row['reason']} <location> {location}"
 
 
 def random_replies(rows: Sequence[Mapping], seed: int = 0, box_convention: str = "pixels") -> dict[str, str]:
     """A seeded chance baseline: closed a fair yes/no, single a uniform letter, multi a uniform
-    non-empty set of letters; its reason and boxes are those of a random question of the same type
-    (so the AR- and V-scores show what an unrelated but well-formed reply scores); open questions
-    get a random other question's answer too."""
+    non-empty set of letters; its reason and boxes (at the same place of the 224 frame) are those
+    of a random question of the same type, so the AR- and V-scores show what an unrelated but
+    well-formed reply scores; open questions get that question's answer too."""
     rng = random.Random(seed)
     by_type: dict[str, list[Mapping]] = {}
     for row in rows:
@@ -253,22 +279,14 @@ def random_replies(rows: Sequence[Mapping], seed: int = 0, box_convention: str =
             answer = json.dumps(rng.choice(subsets))
         else:
             answer = donor["answer"]
-        boxes = _rescale(donor, row)
-        replies[row["question_id"]] = f"<answer> {answer} <reason> {donor['reason']} <location> {format_boxes(row, boxes, box_convention)}"
+        location = format_boxes(row, donor.get("boxes_224") or [], box_convention)
+        replies[row["question_id"]] = f"<answer> {answer} <reason> {donor['reason']} <location> {location}"
     return replies
 
 
-def _rescale(donor: Mapping, row: Mapping) -> list[list[float]]:
-    """The donor's boxes moved onto `row`'s image size (relative position kept)."""
-    sx = row["image_width"] / donor["image_width"]
-    sy = row["image_height"] / donor["image_height"]
-    return [[b[0] * sx, b[1] * sy, b[2] * sx, b[3] * sy] for b in donor.get("boxes") or []]
-
-
 def majority_replies(rows: Sequence[Mapping], box_convention: str = "pixels") -> dict[str, str]:
-    """The most common answer, reason and box set of each question type in the split, given to
-    every question of that type (ties broken by first occurrence); boxes keep their relative
-    position on each image."""
+    """The most common answer, reason and 224-frame box set of each question type in the split,
+    given to every question of that type (ties broken by first occurrence)."""
     replies = {}
     for kind in QUESTION_TYPES:
         group = [row for row in rows if question_type_name(row["question_type"]) == kind]
@@ -276,15 +294,7 @@ def majority_replies(rows: Sequence[Mapping], box_convention: str = "pixels") ->
             continue
         answer = Counter(r["answer"] for r in group).most_common(1)[0][0]
         reason = Counter(r["reason"] for r in group).most_common(1)[0][0]
-        box_key = Counter(json.dumps(_relative(r)) for r in group).most_common(1)[0][0]
-        relative = json.loads(box_key)
+        boxes = json.loads(Counter(json.dumps(r.get("boxes_224") or []) for r in group).most_common(1)[0][0])
         for row in group:
-            w, h = row["image_width"], row["image_height"]
-            boxes = [[b[0] * w, b[1] * h, b[2] * w, b[3] * h] for b in relative]
             replies[row["question_id"]] = f"<answer> {answer} <reason> {reason} <location> {format_boxes(row, boxes, box_convention)}"
     return replies
-
-
-def _relative(row: Mapping) -> list[list[float]]:
-    w, h = row["image_width"], row["image_height"]
-    return [[round(b[0] / w, 3), round(b[1] / h, 3), round(b[2] / w, 3), round(b[3] / h, 3)] for b in row.get("boxes") or []]

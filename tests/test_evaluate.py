@@ -106,3 +106,32 @@ def test_run_accepts_a_namespace_and_reports_errors_in_one_line(tmp_path, capsys
                               seed=0, predictions_format="auto", out=None, strict=False, write_rexrank=None, box_convention="pixels")
     assert evaluate.run(args) == 2
     assert "no such dataset folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("image_mode, convention", [("reference", "pixels"), ("none", "frame224")])
+def test_evaluate_a_real_gemex_build(tmp_path, capsys, image_mode, convention):
+    """Synthetic raw release -> `build gemex` (card with configs) -> evaluate perfect replies and a baseline.
+
+    Without images (`none`) the build has no pixel boxes, so boxes are scored in the 224 frame."""
+    from datasets import load_dataset
+
+    from builders.build import BuildSettings
+    from gemex_dataset.build import build_gemex
+    from gemex_dataset.synthetic import generate
+
+    with_images = image_mode != "none"
+    release = generate(tmp_path / "raw", num_images=3, layouts=("per_type",), images=with_images)
+    folder = tmp_path / "gemex"
+    build_gemex(BuildSettings(source=release.root / "per_type", out=folder, image_mode=image_mode, split="test",
+                              images=release.image_root if with_images else None))
+    rows = load_dataset(str(folder), split="test").to_list()
+    predictions = tmp_path / "pred.jsonl"
+    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r, convention)) for r in rows])
+    out = tmp_path / "scores.json"
+    argv = ["gemex", "--dataset", str(folder), "--box-convention", convention, "--text-metrics", "rougeL,bleu1"]
+    assert _run(argv + ["--predictions", str(predictions), "--out", str(out)]) == 0
+    scores = json.loads(out.read_text())["scores"]["all"]
+    assert scores["questions"] == len(rows) and scores["A"] == pytest.approx(100) and scores["V_skipped"] == 0
+    assert scores["V"] == pytest.approx(100, abs=1e-3) and scores["rougeL"] == pytest.approx(100)
+    assert _run(argv + ["--baseline", "random"]) == 0
+    capsys.readouterr()

@@ -91,3 +91,11 @@ def test_bertscore_of_perfect_predictions_is_100():
     rows = gemex_rows(per_type=2)
     table = score_gemex(rows, {r["question_id"]: reference_reply(r) for r in rows}, metrics=("bertscore",))["table"]
     assert table["all"]["bertscore"] == pytest.approx(100, abs=1e-3)
+
+
+def test_rows_without_image_size_score_v_in_the_224_frame_or_are_skipped():
+    rows = [{**r, "image_width": None, "image_height": None, "boxes": None} for r in gemex_rows(per_type=3)]
+    replies = {r["question_id"]: reference_reply(r, "frame224") for r in rows}
+    assert score_gemex(rows, replies, box_convention="frame224", metrics=())["table"]["all"]["V"] == pytest.approx(100)
+    skipped = score_gemex(rows, replies, box_convention="pixels", metrics=())["table"]["all"]
+    assert skipped["V"] is None and skipped["V_skipped"] == len(rows)
