@@ -58,6 +58,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     gemex.add_argument("--device", default="cpu", help="torch device for BERTScore")
     gemex.add_argument("--judge-url", help="OpenAI-compatible base URL of an LLM judge, e.g. http://127.0.0.1:8000/v1")
     gemex.add_argument("--judge-model", help="model name to ask the judge endpoint for")
+    gemex.add_argument("--judge-workers", type=int, default=4, help="judge requests in flight at once")
     gemex.add_argument("--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the judge's API key")
     rex = parser.add_argument_group("ReXVQA")
     rex.add_argument("--write-rexrank", type=Path, help="also write the scored predictions in the ReXrank submission layout")
@@ -154,7 +155,8 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
 
         judge = ChatJudge(args.judge_url, args.judge_model, api_key_env=args.judge_api_key_env)
     result = scoring.score_gemex(
-        rows, predictions, box_convention=args.box_convention, metrics=metrics, bert_scorer=bert, judge=judge, progress=sys.stderr.isatty()
+        rows, predictions, box_convention=args.box_convention, metrics=metrics, bert_scorer=bert, judge=judge,
+        judge_workers=args.judge_workers, progress=sys.stderr.isatty()
     )
     settings = {
         **source,
@@ -187,8 +189,16 @@ def evaluate_rexvqa(args: argparse.Namespace) -> tuple[dict, str]:
     return {"settings": source, "scores": body, "per_question": result["per_question"], "check": check}, rexvqa_table(result)
 
 
+def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with every option it lacks set to the command's default (for callers building a Namespace)."""
+    parser = add_parser(argparse.ArgumentParser().add_subparsers())
+    defaults = vars(parser.parse_args([args.benchmark, "--dataset", ".", "--baseline", "random"]))
+    return argparse.Namespace(**{**defaults, "baseline": None, **vars(args)})
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one evaluation; 0 on success, 1 when `--strict` finds prediction problems, 2 on an error."""
+    args = _with_defaults(args)
     try:
         report, text = (evaluate_gemex if args.benchmark == "gemex" else evaluate_rexvqa)(args)
     except (EvaluationError, PredictionsError, MissingExtraError, JudgeError) as error:

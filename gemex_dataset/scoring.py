@@ -186,13 +186,14 @@ def score_gemex(
     metrics: Sequence[str] = TEXT_METRICS,
     bert_scorer=None,
     judge=None,
+    judge_workers: int = 4,
     progress: bool = False,
     **resize_kwargs: int,
 ) -> dict:
     """Score predictions (question_id -> raw reply) over `rows`; a row without a prediction is wrong.
 
     `bert_scorer` is a `builders.text_metrics.BertScorer` (made on demand when ``bertscore`` is in
-    `metrics`); `judge` a `builders.judge.ChatJudge` or None. Returns ``{"table": ..., "per_question": ...}``.
+    `metrics`); `judge` a `builders.judge.ChatJudge` or None, asked `judge_workers` questions at a time. Returns ``{"table": ..., "per_question": ...}``.
     """
     from builders import text_metrics
 
@@ -219,7 +220,15 @@ def score_gemex(
     if judge is not None:
         from builders.judge import relative_score
 
-        judged = [judge.judge(s.question, s.reference, s.candidate) for s in scores]
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=max(1, judge_workers)) as pool:
+            calls = pool.map(lambda s: judge.judge(s.question, s.reference, s.candidate), scores)
+            if progress:
+                from tqdm.auto import tqdm
+
+                calls = tqdm(calls, total=len(scores), desc="LLM judge", unit="q")
+            judged = list(calls)
         judge_scores = {kind: relative_score([j for j, s in zip(judged, scores) if s.question_type == kind]) for kind in QUESTION_TYPES}
         judge_scores["all"] = relative_score(judged)
     table = summarise(scores, metrics, judge_scores)

@@ -102,8 +102,7 @@ def test_rexvqa_end_to_end_with_rexrank_round_trip(tmp_path, capsys):
 
 
 def test_run_accepts_a_namespace_and_reports_errors_in_one_line(tmp_path, capsys):
-    args = argparse.Namespace(benchmark="rexvqa", dataset=tmp_path / "absent", split="test", predictions=None, baseline="random",
-                              seed=0, predictions_format="auto", out=None, strict=False, write_rexrank=None, box_convention="pixels")
+    args = argparse.Namespace(benchmark="rexvqa", dataset=tmp_path / "absent", baseline="random")
     assert evaluate.run(args) == 2
     assert "no such dataset folder" in capsys.readouterr().err
 
@@ -135,3 +134,28 @@ def test_evaluate_a_real_gemex_build(tmp_path, capsys, image_mode, convention):
     assert scores["V"] == pytest.approx(100, abs=1e-3) and scores["rougeL"] == pytest.approx(100)
     assert _run(argv + ["--baseline", "random"]) == 0
     capsys.readouterr()
+
+
+def test_gemex_with_the_llm_judge_on_a_local_server(tmp_path, capsys):
+    import threading
+    from http.server import HTTPServer
+
+    from test_judge import _FakeJudge
+
+    folder, rows = _gemex_dir(tmp_path, per_type=2)
+    predictions = tmp_path / "pred.jsonl"
+    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
+    server = HTTPServer(("127.0.0.1", 0), _FakeJudge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        out = tmp_path / "scores.json"
+        argv = ["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "",
+                "--judge-url", url, "--judge-model", "m", "--out", str(out)]
+        assert _run(argv) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "Judge" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["scores"]["all"]["judge"] == pytest.approx(100) and report["settings"]["judge"]["model"] == "m"

@@ -75,3 +75,23 @@ def test_rexrank_record_without_model_prediction_is_an_error(tmp_path):
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(PredictionsError, match="no such predictions file"):
         read_predictions(tmp_path / "nope.jsonl")
+
+
+@pytest.mark.conformance
+def test_real_rexrank_example_reads_as_a_submission(request):
+    """Opt-in: the real ReXrank example in ``--samples DIR`` (``rexvqa/rexrank_round2_vqa_prediction_example.json``)."""
+    samples = request.config.getoption("--samples", default=None)
+    if not samples:
+        pytest.skip("needs --samples DIR")
+    from pathlib import Path
+
+    from builders.extraction import extract_letter
+
+    path = Path(samples) / "rexvqa" / "rexrank_round2_vqa_prediction_example.json"
+    assert detect_layout(path) == "rexrank"
+    records = read_predictions(path)
+    raw = json.loads(path.read_text())
+    assert [r.question_id for r in records] == list(raw)
+    for record in records:
+        options = [o.split(". ", 1)[1] for o in raw[record.question_id]["options"]]
+        assert extract_letter(record.prediction, options) == raw[record.question_id]["correct_answer"]
