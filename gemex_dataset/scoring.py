@@ -108,6 +108,8 @@ class QuestionScore:
     correct: bool | None
     """None for open questions (no A-score)."""
     failed_extraction: bool
+    extracted: str | list[str] | None
+    """What was read off the reply: "yes"/"no", a letter, sorted letters, or None."""
     iou: float | None
     v_skipped: bool
     candidate: str
@@ -120,7 +122,7 @@ def score_question(row: Mapping, reply: str | None, box_convention: str = "pixel
     """A-, V- and the inputs of the AR-scores for one question (text metrics are added in batch)."""
     kind = question_type_name(row["question_type"])
     text = reply or ""
-    correct = failed = None
+    correct = failed = got = None
     if kind in ANSWERED_TYPES:
         got = predicted_answer(row, text) if reply is not None else None
         failed = reply is not None and got is None
@@ -141,6 +143,7 @@ def score_question(row: Mapping, reply: str | None, box_convention: str = "pixel
         missing=reply is None,
         correct=correct,
         failed_extraction=bool(failed),
+        extracted=sorted(got) if isinstance(got, frozenset) else got,
         iou=iou,
         v_skipped=v_skipped,
         candidate=extraction.answer_and_reason(text),
@@ -233,7 +236,7 @@ def score_gemex(
         judge_scores["all"] = relative_score(judged)
     table = summarise(scores, metrics, judge_scores)
     per_question = [
-        {"question_id": s.question_id, "question_type": s.question_type, "missing": s.missing, "correct": s.correct,
+        {"question_id": s.question_id, "question_type": s.question_type, "missing": s.missing, "extracted": s.extracted, "correct": s.correct,
          "failed_extraction": s.failed_extraction, "iou": s.iou, "v_skipped": s.v_skipped, **s.text}
         for s in scores
     ]
