@@ -67,23 +67,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def load_split(dataset_dir: Path, split: str, wanted: Sequence[str], required: Sequence[str]) -> list[dict]:
-    """Rows of `split` with only the `wanted` columns present in the files (images never read)."""
+    """Rows of `split` with only the `wanted` columns present in its files (images never read).
+
+    Only ``data/<split>/*.parquet`` is loaded (passing it as `data_files`), so evaluating the
+    test split never converts the other splits.
+    """
     import datasets
     import pyarrow.parquet as pq
 
     if not dataset_dir.is_dir():
         raise EvaluationError(f"{dataset_dir}: no such dataset folder")
     files = sorted((dataset_dir / "data" / split).glob("**/*.parquet"))
-    columns = list(wanted)
-    if files:
-        available = set(pq.read_schema(files[0]).names)
-        lacking = [c for c in required if c not in available]
-        if lacking:
-            raise EvaluationError(f"{files[0]}: missing column(s) {', '.join(lacking)} needed for scoring")
-        columns = [c for c in wanted if c in available]
+    if not files:
+        found = sorted(p.name for p in (dataset_dir / "data").glob("*") if p.is_dir())
+        raise EvaluationError(f"{dataset_dir}: no data/{split}/*.parquet (splits found: {', '.join(found) or 'none'})")
+    available = set(pq.read_schema(files[0]).names)
+    lacking = [c for c in required if c not in available]
+    if lacking:
+        raise EvaluationError(f"{files[0]}: missing column(s) {', '.join(lacking)} needed for scoring")
+    columns = [c for c in wanted if c in available]
+    data_files = {split: [str(f.relative_to(dataset_dir)) for f in files]}
     try:
-        table = datasets.load_dataset(str(dataset_dir), split=split, columns=columns)
-    except (ValueError, FileNotFoundError) as error:
+        table = datasets.load_dataset(str(dataset_dir), data_files=data_files, split=split, columns=columns)
+    except (ValueError, FileNotFoundError, datasets.exceptions.DatasetGenerationError) as error:
         raise EvaluationError(f"{dataset_dir}: cannot load split {split!r}: {error}") from None
     names = {c: f.names for c, f in table.features.items() if isinstance(f, datasets.ClassLabel)}
     rows = table.to_list()

@@ -159,3 +159,10 @@ def test_gemex_with_the_llm_judge_on_a_local_server(tmp_path, capsys):
     assert "Judge" in capsys.readouterr().out
     report = json.loads(out.read_text())
     assert report["scores"]["all"]["judge"] == pytest.approx(100) and report["settings"]["judge"]["model"] == "m"
+
+
+def test_unknown_split_is_a_one_line_error(tmp_path, capsys):
+    folder, _ = _rex_dir(tmp_path, n=5)
+    assert _run(["rexvqa", "--dataset", str(folder), "--split", "valid", "--baseline", "majority"]) == 2
+    err = capsys.readouterr().err
+    assert "cxr-vqa evaluate: error:" in err and "valid" in err

@@ -41,3 +41,13 @@ def test_bertscore_is_greedy_token_matching_f1(scorer):
     assert scores[1] > scores[3]
     for i in (1, 3):
         assert scores[i] == pytest.approx(_greedy_f1(scorer, CANDIDATES[i], REFERENCES[i]), abs=1e-4)
+
+
+def test_missing_extra_is_named(monkeypatch):
+    import sys
+
+    from builders.text_metrics import MissingExtraError
+
+    monkeypatch.setitem(sys.modules, "rouge_score.rouge_scorer", None)
+    with pytest.raises(MissingExtraError, match=r"cxr-vqa\[eval\]"):
+        rouge_l(["a"], ["a"])
