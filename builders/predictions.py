@@ -119,7 +119,8 @@ def read_rexrank(path: str | Path) -> list[Prediction]:
 
 
 def write_rexrank(path: str | Path, records: Mapping[str, Mapping], predictions: Mapping[str, str]) -> None:
-    """Write the ReXrank layout: each raw record (see `rexrank_record`) with its ``model_prediction``."""
+    """Write the ReXrank layout: each raw record (see `rexrank_record`) with its ``model_prediction``
+    (an empty string for a question without a prediction)."""
     document = {qid: {**record, "model_prediction": predictions.get(qid, "")} for qid, record in records.items()}
     Path(path).write_text(json.dumps(document, ensure_ascii=False, indent=2), encoding="utf-8")
 

@@ -91,22 +91,24 @@ class BertScorer:
         return self.torch.nn.functional.normalize(hidden, dim=-1), mask
 
     def score(self, candidates: Sequence[str], references: Sequence[str], progress: bool = False) -> list[float]:
-        """BERTScore F1 per pair, 0-1 (may dip below 0 only for adversarial inputs)."""
+        """BERTScore F1 per pair, 0-1 (may dip below 0 only for adversarial inputs).
+
+        Pairs are batched in order of length, so that little of each batch is padding."""
         torch = self.torch
         if len(candidates) != len(references):
             raise ValueError("candidates and references differ in length")
-        scores: list[float] = []
-        starts = range(0, len(candidates), self.batch_size)
+        order = sorted(range(len(candidates)), key=lambda i: len(candidates[i] or "") + len(references[i] or ""))
+        scores = [0.0] * len(order)
+        starts = range(0, len(order), self.batch_size)
         if progress:
             from tqdm.auto import tqdm
 
             starts = tqdm(starts, desc="BERTScore", unit="batch")
         with torch.inference_mode():
             for start in starts:
-                cands = [c or "" for c in candidates[start : start + self.batch_size]]
-                refs = [r or "" for r in references[start : start + self.batch_size]]
-                cand_emb, cand_mask = self._embed(cands)
-                ref_emb, ref_mask = self._embed(refs)
+                batch = order[start : start + self.batch_size]
+                cand_emb, cand_mask = self._embed([candidates[i] or "" for i in batch])
+                ref_emb, ref_mask = self._embed([references[i] or "" for i in batch])
                 similarity = torch.bmm(cand_emb, ref_emb.transpose(1, 2))
                 pair_mask = cand_mask.unsqueeze(2) & ref_mask.unsqueeze(1)
                 similarity = similarity.masked_fill(~pair_mask, -2.0)
@@ -117,5 +119,6 @@ class BertScorer:
                 recall = (best_for_ref * ref_mask).sum(1) / n_ref.clamp(min=1)
                 f1 = 2 * precision * recall / (precision + recall).clamp(min=1e-12)
                 f1 = torch.where((n_cand == 0) | (n_ref == 0), torch.zeros_like(f1), f1)
-                scores.extend(f1.tolist())
+                for i, value in zip(batch, f1.tolist()):
+                    scores[i] = value
         return scores
