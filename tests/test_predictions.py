@@ -1,0 +1,97 @@
+import json
+
+import pytest
+
+from builders.predictions import (
+    PredictionsError,
+    detect_layout,
+    match_to_split,
+    read_predictions,
+    rexrank_record,
+    write_jsonl,
+    write_rexrank,
+)
+
+
+def test_jsonl_round_trip(tmp_path):
+    path = tmp_path / "p.jsonl"
+    write_jsonl(path, [("q1", "<answer> Yes."), ("q2", "C\nwith a newline")])
+    records = read_predictions(path)
+    assert [(r.question_id, r.prediction, r.line) for r in records] == [("q1", "<answer> Yes.", 1), ("q2", "C\nwith a newline", 2)]
+    assert detect_layout(path) == "jsonl"
+
+
+def test_bad_line_names_file_and_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"question_id": "q1", "prediction": "A"}\n{oops\n')
+    with pytest.raises(PredictionsError, match=r"p\.jsonl:2: not valid JSON"):
+        read_predictions(path)
+    path.write_text('{"question_id": "q1"}\n')
+    with pytest.raises(PredictionsError, match=r"p\.jsonl:1: expected an object"):
+        read_predictions(path)
+
+
+def test_missing_unknown_and_duplicate_are_reported(tmp_path):
+    path = tmp_path / "p.jsonl"
+    write_jsonl(path, [("q1", "A"), ("q9", "B"), ("q1", "C")])
+    check = match_to_split(read_predictions(path), ["q1", "q2"], source=str(path))
+    assert check.predictions == {"q1": "A"}
+    assert check.missing == ["q2"]
+    assert [(p.question_id, p.line) for p in check.unknown] == [("q9", 2)]
+    assert [(p.question_id, p.line) for p in check.duplicates] == [("q1", 3)]
+    text = "\n".join(check.problems())
+    assert "p.jsonl" in text and "'q9' (line 2)" in text and "'q1' (line 3)" in text and "count as wrong: q2" in text
+    assert not check.ok
+
+
+def test_rexrank_layout_round_trip(tmp_path):
+    row = {
+        "question_id": "r1",
+        "question": "Where is the opacity?",
+        "options": ["Left lung", "Right lung", "Both", "None"],
+        "answer": "B",
+        "task_name_raw": "Location and Distribution Assessment",
+        "category": "Lung and Pleural Opacity",
+        "subcategory": "Airspace Opacity",
+        "extra": json.dumps({"validation_code": 1}),
+    }
+    record = rexrank_record(row)
+    assert record["options"][1] == "B. Right lung" and record["correct_answer"] == "B" and record["validation_code"] == 1
+    path = tmp_path / "sub.json"
+    write_rexrank(path, {"r1": record}, {"r1": "The answer is B."})
+    assert detect_layout(path) == "rexrank"
+    [prediction] = read_predictions(path)
+    assert (prediction.question_id, prediction.prediction) == ("r1", "The answer is B.")
+    assert json.loads(path.read_text())["r1"]["category"] == "Lung and Pleural Opacity"
+
+
+def test_rexrank_record_without_model_prediction_is_an_error(tmp_path):
+    path = tmp_path / "sub.json"
+    path.write_text(json.dumps({"r1": {"question": "x"}}))
+    with pytest.raises(PredictionsError, match="model_prediction"):
+        read_predictions(path, layout="rexrank")
+
+
+def test_missing_file_is_a_clear_error(tmp_path):
+    with pytest.raises(PredictionsError, match="no such predictions file"):
+        read_predictions(tmp_path / "nope.jsonl")
+
+
+@pytest.mark.conformance
+def test_real_rexrank_example_reads_as_a_submission(request):
+    """Opt-in: the real ReXrank example in ``--samples DIR`` (``rexvqa/rexrank_round2_vqa_prediction_example.json``)."""
+    samples = request.config.getoption("--samples", default=None)
+    if not samples:
+        pytest.skip("needs --samples DIR")
+    from pathlib import Path
+
+    from builders.extraction import extract_letter
+
+    path = Path(samples) / "rexvqa" / "rexrank_round2_vqa_prediction_example.json"
+    assert detect_layout(path) == "rexrank"
+    records = read_predictions(path)
+    raw = json.loads(path.read_text())
+    assert [r.question_id for r in records] == list(raw)
+    for record in records:
+        options = [o.split(". ", 1)[1] for o in raw[record.question_id]["options"]]
+        assert extract_letter(record.prediction, options) == raw[record.question_id]["correct_answer"]
