@@ -33,7 +33,7 @@ from torch.utils.data import DataLoader
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import tiny_builds  # noqa: E402  (synthetic built folders; `cxr-vqa demo` will replace it)
+from datasets import load_dataset  # noqa: E402
 import tiny_models  # noqa: E402  (offline tokenizer and the image-only Qwen2.5-VL processor)
 from trl.chat_template_utils import get_training_chat_template  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
@@ -92,6 +92,20 @@ def build_model_and_processor(preset: dict, max_pixels: int, attn_implementation
     config._attn_implementation = attn_implementation
     model = Qwen2_5_VLForConditionalGeneration(config)
     return model, processor
+
+
+def build_synthetic_gemex(workdir: Path, rows: int, image_size: int) -> Path:
+    """A real `cxr-vqa` build (embed mode, long side `image_size`) of a synthetic release with at least `rows` training questions."""
+    from builders.build import BuildSettings
+    from gemex_dataset.build import build_gemex
+    from gemex_dataset.synthetic import generate
+
+    built = workdir / f"gemex-{rows}-{image_size}"
+    if not built.exists():
+        release = generate(workdir / f"release-{rows}", num_images=rows // 8 + 8, layouts=("per_type",))
+        build_gemex(BuildSettings(source=release.root / "per_type", out=built, images=release.image_root,
+                                  image_mode="embed", image_size=image_size))
+    return built
 
 
 def count_parameters(model) -> tuple[int, int, int]:
@@ -156,14 +170,9 @@ def main(argv: list[str] | None = None) -> dict:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     n_language, n_vision, n_embed = count_parameters(model)
 
-    built = Path(args.workdir) / f"gemex-{args.rows}-{args.image_size}"
-    if not built.exists():
-        tiny_builds.write_built(
-            tiny_builds.gemex_rows(args.rows, args.image_size, args.image_size),
-            tiny_builds.features("embed"), built,
-        )
+    built = build_synthetic_gemex(Path(args.workdir), args.rows, args.image_size)
     settings = settings_for("qwen2_5_vl", processor)
-    dataset = conversational(tiny_builds.load_built(built), settings)
+    dataset = conversational(load_dataset(str(built), split="train").select(range(args.rows)), settings)
     collator = DataCollatorForVisionLanguageModeling(
         processor, assistant_only_loss=True, chat_template=get_training_chat_template(processor)
     )

@@ -12,6 +12,7 @@ from pathlib import Path
 
 from huggingface_hub.errors import HfHubHTTPError
 
+from builders import evaluate
 from builders.build import IMAGE_MODES, BuildSettings
 from builders.images import ImageError
 from builders.report import BuildError
@@ -200,6 +201,7 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--revision", help="branch to commit to (created if missing; default main)")
     push.add_argument("--dry-run", action="store_true", help="print the plan (repo settings, files, sizes, card) and upload nothing")
     push.set_defaults(func=run_publish)
+    evaluate.add_parser(commands)
     return root
 
 
