@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
@@ -20,9 +21,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.images import ImageError, StoredImage, embed_image, image_size, reference_image, resolve_image_path
-from builders.report import BuildError
+from builders.report import BuildError, BuildReport, Reject
 
 IMAGE_MODES = ("reference", "embed", "none")
+SYNTHETIC_MARKER = "SYNTHETIC.md"
+"""Left at the root of every synthetic release; a build from it says so in its card."""
+
+
+def is_synthetic(source: Path) -> bool:
+    """Whether `source` lies in a release made by one of the synthetic generators."""
+    return any((folder / SYNTHETIC_MARKER).exists() for folder in [Path(source), *Path(source).absolute().parents])
 
 
 @dataclass
@@ -167,3 +175,56 @@ class Staging:
                 end += 1
             yield table.take(order[start:end])
             start = end
+
+
+class DatasetBuild(ABC):
+    """The steps every dataset's build takes, in order; each dataset fills in its own.
+
+    `stage` reads and checks the raw records into a `Staging`, `write_split` writes one
+    split's shards, `write_card` the card; `run` wraps them in the atomic output folder
+    and saves the report, which must account for every record read.
+    """
+
+    def __init__(self, settings: BuildSettings, report: BuildReport):
+        self.settings, self.report = settings, report
+        self.images: ImageSource | None = None
+
+    def reject(self, item: Reject) -> None:
+        self.report.reject(item)
+        if self.settings.strict:
+            raise BuildError(f"--strict: rejected {item.line()}")
+
+    @abstractmethod
+    def staging_schema(self) -> pa.Schema: ...
+
+    @abstractmethod
+    def image_source(self) -> ImageSource | None: ...
+
+    @abstractmethod
+    def stage(self, staging: Staging) -> None: ...
+
+    @abstractmethod
+    def write_split(self, staging: Staging, split: str, out: Path) -> None: ...
+
+    @abstractmethod
+    def write_card(self, out: Path) -> None: ...
+
+    def run(self) -> BuildReport:
+        self.settings.check()
+        self.images = self.image_source()
+        with staged_output(Path(self.settings.out), self.settings.overwrite) as out:
+            staging = Staging(out / ".staging", self.staging_schema())
+            try:
+                self.stage(staging)
+                for split in staging.splits():
+                    self.write_split(staging, split, out)
+            finally:
+                if self.images:
+                    self.images.close()
+                shutil.rmtree(out / ".staging", ignore_errors=True)
+            if self.report.rows_written == 0:
+                first = self.report.rejects[0].line() if self.report.rejects else "no records"
+                raise BuildError(f"no row written from {self.settings.source}: {self.report.summary()}; first: {first}")
+            self.write_card(out)
+            self.report.save(out / "build_report.json")
+        return self.report

@@ -8,8 +8,6 @@ image's pixels, drops repeated questions, and writes one shard set per question 
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,42 +16,30 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from builders.box_frame import frame224_to_pixels
-from builders.build import BuildSettings, ImageSource, Staging, staged_output
+from builders.build import BuildSettings, DatasetBuild, ImageSource, Staging, is_synthetic
 from builders.card import build_configs, card_data, render_card, size_category
 from builders.images import ImageError, StoredImage
-from builders.report import BuildError, BuildReport, Reject
+from builders.report import BuildError, BuildReport, RecordError, Reject
 from builders.shards import RowGroupPlan, ShardWriter, sha256
 from gemex_dataset.features import QUESTION_TYPES, features
 from gemex_dataset.prompts import to_messages
 from gemex_dataset.readers import RawQuestion, find_source_files, read_file
-from gemex_dataset.rows import RecordError, question_row
+from gemex_dataset.rows import question_row
 
 IMAGE_COLUMNS = ("question_id", "image", "image_width", "image_height", "boxes", "messages")
-SYNTHETIC_MARKER = "SYNTHETIC.md"
 
 
-def staging_schema() -> pa.Schema:
-    text = features("none").arrow_schema
-    fields = [f for f in text if f.name not in IMAGE_COLUMNS]
-    return pa.schema(fields + [pa.field("_file", pa.string()), pa.field("_record", pa.string())])
-
-
-def is_synthetic(source: Path) -> bool:
-    """Whether `source` lies in a release made by `gemex_dataset.synthetic` (it leaves a marker)."""
-    return any((folder / SYNTHETIC_MARKER).exists() for folder in [source, *source.absolute().parents])
-
-
-class GemexBuild:
+class GemexBuild(DatasetBuild):
     def __init__(self, settings: BuildSettings):
-        self.settings = settings
-        self.report = BuildReport("gemex", settings.to_dict())
+        super().__init__(settings, BuildReport("gemex", settings.to_dict()))
         self.features = features(settings.image_mode)
-        self.images = ImageSource(settings) if settings.images else None
 
-    def reject(self, item: Reject) -> None:
-        self.report.reject(item)
-        if self.settings.strict:
-            raise BuildError(f"--strict: rejected {item.line()}")
+    def staging_schema(self) -> pa.Schema:
+        text = [f for f in features("none").arrow_schema if f.name not in IMAGE_COLUMNS]
+        return pa.schema(text + [pa.field("_file", pa.string()), pa.field("_record", pa.string())])
+
+    def image_source(self) -> ImageSource | None:
+        return ImageSource(self.settings) if self.settings.images else None
 
     def stage(self, staging: Staging) -> None:
         files = find_source_files(Path(self.settings.source), self.settings.split)
@@ -175,24 +161,6 @@ class GemexBuild:
                            images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report, sft="sft" in configs,
                            columns=list(self.features))
         card.save(out / "README.md")
-
-    def run(self) -> BuildReport:
-        self.settings.check()
-        with staged_output(Path(self.settings.out), self.settings.overwrite) as out:
-            staging = Staging(out / ".staging", staging_schema())
-            try:
-                self.stage(staging)
-                for split in staging.splits():
-                    self.write_split(staging, split, out)
-            finally:
-                if self.images:
-                    self.images.close()
-                shutil.rmtree(out / ".staging", ignore_errors=True)
-            if self.report.rows_written == 0:
-                raise BuildError(f"no row written from {self.settings.source}: {self.report.summary()}; first: {self.report.rejects[0].line() if self.report.rejects else 'no records'}")
-            self.write_card(out)
-            self.report.save(out / "build_report.json")
-        return self.report
 
 
 GATED_PROMPT = (

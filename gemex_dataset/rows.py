@@ -12,10 +12,12 @@ import json
 import re
 from dataclasses import dataclass
 
+from builders.report import RecordError
 from gemex_dataset.anatomy import REGIONS
 from gemex_dataset.features import QUESTION_TYPES
 from gemex_dataset.readers import RawQuestion
-from gemex_dataset.synthetic import LLAVA_Q_TYPES, TYPE_PROMPTS
+from gemex_dataset.prompts import TYPE_PROMPTS
+from gemex_dataset.synthetic import LLAVA_Q_TYPES
 
 FAR_OUTSIDE = 22
 """Pixels (10% of the 224 frame) a box may reach past the frame before it is rejected rather than clipped."""
@@ -23,14 +25,6 @@ FAR_OUTSIDE = 22
 _PATH = re.compile(r"^p(?P<group>\d{2})/p(?P<subject>\d+)/s(?P<study>\d+)/(?P<dicom>[^/]+)\.(?:jpg|jpeg|png|dcm)$", re.I)
 _CHOICE = re.compile(r"^(?P<letter>[A-Z]): (?P<text>[\s\S]*)$")
 _KNOWN_REGIONS = frozenset(REGIONS)
-
-
-class RecordError(ValueError):
-    """A question that cannot become a row; `field` is the raw field at fault."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field, self.reason = field, reason
 
 
 @dataclass

@@ -31,7 +31,9 @@ from PIL import Image, ImageDraw, ImageFilter
 from tqdm.auto import tqdm
 
 from builders.box_frame import pixels_to_frame224
+from builders.build import SYNTHETIC_MARKER
 from gemex_dataset.anatomy import region_layout
+from gemex_dataset.prompts import TYPE_PROMPTS
 
 PAPER_IMAGES = {"train": 149_535, "valid": 1_190, "test": 300}
 PAPER_QUESTIONS = 1_605_575
@@ -40,12 +42,6 @@ KEEP_RATE = PAPER_QUESTIONS / (sum(PAPER_IMAGES.values()) * sum(QUESTIONS_PER_IM
 MIMIC_SIZES = ((2544, 3056), (2539, 3050), (2544, 3056), (3056, 2544), (2048, 2500), (3050, 2539))
 LAYOUTS = ("per_type", "llava", "grouped")
 LLAVA_Q_TYPES = {t: f"{t}_questions" for t in QUESTIONS_PER_IMAGE}
-TYPE_PROMPTS = {
-    "open_ended": "Input an open-ended question, and the assistant will output its answer with a detailed reason and corresponding visual location.",
-    "closed_ended": "Input a closed-ended question, and the assistant will output its answer (yes or no) with a detailed reason and corresponding visual location.",
-    "single_choice": "Input a single-choice question, and the assistant will output its answer (an option) with a detailed reason and corresponding visual location.",
-    "multi_choice": "Input a multi-choice question, and the assistant will output its answer (some options) with a detailed reason and corresponding visual location.",
-}
 
 SYNTHETIC_NOTE = """# Synthetic GEMeX release
 
@@ -322,7 +318,7 @@ def generate(out: Path, num_images: int = 24, seed: int = 0, downscale: int = 8,
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "SYNTHETIC.md").write_text(SYNTHETIC_NOTE, encoding="utf-8")
+    (out / SYNTHETIC_MARKER).write_text(SYNTHETIC_NOTE, encoding="utf-8")
     sizes = split_sizes(num_images)
     firsts = dict(zip(sizes, np.cumsum([0] + list(sizes.values()))[:-1].tolist()))
     counts = {split: write_annotations(out, split, seed, firsts[split], n, downscale, layouts) for split, n in sizes.items()}

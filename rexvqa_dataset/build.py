@@ -13,56 +13,46 @@ with an image path that escapes the release folder. `--image-mode none` reads no
 
 from __future__ import annotations
 
-import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from builders.build import BuildSettings, ImageSource, Staging, staged_output
+from builders.build import BuildSettings, DatasetBuild, ImageSource, Staging, is_synthetic
 from builders.card import build_configs, card_data, render_card, size_category
 from builders.images import ImageError, StoredImage
-from builders.report import BuildError, BuildReport, Reject
+from builders.report import BuildError, BuildReport, RecordError, Reject
 from builders.shards import RowGroupPlan, ShardWriter, sha256
 from rexvqa_dataset.features import IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
 from rexvqa_dataset.prompts import to_messages
 from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder, read_file
-from rexvqa_dataset.rows import RecordError, drop_missing_views, question_row
+from rexvqa_dataset.rows import drop_missing_views, question_row
 
-SYNTHETIC_MARKER = "SYNTHETIC.md"
 CONFIGS = (*TASK_CONFIGS, OTHER_TASK)
-
-
-def staging_schema() -> pa.Schema:
-    text = features("none").arrow_schema
-    fields = [f for f in text if f.name not in IMAGE_COLUMNS]
-    return pa.schema(fields + [pa.field("_file", pa.string())])
-
-
-def is_synthetic(source: Path) -> bool:
-    """Whether `source` lies in a release made by `rexvqa_dataset.synthetic` (it leaves a marker)."""
-    return any((folder / SYNTHETIC_MARKER).exists() for folder in [source, *source.absolute().parents])
 
 
 def config_of(row: dict) -> str:
     return TASK_CONFIGS[row["task_name"]] if row["task_name"] >= 0 else OTHER_TASK
 
 
-class RexvqaBuild:
+class RexvqaBuild(DatasetBuild):
     def __init__(self, settings: BuildSettings):
-        self.settings = settings
         self.metadata = metadata_folder(Path(settings.source))
         if settings.images is None and settings.image_mode != "none":
             settings.images = self.metadata
-        self.report = BuildReport("rexvqa", settings.to_dict())
+        super().__init__(settings, BuildReport("rexvqa", settings.to_dict()))
         self.features = features(settings.image_mode)
-        self.images: ImageSource | None = None
 
-    def reject(self, item: Reject) -> None:
-        self.report.reject(item)
-        if self.settings.strict:
-            raise BuildError(f"--strict: rejected {item.line()}")
+    def staging_schema(self) -> pa.Schema:
+        text = [f for f in features("none").arrow_schema if f.name not in IMAGE_COLUMNS]
+        return pa.schema(text + [pa.field("_file", pa.string())])
+
+    def image_source(self) -> ImageSource | None:
+        """`ImagePath`s start with `../deid_png/`: they may leave the metadata folder, not the release."""
+        if self.settings.image_mode == "none":
+            return None
+        return ImageSource(self.settings, allowed_root=Path(self.settings.images).absolute().parent)
 
     def stage(self, staging: Staging) -> None:
         files = find_source_files(Path(self.settings.source), self.settings.split)
@@ -195,26 +185,6 @@ class RexvqaBuild:
             for item in pc.value_counts(table.column("category")).to_pylist():
                 counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
         return sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
-
-    def run(self) -> BuildReport:
-        self.settings.check()
-        if self.settings.image_mode != "none":
-            self.images = ImageSource(self.settings, allowed_root=Path(self.settings.images).absolute().parent)
-        with staged_output(Path(self.settings.out), self.settings.overwrite) as out:
-            staging = Staging(out / ".staging", staging_schema())
-            try:
-                self.stage(staging)
-                for split in staging.splits():
-                    self.write_split(staging, split, out)
-            finally:
-                if self.images:
-                    self.images.close()
-                shutil.rmtree(out / ".staging", ignore_errors=True)
-            if self.report.rows_written == 0:
-                raise BuildError(f"no row written from {self.settings.source}: {self.report.summary()}; first: {self.report.rejects[0].line() if self.report.rejects else 'no records'}")
-            self.write_card(out)
-            self.report.save(out / "build_report.json")
-        return self.report
 
 
 GATED_PROMPT = (

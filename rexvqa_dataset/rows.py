@@ -16,6 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
+from builders.report import RecordError
 from rexvqa_dataset.features import LETTERS, TASKS
 from rexvqa_dataset.reader import RawRecord
 
@@ -36,14 +37,6 @@ NAMED_KEYS = frozenset([*TEXT_FIELDS, *REPORT_FIELDS, "options", "correct_answer
 _OPTION = re.compile(r"^(?P<letter>[A-D])\. (?P<text>[\s\S]*)$")
 _AGE = re.compile(r"^(?P<number>\d{3})(?P<unit>[DWMY])$")
 _YEARS_PER_UNIT = {"D": 1 / 365.25, "W": 7 / 365.25, "M": 1 / 12, "Y": 1.0}
-
-
-class RecordError(ValueError):
-    """A question that cannot become a row; `field` is the raw field at fault."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field, self.reason = field, reason
 
 
 @dataclass

@@ -30,6 +30,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
+from builders.build import SYNTHETIC_MARKER
 from rexvqa_dataset.features import TASKS
 
 PUBLIC_STUDIES = 160_000
@@ -208,7 +209,7 @@ def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4
     """
     out = Path(out)
     (out / "metadata").mkdir(parents=True, exist_ok=True)
-    (out / "SYNTHETIC.md").write_text(SYNTHETIC_NOTE, encoding="utf-8")
+    (out / SYNTHETIC_MARKER).write_text(SYNTHETIC_NOTE, encoding="utf-8")
     sizes = split_sizes(num_studies)
     firsts = dict(zip(sizes, np.cumsum([0, *sizes.values()])[:-1].tolist()))
     questions = {}

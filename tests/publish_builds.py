@@ -16,7 +16,7 @@ _cache: dict[str, Path] = {}
 
 
 def _release(root: Path, synthetic: bool) -> Path:
-    from gemex_dataset.build import SYNTHETIC_MARKER
+    from builders.build import SYNTHETIC_MARKER
     from gemex_dataset.synthetic import generate
 
     key = f"raw-{synthetic}"
