@@ -23,7 +23,7 @@ from huggingface_hub import DatasetCard, HfApi, constants
 from builders.cli import main
 from builders.preview import add_preview_config
 from builders.publish import PublishRefused, inspect_build, plan_publish, publish
-from tests.publish_builds import built, copy_build
+from publish_builds import built, copy_build
 
 TOKEN = "hf_recordingServerSecret0123456789"
 

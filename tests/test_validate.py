@@ -10,7 +10,7 @@ from huggingface_hub import DatasetCard
 import builders.validate as validate_module
 from builders.cli import main
 from builders.validate import check_ready, validate
-from tests.publish_builds import built, copy_build
+from publish_builds import built, copy_build
 
 
 @pytest.fixture(scope="session")
