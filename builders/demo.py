@@ -29,7 +29,7 @@ def run_demo(out: Path, num_images: int = 24) -> int:
     print(f"  preview config (boxes drawn in) and {out / 'gemex' / 'preview.png'} in the card")
     row = load_dataset(str(out / "gemex"), "multi_choice", split="test")[0]
     print(f"  e.g. {row['question_id']}: {row['question']} {row['choices']} -> {row['answer_letters']}; "
-          f"regions {row['regions']} at {row['boxes']} on a {row['image_width']}x{row['image_height']} image")
+          f"regions {row['regions']} at {[[round(v) for v in box] for box in row['boxes']]} on a {row['image_width']}x{row['image_height']} image")
     print(f"Load it: datasets.load_dataset({str(out / 'gemex')!r}, 'multi_choice')")
     run_rexvqa_demo(out)
     return 0
