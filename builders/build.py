@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -161,19 +162,29 @@ class Staging:
         return sorted(self.buffers, key=lambda s: (order.get(s, 3), s))
 
     def sorted_batches(self, split: str, key: str) -> Iterator[pa.Table]:
-        """The split's rows sorted by `key` (stable), in chunks that never cut a run of equal keys."""
+        """The split's rows sorted by `key` (stable), in chunks that never cut a run of equal keys.
+
+        Only the sort order stays in memory; each chunk is taken from a fresh memory map
+        of the staged file, so the pages a chunk touched are let go with it.
+        """
         if self.buffers[split]:
             self._spill(split)
         self.writers.pop(split).close()
-        table = pa.ipc.open_file(pa.memory_map(str(self.folder / f"{split}.arrow"))).read_all()
-        order = pc.sort_indices(table, sort_keys=[(key, "ascending")])
-        keys = table.column(key).take(order).to_pylist()
+        path = str(self.folder / f"{split}.arrow")
+        with pa.memory_map(path) as source:
+            keys = pa.ipc.open_file(source).read_all().column(key)
+            order = pc.sort_indices(keys)
+            codes = pc.dictionary_encode(keys).combine_chunks().indices.take(order).to_numpy(zero_copy_only=False)
+        run_starts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
         start = 0
-        while start < len(keys):
-            end = min(start + self.BATCH, len(keys))
-            while end < len(keys) and keys[end] == keys[end - 1]:
-                end += 1
-            yield table.take(order[start:end])
+        while start < len(order):
+            end = min(start + self.BATCH, len(order))
+            if end < len(order) and codes[end] == codes[end - 1]:
+                after = np.searchsorted(run_starts, end, side="right")
+                end = int(run_starts[after]) if after < len(run_starts) else len(order)
+            with pa.memory_map(path) as source:
+                chunk = pa.ipc.open_file(source).read_all().take(order[start:end])
+            yield chunk
             start = end
 
 

@@ -2,9 +2,12 @@
 
 Rows arrive grouped by image and a row group never splits an image's rows, so each
 image's bytes sit in one row group's dictionary page: the questions that share an
-image share one copy of it (dictionary encoding on `image.bytes`, with a dictionary
-page limit large enough never to fall back to plain). Row groups stay small for the
-Hub's dataset viewer.
+image share one copy of it. The image column is handed to Parquet already
+dictionary-encoded (`image_array`), so no image is copied per question or hashed by
+the writer; readers get plain `binary` back, as the `Image` feature expects, because
+the file carries the features' own Arrow schema (`ARROW:schema`, written by hand with
+`store_schema=False`) rather than the dictionary-typed one it was written from. Row groups stay small for the Hub's
+dataset viewer.
 
 A build writes one shard set per config (question type or task), and an image with
 questions of several types is stored in each of their files. `RowGroupPlan` cuts the
@@ -15,6 +18,7 @@ keeps such repeated pages once.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 from pathlib import Path
 
@@ -51,12 +55,33 @@ def _binary_columns(schema: pa.Schema) -> list[str]:
     return [path for path, type_ in _leaf_columns(schema).items() if pa.types.is_binary(type_) or pa.types.is_large_binary(type_)]
 
 
+def image_array(values: list, type_: pa.DataType) -> pa.Array:
+    """Image values (`{"bytes", "path"}` dicts, or lists of them) as Arrow, `bytes` dictionary-encoded.
+
+    Equal bytes get one dictionary entry; a row group's dictionary is then its distinct images.
+    """
+    if pa.types.is_list(type_):
+        offsets, flat = [0], []
+        for images in values:
+            flat.extend(images or [])
+            offsets.append(len(flat))
+        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), image_array(flat, type_.value_type),
+                                        mask=pa.array([images is None for images in values]))
+    distinct: dict[bytes, int] = {}
+    indices = [None if not value or value.get("bytes") is None else distinct.setdefault(value["bytes"], len(distinct))
+               for value in values]
+    encoded = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(list(distinct), type_.field("bytes").type))
+    paths = pa.array([value.get("path") if value else None for value in values], type_.field("path").type)
+    return pa.StructArray.from_arrays([encoded, paths], names=["bytes", "path"], mask=pa.array([not value for value in values]))
+
+
 class ShardWriter:
     """Writes one config's rows of one split into numbered shards under `folder`."""
 
     def __init__(self, folder: Path, config: str, features: Features):
         self.folder, self.config = folder, config
         self.schema = features.arrow_schema
+        self.image_fields = {f.name for f in self.schema if _binary_columns(pa.schema([f]))}
         self.image_columns = _binary_columns(self.schema)
         # Encoded images do not compress: zstd on them costs time and saves nothing.
         self.compression = {column: "zstd" for column in _leaf_columns(self.schema)} | {c: "none" for c in self.image_columns}
@@ -67,15 +92,24 @@ class ShardWriter:
         self.paths: list[Path] = []
         self.rows = 0
 
-    def _open(self) -> pq.ParquetWriter:
+    def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
         path = self.folder / f"{self.config}-{len(self.paths):05d}.parquet.partial"
         self.folder.mkdir(parents=True, exist_ok=True)
         self.paths.append(path)
         self.shard_bytes = 0
-        return pq.ParquetWriter(
-            path, self.schema, compression=self.compression, use_dictionary=True, dictionary_pagesize_limit=1 << 30,
-            write_statistics=[c.name for c in self.schema if c.name not in ("image", "images")], write_page_index=True,
+        writer = pq.ParquetWriter(
+            path, schema, compression=self.compression, use_dictionary=True, dictionary_pagesize_limit=1 << 30,
+            write_statistics=[c.name for c in self.schema if c.name not in self.image_fields], write_page_index=True,
+            store_schema=False,
         )
+        declared = base64.b64encode(self.schema.serialize().to_pybytes()).decode()
+        writer.add_key_value_metadata({"ARROW:schema": declared, **{k.decode(): v.decode() for k, v in (self.schema.metadata or {}).items()}})
+        return writer
+
+    def _table(self, rows: list[dict]) -> pa.Table:
+        columns = [image_array([row[f.name] for row in rows], f.type) if f.name in self.image_fields
+                   else pa.array([row[f.name] for row in rows], f.type) for f in self.schema]
+        return pa.Table.from_arrays(columns, names=self.schema.names)
 
     def add_image_rows(self, rows: list[dict], image_bytes: int = 0) -> None:
         """Add the rows of one image (or study); they stay together until the next `flush`."""
@@ -86,11 +120,11 @@ class ShardWriter:
         """Write what is pending as one row group."""
         if not self.pending:
             return
+        table = self._table(self.pending)
         if self.writer is None or self.shard_bytes >= BYTES_PER_SHARD:
             if self.writer is not None:
                 self.writer.close()
-            self.writer = self._open()
-        table = pa.Table.from_pylist(self.pending, schema=self.schema)
+            self.writer = self._open(table.schema)
         self.writer.write_table(table, row_group_size=len(self.pending))
         self.rows += len(self.pending)
         self.shard_bytes += self.pending_bytes + table.nbytes // 4

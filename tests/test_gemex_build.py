@@ -155,3 +155,11 @@ def test_a_rebuilt_folder_loads_afresh(gemex_release, tmp_path):
     build(gemex_release, out, image_mode="none", images=None, source=gemex_release.root / "llava", overwrite=True)
     again = load_dataset(str(out), split="test")
     assert set(first["source_layout"]) == {"per_type"} and set(again["source_layout"]) == {"llava"}
+
+
+def test_shards_declare_exactly_the_features_schema(gemex_embed):
+    """Images are written dictionary-encoded, but every reader sees the features' own types."""
+    out, _ = gemex_embed
+    for path in out.glob("data/*/*.parquet"):
+        assert pq.ParquetFile(path).schema_arrow.equals(features("embed").arrow_schema, check_metadata=False)
+        assert pq.read_table(path).schema.field("image").type == features("embed").arrow_schema.field("image").type

@@ -1,0 +1,20 @@
+import random
+
+import pyarrow as pa
+
+from builders.build import Staging
+
+
+def test_sorted_batches_are_stable_and_never_cut_a_run_of_one_key(tmp_path):
+    staging = Staging(tmp_path, pa.schema([("image_path", pa.string()), ("n", pa.int64())]))
+    staging.BATCH = 7
+    rng = random.Random(0)
+    rows = [{"image_path": f"p{rng.randrange(30):02d}.jpg", "n": i} for i in range(500)]
+    for row in rows:
+        staging.add("train", row)
+    chunks = list(staging.sorted_batches("train", "image_path"))
+    assert [r for chunk in chunks for r in chunk.to_pylist()] == sorted(rows, key=lambda r: r["image_path"])
+    keys = [set(chunk.column("image_path").to_pylist()) for chunk in chunks]
+    assert all(not (a & b) for a, b in zip(keys, keys[1:]))
+    longest_run = max(sum(r["image_path"] == key for r in rows) for key in {r["image_path"] for r in rows})
+    assert all(len(chunk) < 7 + longest_run for chunk in chunks)
