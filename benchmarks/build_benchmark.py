@@ -1,13 +1,22 @@
-"""GEMeX build: speed, memory and size against the machine's own limits, measured in one run.
+"""Dataset builds: speed, memory and size against the machine's own limits, measured in one run.
 
-    python benchmarks/build_benchmark.py --scales 200 2000
+    python benchmarks/build_benchmark.py --scales 200 2000            # GEMeX and ReXVQA
+    python benchmarks/build_benchmark.py --datasets gemex --scales 200 2000 --downscale 2
 
-For each scale (number of images; about 10.6 questions each) it writes a synthetic release,
-then measures, each build in a fresh process:
-- the time to merely read every input byte (annotations and images): the floor,
-- `cxr-vqa build gemex` in each image mode: records/s, images/s, peak memory, output bytes,
-- the naive way: `Dataset.from_generator` over the records with the image bytes per row, then `to_parquet`.
-Ratios are taken within the run, so a noisy machine moves both sides alike.
+For each dataset and scale (GEMeX: images, about 10.6 questions each; ReXVQA: studies, about
+4.1 questions and 1.7 images each) it writes a synthetic release, then measures, each build
+in a fresh process (so each peak memory, VmHWM, is that build's own):
+- the time to merely read every input byte (annotations and images): the machine's floor,
+- `cxr-vqa build` in each image mode: records/s, images/s, peak memory, output bytes,
+- for GEMeX, the naive way: `Dataset.from_generator` over the records with the image bytes per
+  row, then `to_parquet`.
+Ratios are taken within the run, so a noisy machine moves both sides alike. Size columns
+divide by the distinct image bytes stored plus the annotation text:
+- `out/(img+text)`: all shards. A build writes one shard set per config (question type, task),
+  so an image with questions of several types is stored in each of their files;
+- `1 config`: the largest single config's shards: how well one file set stores each image once;
+- `dedup`: the bytes left when all shards are cut into ~64 KiB content-defined chunks and each
+  distinct chunk kept once: an estimate of what the Hub's Xet storage keeps.
 """
 
 from __future__ import annotations
@@ -24,27 +33,32 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
+CONFIGS = {"gemex": ("open_ended", "closed_ended", "single_choice", "multi_choice"),
+           "rexvqa": ("presence_assessment", "location_and_distribution_assessment", "negation_assessment",
+                      "differential_diagnosis", "geometric_information_assessment", "other_task")}
+MODES = {"gemex": (("none", {}), ("reference", {}), ("embed", {}), ("embed --image-size 512", {"image_size": 512})),
+         "rexvqa": (("none", {}), ("reference", {}), ("embed", {}), ("embed --keep-16bit", {"keep_16bit": True}),
+                    ("embed --image-size 512", {"image_size": 512}))}
 
-CHILD_BUILD = """
+PEAK = 'def peak_mb():\n    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024\n'
+CHILD_BUILD = PEAK + """
 import json, sys, time
 from pathlib import Path
-def peak_mb():  # VmHWM is this process's own peak; ru_maxrss would carry the parent's over fork/exec
-    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
 from builders.build import BuildSettings
-from gemex_dataset.build import build_gemex
-source, images, out, mode, size = sys.argv[1:6]
+dataset, source, images, out, mode, options = sys.argv[1:7]
+if dataset == "gemex":
+    from gemex_dataset.build import build_gemex as build
+else:
+    from rexvqa_dataset.build import build_rexvqa as build
 start = time.perf_counter()
-report = build_gemex(BuildSettings(source=Path(source), out=Path(out), images=Path(images), image_mode=mode,
-                                   image_size=int(size) or None, overwrite=True))
+report = build(BuildSettings(source=Path(source), out=Path(out), images=Path(images), image_mode=mode.split()[0],
+                             overwrite=True, **json.loads(options)))
 print(json.dumps({"seconds": time.perf_counter() - start, "rows": report.rows_written,
                   "images": sum(report.images.values()), "peak_mb": peak_mb()}))
 """
-
-CHILD_NAIVE = """
-import json, sys, time
+CHILD_NAIVE = PEAK + """
+import json, sys, tempfile, time
 from pathlib import Path
-def peak_mb():
-    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024
 from datasets import Dataset, Features, Image, List, Value
 source, images, out = sys.argv[1:4]
 def records():
@@ -58,18 +72,16 @@ features = Features({"question": Value("string"), "choices": List(Value("string"
                      "reason": Value("string"), "regions": List(Value("string")), "boxes": List(List(Value("int32"))),
                      "report": Value("string"), "image": Image()})
 start = time.perf_counter()
-import tempfile
 ds = Dataset.from_generator(records, features=features, cache_dir=tempfile.mkdtemp())
 ds.to_parquet(out)
-print(json.dumps({"seconds": time.perf_counter() - start, "rows": len(ds), "images": 0,
-                  "peak_mb": peak_mb()}))
+print(json.dumps({"seconds": time.perf_counter() - start, "rows": len(ds), "images": 0, "peak_mb": peak_mb()}))
 """
 
 
 def run_child(code: str, *args: str) -> dict:
-    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True,
-                            env={"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
-                                 "TQDM_DISABLE": "1", "PATH": "/usr/bin:/bin"})
+    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1",
+           "PATH": "/usr/bin:/bin"}
+    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, env=env)
     if result.returncode:
         raise SystemExit(result.stderr)
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -93,8 +105,8 @@ def folder_bytes(folder: Path, pattern: str = "*") -> int:
 def dedup_bytes(folder: Path, window: int = 48, mask: int = (1 << 16) - 1) -> int:
     """Bytes left after content-defined chunking (~64 KiB chunks) and keeping each distinct chunk once.
 
-    An estimate of what the Hub's Xet storage keeps of an upload: chunk boundaries fall where a
-    windowed sum of random byte weights has its low 16 bits zero, so they depend on content only.
+    Chunk boundaries fall where a windowed sum of random byte weights has its low 16 bits
+    zero, so they depend on content only, as in the Hub's Xet storage.
     """
     weights = np.random.default_rng(0).integers(0, 2**32, 256, dtype=np.uint64)
     seen: set[bytes] = set()
@@ -102,10 +114,9 @@ def dedup_bytes(folder: Path, window: int = 48, mask: int = (1 << 16) - 1) -> in
     for path in sorted(folder.rglob("*.parquet")):
         data = np.frombuffer(path.read_bytes(), dtype=np.uint8)
         sums = np.cumsum(weights[data], dtype=np.uint64)
-        rolling = sums[window:] - sums[:-window]
-        cuts = np.flatnonzero((rolling & np.uint64(mask)) == 0) + window + 1
+        cuts = np.flatnonzero(((sums[window:] - sums[:-window]) & np.uint64(mask)) == 0) + window + 1
         start = 0
-        for end in list(cuts) + [len(data)]:
+        for end in [*cuts.tolist(), len(data)]:
             if end - start < 4096 and end != len(data):
                 continue
             chunk = data[start:end].tobytes()
@@ -117,61 +128,92 @@ def dedup_bytes(folder: Path, window: int = 48, mask: int = (1 << 16) - 1) -> in
     return kept
 
 
-def bench(scale: int, work: Path, downscale: int) -> list[dict]:
+def release(dataset: str, scale: int, work: Path, downscale: int) -> tuple[Path, Path, Path, int]:
+    """(annotations, image root, annotation files to read, distinct image bytes) of a new synthetic release."""
     sys.path.insert(0, str(ROOT))
-    from gemex_dataset.synthetic import generate
+    if dataset == "gemex":
+        from gemex_dataset.synthetic import generate
 
-    release = generate(work / f"release-{scale}", num_images=scale, downscale=downscale, layouts=("per_type",), num_proc=2)
-    source, images = release.root / "per_type", release.image_root
-    distinct, text = folder_bytes(images), folder_bytes(source)
-    read_seconds = min(read_everything([source, images]) for _ in range(3))
+        made = generate(work / f"gemex-{scale}", num_images=scale, downscale=downscale, layouts=("per_type",), num_proc=2)
+        return made.root / "per_type", made.image_root, made.root / "per_type", folder_bytes(made.image_root)
+    from rexvqa_dataset.synthetic import generate
+
+    made = generate(work / f"rexvqa-{scale}", num_studies=scale, downscale=downscale, num_proc=2)
+    return made.root, made.metadata, made.metadata, folder_bytes(made.root / "deid_png")
+
+
+def stored_image_bytes(out: Path) -> int:
+    """Bytes of each distinct image stored in the shards, counted once."""
+    import pyarrow.parquet as pq
+
+    distinct: dict[bytes, int] = {}
+    for path in out.rglob("*.parquet"):
+        schema = pq.ParquetFile(path).schema_arrow
+        column = "image" if "image" in schema.names else "images"
+        for value in pq.read_table(path, columns=[column]).column(column).to_pylist():
+            for image in value if isinstance(value, list) else [value]:
+                distinct[hashlib.blake2b(image["bytes"], digest_size=16).digest()] = len(image["bytes"])
+    return sum(distinct.values())
+
+
+def bench(dataset: str, scale: int, work: Path, downscale: int) -> list[dict]:
+    source, images, annotations, image_bytes = release(dataset, scale, work, downscale)
+    text = folder_bytes(annotations)
+    read_seconds = min(read_everything([annotations, images.parent if dataset == "rexvqa" else images]) for _ in range(3))
     rows = []
-    for mode, size in (("none", 0), ("reference", 0), ("embed", 0), ("embed", 512)):
-        out = work / f"out-{scale}-{mode}-{size}"
-        result = run_child(CHILD_BUILD, str(source), str(images), str(out), mode, str(size))
-        output = folder_bytes(out, "*.parquet")
-        biggest_config = max(folder_bytes(out, f"{t}-*.parquet") for t in ("open_ended", "closed_ended", "single_choice", "multi_choice"))
-        rows.append({"scale": scale, "way": f"build {mode}" + (f" --image-size {size}" if size else ""), **result,
-                     "output_mb": output / 1e6, "vs_read": result["seconds"] / read_seconds,
-                     "vs_distinct": output / (distinct + text) if mode == "embed" and not size else None,
-                     "dedup_vs_distinct": dedup_bytes(out) / (distinct + text) if mode == "embed" and not size else None,
-                     "config_vs_distinct": biggest_config / (distinct + text) if mode == "embed" and not size else None})
-    naive = run_child(CHILD_NAIVE, str(source), str(images), str(work / f"naive-{scale}.parquet"))
-    naive_bytes = (work / f"naive-{scale}.parquet").stat().st_size
-    embed = next(r for r in rows if r["way"] == "build embed")
-    rows.append({"scale": scale, "way": "naive from_generator", **naive, "output_mb": naive_bytes / 1e6,
-                 "vs_read": naive["seconds"] / read_seconds, "vs_distinct": naive_bytes / (distinct + text),
-                 "naive_over_embed_bytes": naive_bytes / (embed["output_mb"] * 1e6),
-                 "naive_over_embed_time": naive["seconds"] / embed["seconds"]})
-    print(f"scale {scale}: {scale} images, {embed['rows']} questions, input {(distinct + text) / 1e6:.1f} MB "
-          f"(images {distinct / 1e6:.1f} MB), read-only {read_seconds:.3f} s", flush=True)
+    for way, options in MODES[dataset]:
+        out = work / f"out-{dataset}-{scale}-{way.replace(' ', '')}"
+        result = run_child(CHILD_BUILD, dataset, str(source), str(images), str(out), way, json.dumps(options))
+        row = {"dataset": dataset, "scale": scale, "way": f"build {way}", **result,
+               "output_mb": folder_bytes(out, "*.parquet") / 1e6, "vs_read": result["seconds"] / read_seconds}
+        if way.startswith("embed"):
+            distinct = stored_image_bytes(out) + text
+            biggest = max(folder_bytes(out, f"{c}-*.parquet") for c in CONFIGS[dataset])
+            row.update(vs_distinct=folder_bytes(out, "*.parquet") / distinct, config_vs_distinct=biggest / distinct,
+                       dedup_vs_distinct=dedup_bytes(out) / distinct)
+        rows.append(row)
+    if dataset == "gemex":
+        naive_path = work / f"naive-{scale}.parquet"
+        naive = run_child(CHILD_NAIVE, str(source), str(images), str(naive_path))
+        embed = next(r for r in rows if r["way"] == "build embed")
+        rows.append({"dataset": dataset, "scale": scale, "way": "naive from_generator", **naive,
+                     "output_mb": naive_path.stat().st_size / 1e6, "vs_read": naive["seconds"] / read_seconds,
+                     "vs_distinct": naive_path.stat().st_size / (image_bytes + text),
+                     "naive_over_embed": naive_path.stat().st_size / (embed["output_mb"] * 1e6)})
+    questions = next(r["rows"] for r in rows if r["way"] == "build none")
+    print(f"{dataset} at scale {scale}: {questions} questions, input {(image_bytes + text) / 1e6:.1f} MB "
+          f"(images {image_bytes / 1e6:.1f} MB), read-only {read_seconds:.3f} s", flush=True)
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    head = ["scale", "way", "seconds", "records/s", "images/s", "peak MB", "output MB", "x read-only", "out/(img+text)",
-            "dedup/(img+text)", "1 config/(img+text)", "naive/embed bytes"]
+    head = ["dataset", "scale", "way", "seconds", "records/s", "images/s", "peak MB", "output MB", "x read-only",
+            "out/(img+text)", "1 config/(img+text)", "dedup/(img+text)", "naive/embed bytes"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    fmt = lambda v, f="{:.2f}": "" if v is None else f.format(v)
+
+    def fmt(value, spec="{:.2f}"):
+        return "" if value is None else spec.format(value)
+
     for r in rows:
         lines.append("| " + " | ".join([
-            str(r["scale"]), r["way"], fmt(r["seconds"]), fmt(r["rows"] / r["seconds"], "{:.0f}"),
+            r["dataset"], str(r["scale"]), r["way"], fmt(r["seconds"]), fmt(r["rows"] / r["seconds"], "{:.0f}"),
             fmt(r["images"] / r["seconds"] if r["images"] else None, "{:.0f}"), fmt(r["peak_mb"], "{:.0f}"),
             fmt(r["output_mb"], "{:.1f}"), fmt(r["vs_read"], "{:.1f}"), fmt(r.get("vs_distinct")),
-            fmt(r.get("dedup_vs_distinct")), fmt(r.get("config_vs_distinct")), fmt(r.get("naive_over_embed_bytes"), "{:.1f}"),
+            fmt(r.get("config_vs_distinct")), fmt(r.get("dedup_vs_distinct")), fmt(r.get("naive_over_embed"), "{:.1f}"),
         ]) + " |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scales", type=int, nargs="+", default=[200, 2000], help="images per synthetic release")
-    parser.add_argument("--downscale", type=int, default=4, help="synthetic images this many times smaller than MIMIC's per side")
+    parser.add_argument("--datasets", nargs="+", choices=sorted(CONFIGS), default=["gemex", "rexvqa"])
+    parser.add_argument("--scales", type=int, nargs="+", default=[200, 2000], help="images (GEMeX) or studies (ReXVQA)")
+    parser.add_argument("--downscale", type=int, default=4, help="synthetic images this many times smaller than real per side")
     parser.add_argument("--work", type=Path, help="scratch folder (default: a temporary one)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
-        rows = [row for scale in args.scales for row in bench(scale, work, args.downscale)]
+        rows = [row for dataset in args.datasets for scale in args.scales for row in bench(dataset, scale, work, args.downscale)]
     print(table(rows))
 
 
