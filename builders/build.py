@@ -137,7 +137,7 @@ class Staging:
     rather than in memory keeps a build's memory flat whatever the release's size.
     """
 
-    BATCH = 8192
+    BATCH = 2048
 
     def __init__(self, folder: Path, schema: pa.Schema):
         self.folder, self.schema = folder, schema
@@ -172,9 +172,11 @@ class Staging:
         self.writers.pop(split).close()
         path = str(self.folder / f"{split}.arrow")
         with pa.memory_map(path) as source:
-            keys = pa.ipc.open_file(source).read_all().column(key)
-            order = pc.sort_indices(keys)
-            codes = pc.dictionary_encode(keys).combine_chunks().indices.take(order).to_numpy(zero_copy_only=False)
+            reader = pa.ipc.open_file(source)
+            keys = reader.read_all().column(key)
+            order = pc.sort_indices(keys).to_numpy().astype(np.int64)
+            codes = pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False)[order]
+            batch_starts = np.cumsum([0] + [reader.get_batch(b).num_rows for b in range(reader.num_record_batches)])
         run_starts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
         start = 0
         while start < len(order):
@@ -182,10 +184,25 @@ class Staging:
             if end < len(order) and codes[end] == codes[end - 1]:
                 after = np.searchsorted(run_starts, end, side="right")
                 end = int(run_starts[after]) if after < len(run_starts) else len(order)
-            with pa.memory_map(path) as source:
-                chunk = pa.ipc.open_file(source).read_all().take(order[start:end])
-            yield chunk
+            yield self._take(path, order[start:end], batch_starts)
             start = end
+
+    @staticmethod
+    def _take(path: str, rows: np.ndarray, batch_starts: np.ndarray) -> pa.Table:
+        """Rows at `rows` (in that order), taken batch by batch.
+
+        Each batch is mapped only while its rows are copied out, so the file's pages do not
+        pile up in the process's memory (`Table.take` across batches would join them all).
+        """
+        batch_of = np.searchsorted(batch_starts, rows, side="right") - 1
+        pieces, placed = [], []
+        for batch in np.unique(batch_of):
+            mine = np.flatnonzero(batch_of == batch)
+            with pa.memory_map(path) as source:
+                pieces.append(pa.ipc.open_file(source).get_batch(int(batch)).take(pa.array(rows[mine] - batch_starts[batch])))
+            placed.append(mine)
+        table = pa.Table.from_batches(pieces).combine_chunks()
+        return table.take(pa.array(np.argsort(np.concatenate(placed), kind="stable")))
 
 
 class DatasetBuild(ABC):
