@@ -21,7 +21,7 @@ from builders.card import build_configs, card_data, render_card, size_category
 from builders.images import ImageError, StoredImage
 from builders.report import BuildError, BuildReport, RecordError, Reject
 from builders.shards import RowGroupPlan, ShardWriter, sha256
-from gemex_dataset.features import QUESTION_TYPES, features
+from gemex_dataset.features import COLUMN_DOCS, QUESTION_TYPES, features
 from gemex_dataset.prompts import to_messages
 from gemex_dataset.readers import RawQuestion, find_source_files, read_file
 from gemex_dataset.rows import question_row
@@ -167,7 +167,7 @@ class GemexBuild(DatasetBuild):
         counts = {s: {t: self.report.rows.get(f"{s}/{t}", 0) for t in QUESTION_TYPES} for s in self.report.images}
         card = render_card("gemex.md", data, synthetic=synthetic, settings=self.settings.to_dict(), counts=counts,
                            images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report, sft="sft" in configs,
-                           columns=list(self.features))
+                           columns=list(self.features), column_docs=COLUMN_DOCS)
         card.save(out / "README.md")
 
 

@@ -14,6 +14,34 @@ QUESTION_TYPES: tuple[str, ...] = ("open_ended", "closed_ended", "single_choice"
 """The four question formats, in the paper's order; also the names of the per-type configs."""
 
 
+COLUMN_DOCS: dict[str, str] = {
+    "question_id": "stable unique id: `<split>/<dicom_id>/<question_type>/<n>`",
+    "image": "the radiograph (a path to your file in `reference` mode, bytes in `embed` mode)",
+    "image_path": "MIMIC-CXR-JPG path as released, relative to its `files/`",
+    "image_width": "width of the stored image, pixels (what `boxes` refer to)",
+    "image_height": "height of the stored image, pixels",
+    "subject_id": "MIMIC-CXR subject (patient) id, from the path",
+    "study_id": "MIMIC-CXR study id, from the path",
+    "dicom_id": "MIMIC-CXR image id, from the path",
+    "split": "train, validation or test",
+    "question_type": "the format: open_ended, closed_ended, single_choice, multi_choice",
+    "content_type": "what the question is about, as released (abnormality, disease, location, ...); null in the LLaVA layout",
+    "question": "the question",
+    "choices": "option texts without their letter; empty for open and closed questions",
+    "answer": "as released: free text, `Yes.`/`No.`, a letter, or a JSON list of letters",
+    "answer_letters": "the letters of a choice answer; empty otherwise",
+    "reason": "the textual explanation",
+    "regions": "anatomical region names, parallel to `boxes`; empty where the layout has none",
+    "boxes": "`[x1, y1, x2, y2]` per region in the stored image's pixels; null without image sizes",
+    "boxes_224": "the released boxes in Chest ImaGenome's 224 x 224 letterbox frame",
+    "report": "the source radiology report; null in the LLaVA and grouped layouts",
+    "source_layout": "the layout the record came from: per_type, llava or grouped",
+    "row_id": "the image's index in its split, as released (`row_<k>`)",
+    "q_id": "the question's index in its per-type file; null in other layouts",
+    "messages": "the row as TRL chat turns (the `sft` config)",
+}
+
+
 def features(image_mode: str) -> Features:
     """Columns for a build in `image_mode` (`reference`, `embed` or `none`).
 

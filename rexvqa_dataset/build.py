@@ -24,7 +24,7 @@ from builders.card import build_configs, card_data, render_card, size_category
 from builders.images import ImageError, StoredImage
 from builders.report import BuildError, BuildReport, RecordError, Reject
 from builders.shards import RowGroupPlan, ShardWriter, sha256
-from rexvqa_dataset.features import IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
+from rexvqa_dataset.features import COLUMN_DOCS, IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
 from rexvqa_dataset.prompts import to_messages
 from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder, read_file
 from rexvqa_dataset.rows import drop_missing_views, question_row
@@ -168,7 +168,7 @@ class RexvqaBuild(DatasetBuild):
         totals = {c: sum(counts[s][c] for s in splits) for c in CONFIGS}
         card = render_card("rexvqa.md", data, synthetic=synthetic, settings=self.settings.to_dict(), counts=counts,
                            totals=totals, tasks=dict(zip(CONFIGS, [*TASKS, "other (unknown task)"])),
-                           images=dict(self.report.images), report=self.report, columns=list(self.features), sft="sft" in configs,
+                           images=dict(self.report.images), report=self.report, columns=list(self.features), column_docs=COLUMN_DOCS, sft="sft" in configs,
                            categories=self.category_counts(out),
                            missing_images=sum(n for k, n in self.report.notices.items() if k.startswith("images ")))
         card.save(out / "README.md")

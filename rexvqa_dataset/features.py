@@ -30,6 +30,43 @@ IMAGE_COLUMNS = ("images", "missing_images", "image_widths", "image_heights", "m
 """Columns filled when a study's images are loaded (the build's second pass)."""
 
 
+COLUMN_DOCS: dict[str, str] = {
+    "question_id": "the release's question id (the key of its record)",
+    "images": "the study's images that could be read, in `ImagePath` order",
+    "image_paths": "`ImagePath` as released, relative to `metadata/`",
+    "view_positions": "view of each image in `images` (PA, AP, LATERAL, ...); null where not given",
+    "missing_images": "released paths that were missing or unreadable (the row keeps its other images)",
+    "image_widths": "width of each stored image, pixels",
+    "image_heights": "height of each stored image, pixels",
+    "study_id": "the release's study id",
+    "question": "the question",
+    "options": "the four option texts without their `A. ` prefix",
+    "answer": "the correct letter, A to D",
+    "answer_index": "the correct option's position, 0 to 3",
+    "explanation": "the release's explanation of the answer",
+    "task_name": "one of the five tasks (class label; -1 when the stored task is none of them)",
+    "task_name_raw": "the task as stored",
+    "category": "the question's category, as released",
+    "subcategory": "the question's subcategory, as released",
+    "patient_id": "ReXGradient patient id",
+    "accession_number": "ReXGradient accession number",
+    "study_instance_uid": "DICOM Study Instance UID",
+    "study_date": "study date, YYYYMMDD as released",
+    "patient_age": "DICOM age string as released (`058Y`, `007M`)",
+    "patient_age_years": "the same age in years",
+    "patient_sex": "as released",
+    "image_modality": "as released",
+    "validation_code": "as released (meaning unknown)",
+    "indication": "report section; null where the release has NaN",
+    "comparison": "report section; null where the release has NaN",
+    "findings": "report section; null where the release has NaN",
+    "impression": "report section; null where the release has NaN",
+    "split": "train, validation or test",
+    "extra": "JSON object of every released key the schema does not name",
+    "messages": "the row as TRL chat turns (the `sft` config)",
+}
+
+
 def task_config(task: str) -> str:
     """'Location and Distribution Assessment' -> 'location_and_distribution_assessment'."""
     return re.sub(r"[^0-9a-z]+", "_", task.lower()).strip("_")

@@ -163,3 +163,11 @@ def test_shards_declare_exactly_the_features_schema(gemex_embed):
     for path in out.glob("data/*/*.parquet"):
         assert pq.ParquetFile(path).schema_arrow.equals(features("embed").arrow_schema, check_metadata=False)
         assert pq.read_table(path).schema.field("image").type == features("embed").arrow_schema.field("image").type
+
+
+def test_card_documents_every_column(gemex_embed):
+    from gemex_dataset.features import COLUMN_DOCS
+
+    card = (gemex_embed[0] / "README.md").read_text()
+    assert set(features("embed")) <= set(COLUMN_DOCS)
+    assert all(f"- `{name}`: {COLUMN_DOCS[name]}" in card for name in features("embed"))
