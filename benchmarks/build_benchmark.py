@@ -10,7 +10,10 @@ in a fresh process (so each peak memory, VmHWM, is that build's own):
 - `cxr-vqa build` in each image mode: records/s, images/s, peak memory, output bytes,
 - for GEMeX, the naive way: `Dataset.from_generator` over the records with the image bytes per
   row, then `to_parquet`.
-Ratios are taken within the run, so a noisy machine moves both sides alike. Size columns
+Ratios are taken within the run, so a noisy machine moves both sides alike. By default the
+inputs sit in the page cache (they were just written); `--cold` evicts them before the
+read-only pass and before each build (`posix_fadvise(DONTNEED)`, no root needed), as for a
+release read from disk. Size columns
 divide by the distinct image bytes stored plus the annotation text:
 - `out/(img+text)`: all shards. A build writes one shard set per config (question type, task),
   so an image with questions of several types is stored in each of their files;
@@ -24,6 +27,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -98,6 +102,19 @@ def read_everything(folders: list[Path]) -> float:
     return time.perf_counter() - start
 
 
+def evict(folders: list[Path]) -> None:
+    """Drop the files under `folders` from the page cache, so the next read comes from disk."""
+    os.sync()  # dirty pages cannot be dropped
+    for folder in folders:
+        for path in folder.rglob("*"):
+            if path.is_file():
+                fd = os.open(path, os.O_RDONLY)
+                try:
+                    os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                finally:
+                    os.close(fd)
+
+
 def folder_bytes(folder: Path, pattern: str = "*") -> int:
     return sum(p.stat().st_size for p in folder.rglob(pattern) if p.is_file())
 
@@ -156,13 +173,16 @@ def stored_image_bytes(out: Path) -> int:
     return sum(distinct.values())
 
 
-def bench(dataset: str, scale: int, work: Path, downscale: int) -> list[dict]:
+def bench(dataset: str, scale: int, work: Path, downscale: int, cold: bool) -> list[dict]:
     source, images, annotations, image_bytes = release(dataset, scale, work, downscale)
     text = folder_bytes(annotations)
-    read_seconds = min(read_everything([annotations, images.parent if dataset == "rexvqa" else images]) for _ in range(3))
+    inputs = [annotations, images.parent if dataset == "rexvqa" else images]
+    settle = (lambda: evict(inputs)) if cold else (lambda: None)
+    read_seconds = min((settle(), read_everything(inputs))[1] for _ in range(3))
     rows = []
     for way, options in MODES[dataset]:
         out = work / f"out-{dataset}-{scale}-{way.replace(' ', '')}"
+        settle()
         result = run_child(CHILD_BUILD, dataset, str(source), str(images), str(out), way, json.dumps(options))
         row = {"dataset": dataset, "scale": scale, "way": f"build {way}", **result,
                "output_mb": folder_bytes(out, "*.parquet") / 1e6, "vs_read": result["seconds"] / read_seconds}
@@ -174,6 +194,7 @@ def bench(dataset: str, scale: int, work: Path, downscale: int) -> list[dict]:
         rows.append(row)
     if dataset == "gemex":
         naive_path = work / f"naive-{scale}.parquet"
+        settle()
         naive = run_child(CHILD_NAIVE, str(source), str(images), str(naive_path))
         embed = next(r for r in rows if r["way"] == "build embed")
         rows.append({"dataset": dataset, "scale": scale, "way": "naive from_generator", **naive,
@@ -182,7 +203,7 @@ def bench(dataset: str, scale: int, work: Path, downscale: int) -> list[dict]:
                      "naive_over_embed": naive_path.stat().st_size / (embed["output_mb"] * 1e6)})
     questions = next(r["rows"] for r in rows if r["way"] == "build none")
     print(f"{dataset} at scale {scale}: {questions} questions, input {(image_bytes + text) / 1e6:.1f} MB "
-          f"(images {image_bytes / 1e6:.1f} MB), read-only {read_seconds:.3f} s", flush=True)
+          f"(images {image_bytes / 1e6:.1f} MB), read-only {read_seconds:.3f} s{' from disk' if cold else ' from the page cache'}", flush=True)
     return rows
 
 
@@ -210,10 +231,11 @@ def main() -> None:
     parser.add_argument("--scales", type=int, nargs="+", default=[200, 2000], help="images (GEMeX) or studies (ReXVQA)")
     parser.add_argument("--downscale", type=int, default=4, help="synthetic images this many times smaller than real per side")
     parser.add_argument("--work", type=Path, help="scratch folder (default: a temporary one)")
+    parser.add_argument("--cold", action="store_true", help="read inputs from disk: evict them from the page cache before each pass")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
-        rows = [row for dataset in args.datasets for scale in args.scales for row in bench(dataset, scale, work, args.downscale)]
+        rows = [row for dataset in args.datasets for scale in args.scales for row in bench(dataset, scale, work, args.downscale, args.cold)]
     print(table(rows))
 
 

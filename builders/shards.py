@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from datasets import Features
 
 IMAGES_PER_GROUP = 64
-BYTES_PER_GROUP = 64 << 20
+BYTES_PER_GROUP = 32 << 20
 BYTES_PER_SHARD = 512 << 20
 """Under the viewer's ~286 MiB per row group read and the Hub's advice for file sizes."""
 
