@@ -129,18 +129,21 @@ def dedup_bytes(folder: Path, window: int = 48, mask: int = (1 << 16) - 1) -> in
     seen: set[bytes] = set()
     kept = 0
     for path in sorted(folder.rglob("*.parquet")):
-        data = np.frombuffer(path.read_bytes(), dtype=np.uint8)
-        sums = np.cumsum(weights[data], dtype=np.uint64)
-        cuts = np.flatnonzero(((sums[window:] - sums[:-window]) & np.uint64(mask)) == 0) + window + 1
+        data = np.memmap(path, dtype=np.uint8, mode="r")
+        cuts = []
+        for block in range(0, len(data), 1 << 24):  # 16 MiB at a time, overlapping by the window
+            part = data[max(0, block - window):block + (1 << 24)]
+            sums = np.cumsum(weights[part], dtype=np.uint64)
+            hits = np.flatnonzero(((sums[window:] - sums[:-window]) & np.uint64(mask)) == 0) + window + 1
+            cuts.extend((hits + max(0, block - window)).tolist())
         start = 0
-        for end in [*cuts.tolist(), len(data)]:
+        for end in [*sorted(set(cuts)), len(data)]:
             if end - start < 4096 and end != len(data):
                 continue
-            chunk = data[start:end].tobytes()
-            digest = hashlib.blake2b(chunk, digest_size=16).digest()
+            digest = hashlib.blake2b(data[start:end].tobytes(), digest_size=16).digest()
             if digest not in seen:
                 seen.add(digest)
-                kept += len(chunk)
+                kept += end - start
             start = end
     return kept
 
