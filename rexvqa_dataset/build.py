@@ -86,7 +86,9 @@ class RexvqaBuild(DatasetBuild):
         groups: dict[str, list[dict]] = {}
         for row in rows:
             groups.setdefault(row["study_id"], []).append(row)
-        for study_rows in groups.values():
+        rows.clear()  # a study's rows get its image bytes: hold them only until the study is written
+        while groups:
+            study_rows = groups.pop(next(iter(groups)))
             paths = list(dict.fromkeys(p for row in study_rows for p in row["image_paths"]))
             loaded = self.images.load_many(paths) if self.images else []
             yield study_rows, dict(zip(paths, loaded))
