@@ -24,6 +24,7 @@ import string
 from collections.abc import Sequence
 
 from builders.box_frame import to_model_frame
+from builders.sft import chat_messages
 from gemex_dataset.features import QUESTION_TYPES
 
 TYPE_PROMPTS: dict[str, str] = {
@@ -98,14 +99,6 @@ def target_text(row: dict, box_convention: str = "pixels", **resize_kwargs: int)
     )
 
 
-def text_part(text: str) -> dict:
-    return {"type": "text", "text": text}
-
-
-def image_part() -> dict:
-    return {"type": "image", "text": None}
-
-
 def to_messages(
     row: dict,
     box_convention: str = "pixels",
@@ -113,20 +106,11 @@ def to_messages(
     fold_system: bool = False,
     **resize_kwargs: int,
 ) -> list[dict]:
-    """A GEMeX row as TRL's conversational vision format (the image itself goes in `images`).
+    """A GEMeX row as TRL's conversational vision format (the image itself goes in `image`).
 
     `fold_system` puts the type prompt at the start of the user's text instead of a system turn,
     for chat templates that reject a system role. `resize_kwargs` (``min_pixels``,
     ``max_pixels``, ``factor``) are the processor's when `box_convention` is ``qwen2.5-vl``.
     """
-    instruction = type_prompt(row["question_type"])
-    question = question_text(row)
-    messages: list[dict] = []
-    if fold_system:
-        question = f"{instruction}\n{question}"
-    else:
-        messages.append({"role": "system", "content": [text_part(instruction)]})
-    messages.append({"role": "user", "content": [image_part(), text_part(question)]})
-    if with_answer:
-        messages.append({"role": "assistant", "content": [text_part(target_text(row, box_convention, **resize_kwargs))]})
-    return messages
+    target = target_text(row, box_convention, **resize_kwargs) if with_answer else None
+    return chat_messages(type_prompt(row["question_type"]), question_text(row), 1, target, fold_system)

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import string
 
-from gemex_dataset.prompts import format_choices, image_part, text_part
+from builders.sft import chat_messages
+from gemex_dataset.prompts import format_choices
 
 INSTRUCTION = (
     "Input a chest X-ray study and a multiple-choice question, and the assistant will output the letter of "
@@ -57,14 +58,5 @@ def to_messages(
     **resize_kwargs: int,
 ) -> list[dict]:
     """A ReXVQA row as TRL's conversational vision format: one image part per study image."""
-    question = question_text(row)
-    messages: list[dict] = []
-    if fold_system:
-        question = f"{INSTRUCTION}\n{question}"
-    else:
-        messages.append({"role": "system", "content": [text_part(INSTRUCTION)]})
-    parts = [image_part() for _ in range(image_count(row))] + [text_part(question)]
-    messages.append({"role": "user", "content": parts})
-    if with_answer:
-        messages.append({"role": "assistant", "content": [text_part(target_text(row, box_convention, **resize_kwargs))]})
-    return messages
+    target = target_text(row, box_convention, **resize_kwargs) if with_answer else None
+    return chat_messages(INSTRUCTION, question_text(row), image_count(row), target, fold_system)
