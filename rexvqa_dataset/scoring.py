@@ -19,14 +19,8 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 
 from builders.extraction import LETTERS, extract_letter
+from rexvqa_dataset.features import TASKS
 
-TASKS = (
-    "Presence Assessment",
-    "Location and Distribution Assessment",
-    "Negation Assessment",
-    "Differential Diagnosis",
-    "Geometric Information Assessment",
-)
 COLUMNS = ("question_id", "question", "options", "answer", "task_name_raw", "category", "subcategory")
 """The columns the scorer reads from a built split (never the images)."""
 
