@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 
 from builders.images import ImageError, StoredImage, embed_image, image_size, reference_image, resolve_image_path
 from builders.report import BuildError, BuildReport, Reject
+from builders.shards import SHARD_LAYOUTS, SplitShards, sha256
 
 IMAGE_MODES = ("reference", "embed", "none")
 SYNTHETIC_MARKER = "SYNTHETIC.md"
@@ -47,6 +48,12 @@ class BuildSettings:
     num_proc: int = 1
     image_ext: str | None = None
     keep_16bit: bool = False
+    shard_layout: str = "auto"
+
+    @property
+    def shared_shards(self) -> bool:
+        """Whether every config reads one shared shard set per split (see `builders.shards`)."""
+        return self.shard_layout == "shared" or (self.shard_layout == "auto" and self.image_mode == "embed")
 
     def check(self) -> None:
         if self.image_mode not in IMAGE_MODES:
@@ -63,6 +70,8 @@ class BuildSettings:
             raise BuildError(f"--image-size {self.image_size}: the long side must be at least 16 pixels")
         if self.image_mode == "reference" and (self.image_ext or "").lstrip(".").lower() == "dcm":
             raise BuildError("--image-ext dcm needs --image-mode embed: DICOM files cannot be decoded from a path when rows are read")
+        if self.shard_layout not in SHARD_LAYOUTS:
+            raise BuildError(f"--shard-layout must be one of {', '.join(SHARD_LAYOUTS)}, got {self.shard_layout!r}")
         if self.num_proc < 1:
             raise BuildError(f"--num-proc must be at least 1, got {self.num_proc}")
 
@@ -236,6 +245,18 @@ class DatasetBuild(ABC):
 
     @abstractmethod
     def write_card(self, out: Path) -> None: ...
+
+    def split_shards(self, out: Path, split: str, configs: list[str], features, config_of) -> SplitShards:
+        return SplitShards(out / "data" / split, configs, features, self.settings.shared_shards, config_of)
+
+    def finish_split(self, shards: SplitShards, split: str, out: Path) -> None:
+        """Close a split's shards and account for them: checksums, rows per config."""
+        for path in shards.close():
+            self.report.shards[str(path.relative_to(out))] = sha256(path)
+        for config in shards.configs:
+            if shards.rows[config]:
+                self.report.rows[f"{split}/{config}"] = shards.rows[config]
+        self.report.rows_written += sum(shards.rows.values())
 
     def run(self) -> BuildReport:
         self.settings.check()

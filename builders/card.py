@@ -12,11 +12,12 @@ import hashlib
 from importlib import resources
 from pathlib import Path
 
-import pyarrow.parquet as pq
 from datasets import DatasetInfo, Features, SplitDict, SplitInfo
 from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
+
+from builders.shards import SHARED_PREFIX, count_rows
 
 SPLIT_ORDER = ("train", "validation", "test")
 
@@ -28,49 +29,64 @@ def config_files(out: Path, pattern: str) -> dict[str, list[Path]]:
     return {split: files for split, files in found.items() if files}
 
 
-def config_entry(splits: list[str], patterns: list[str], checksums: dict[str, str], default: bool = False) -> dict:
-    """One `configs` entry: its globs per split, and a description naming the build's content.
+def config_entry(splits: list[str], patterns: list[str], checksums: dict[str, str], default: bool = False,
+                 filters: list | None = None) -> dict:
+    """One `configs` entry: its globs per split (and Parquet filter), and a description naming the build's content.
 
     `datasets` caches a local folder under a hash of its card's YAML alone, not of the
     files; the shards' checksums in `description` make a rebuilt folder load afresh.
     """
     digest = hashlib.sha256("".join(sorted(checksums.values())).encode()).hexdigest()[:16]
     paths = lambda split: [f"data/{split}/{p}" for p in patterns] if len(patterns) > 1 else f"data/{split}/{patterns[0]}"
-    entry = {"data_files": [{"split": split, "path": paths(split)} for split in splits], "description": f"cxr-vqa build {digest}"}
+    entry = {"data_files": [{"split": split, "path": paths(split)} for split in splits]}
+    if filters is not None:
+        entry["filters"] = filters
+    entry["description"] = f"cxr-vqa build {digest}"
     if default:
         entry["default"] = True
     return entry
 
 
-def build_configs(out: Path, names: list[str], features: Features, checksums: dict[str, str], sft: bool) -> tuple[dict, dict]:
-    """`configs` and `dataset_info` of a build: `default` (every shard), one per config name
-    with rows (its `<name>-*.parquet` shards) and, with `sft`, the `sft` config over the same
-    files as `default` (named explicitly, so files added later, such as `preview`, stay out)."""
+def build_configs(out: Path, filters: dict[str, list], features: Features, checksums: dict[str, str],
+                  sft: bool) -> tuple[dict, dict]:
+    """`configs` and `dataset_info` of a build.
+
+    `default` reads every shard. Each config named in `filters` that has rows reads its own
+    `<name>-*.parquet` shards or, when the split's shards are the shared `questions-*.parquet`,
+    those with its filter (`filters[name]`, e.g. `[["question_type", "==", 3]]`). With `sft`,
+    the `sft` config reads the same rows as `default`, its files named explicitly so files
+    added later (such as `preview`) stay out.
+    """
     configs, infos = {}, {}
     every = config_files(out, "*.parquet")
     configs["default"] = config_entry(list(every), ["*.parquet"], checksums, default=True)
     infos["default"] = config_info(every, features)
-    present = []
-    for name in names:
-        files = config_files(out, f"{name}-*.parquet")
-        if files:
-            present.append(name)
-            configs[name] = config_entry(list(files), [f"{name}-*.parquet"], checksums)
-            infos[name] = config_info(files, features)
+    shared = config_files(out, f"{SHARED_PREFIX}-*.parquet")
+    patterns = []
+    for name, name_filter in filters.items():
+        prefix, config_filter = (SHARED_PREFIX, name_filter) if shared else (name, None)
+        pattern = f"{prefix}-*.parquet"
+        info = config_info(config_files(out, pattern), features, filters=config_filter)
+        if not info.splits:
+            continue
+        patterns = sorted({*patterns, pattern})
+        configs[name] = config_entry(list(info.splits), [pattern], checksums, filters=config_filter)
+        infos[name] = info
     if sft:
-        configs["sft"] = config_entry(list(every), [f"{name}-*.parquet" for name in present], checksums)
+        configs["sft"] = config_entry(list(every), patterns, checksums)
         infos["sft"] = config_info(every, features)
     return configs, infos
 
 
-def config_info(files: dict[str, list[Path]], features: Features, description: str = "") -> DatasetInfo:
-    """`dataset_info` of one config, counted from its shards' Parquet metadata."""
+def config_info(files: dict[str, list[Path]], features: Features, description: str = "",
+                filters: list | None = None) -> DatasetInfo:
+    """`dataset_info` of one config, counted from its shards (with its Parquet filter, if any); splits without rows left out."""
     splits = SplitDict()
     for split, paths in files.items():
-        metas = [pq.ParquetFile(p).metadata for p in paths]
-        splits.add(SplitInfo(name=split, num_examples=sum(m.num_rows for m in metas),
-                             num_bytes=sum(m.row_group(g).total_byte_size for m in metas for g in range(m.num_row_groups))))
-    download = sum(p.stat().st_size for paths in files.values() for p in paths)
+        rows, size = count_rows(paths, filters)
+        if rows:
+            splits.add(SplitInfo(name=split, num_examples=rows, num_bytes=size))
+    download = sum(p.stat().st_size for split in splits for p in files[split])
     return DatasetInfo(description=description, features=features, splits=splits, download_size=download,
                        dataset_size=sum(s.num_bytes for s in splits.values()))
 

@@ -16,6 +16,7 @@ from builders import evaluate
 from builders.build import IMAGE_MODES, BuildSettings
 from builders.images import ImageError
 from builders.report import BuildError
+from builders.shards import SHARD_LAYOUTS
 
 
 def _add_build_options(parser: argparse.ArgumentParser) -> None:
@@ -31,12 +32,16 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--strict", action="store_true", help="fail on the first rejected record instead of reporting it")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     parser.add_argument("--num-proc", type=int, default=1, help="threads that read and encode images")
+    parser.add_argument("--shard-layout", choices=SHARD_LAYOUTS, default="auto",
+                        help="by-config: a shard set per question type/task (an image is stored once per type it has); "
+                             "shared: one set per split, configs select rows by a Parquet filter (every image stored once); "
+                             "auto (default): shared with --image-mode embed, by-config otherwise")
 
 
 def _settings(args: argparse.Namespace) -> BuildSettings:
     return BuildSettings(source=args.source, out=args.out, images=args.images, image_mode=args.image_mode,
                          image_size=args.image_size, split=args.split, strict=args.strict, overwrite=args.overwrite,
-                         num_proc=args.num_proc, image_ext=args.image_ext, keep_16bit=args.keep_16bit)
+                         num_proc=args.num_proc, image_ext=args.image_ext, keep_16bit=args.keep_16bit, shard_layout=args.shard_layout)
 
 
 def _print_report(report, out: Path) -> None:

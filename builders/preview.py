@@ -129,7 +129,8 @@ def default_config(configs: dict[str, dict]) -> str:
 
 
 def read_rows(folder: Path, n: int = 16, config: str | None = None, split: str | None = None) -> list[dict]:
-    """Up to `n` rows of one config and split, taken in turn from each of its files (so every type shows)."""
+    """Up to `n` rows of one config and split, taken in turn from each of its files and, where
+    the card's configs select rows by a column (a shared shard set), from each value of it: every type shows."""
     configs, _ = card_configs(Path(folder))
     name = config or default_config(configs)
     if name not in configs:
@@ -138,13 +139,30 @@ def read_rows(folder: Path, n: int = 16, config: str | None = None, split: str |
     split = split or ("test" if "test" in shards else next(iter(shards)))
     if not shards.get(split):
         raise ValueError(f"{folder}: config {name!r} has no split {split!r} (splits: {', '.join(s for s in shards if shards[s])})")
+    own = configs[name].get("filters")
+    selectors = {c["filters"][0][0] for c in configs.values() if c.get("filters")}
     per_file = -(-n // len(shards[split]))
-    tables = []
-    for path in shards[split]:
-        batch = next(pq.ParquetFile(path).iter_batches(batch_size=per_file), None)
-        tables.append(pa.Table.from_batches([batch]).to_pylist() if batch is not None else [])
+    want = per_file if not (own or selectors) else 4 * per_file
+    tables = [_first_rows(path, want, pq.filters_to_expression(own) if own else None) for path in shards[split]]
     mixed = [row for group in zip_longest(*tables) for row in group if row is not None]
+    if selectors and not own:
+        column = sorted(selectors)[0]
+        kinds: dict = {}
+        for row in mixed:
+            kinds.setdefault(row.get(column), []).append(row)
+        mixed = [row for group in zip_longest(*kinds.values()) for row in group if row is not None]
     return mixed[:n]
+
+
+def _first_rows(path: Path, n: int, matching=None) -> list[dict]:
+    """The first `n` rows of one shard (those matching the expression `matching`, if given)."""
+    taken: list[dict] = []
+    for batch in pq.ParquetFile(path).iter_batches(batch_size=n):
+        table = pa.Table.from_batches([batch])
+        taken += (table.filter(matching) if matching is not None else table).to_pylist()
+        if len(taken) >= n:
+            break
+    return taken[:n]
 
 
 def render_png(rows: list[PreviewRow], out: Path, columns: int = 4, size: int = THUMB) -> Path:

@@ -35,6 +35,7 @@ import pyarrow.parquet as pq
 from huggingface_hub import HfApi, get_token
 
 from builders.card import load_card, update_card
+from builders.shards import count_rows
 from builders.validate import card_configs, check_ready, config_shards
 
 Visibility = Literal["private", "gated", "public"]
@@ -211,8 +212,8 @@ def plan_publish(folder: Path, repo_id: str, visibility: Visibility = "private",
         prompt, fields = gating_for(facts.dataset)
         card_fields = {"extra_gated_prompt": prompt, "extra_gated_fields": fields}
     configs, _ = card_configs(folder)
-    counts = {name: {split: sum(pq.ParquetFile(p).metadata.num_rows for p in paths)
-                     for split, paths in config_shards(folder, config).items()} for name, config in configs.items()}
+    counts = {name: {split: count_rows(paths, config.get("filters"))[0] for split, paths in config_shards(folder, config).items()}
+              for name, config in configs.items()}
     return PublishPlan(folder, repo_id, visibility, revision or "main", folder_files(folder), facts, counts, card_fields)
 
 

@@ -1,4 +1,4 @@
-"""The Parquet shard writer: `data/<split>/<config>-NNNNN-of-MMMMM.parquet`.
+"""The Parquet shard writer: `data/<split>/<prefix>-NNNNN-of-MMMMM.parquet`.
 
 Rows arrive grouped by image and a row group never splits an image's rows, so each
 image's bytes sit in one row group's dictionary page: the questions that share an
@@ -9,23 +9,33 @@ the file carries the features' own Arrow schema (`ARROW:schema`, written by hand
 `store_schema=False`) rather than the dictionary-typed one it was written from. Row groups stay small for the Hub's
 dataset viewer.
 
-A build writes one shard set per config (question type or task), and an image with
-questions of several types is stored in each of their files. `RowGroupPlan` cuts the
-row groups of all of a split's writers at the same images, so those files carry
-byte-identical dictionary pages; the Hub's Xet storage, which chunks uploads by content,
-keeps such repeated pages once.
+Two layouts (`SHARD_LAYOUTS`), both read by the same configs (`default`, one per
+question type or task):
+
+- `by-config`: one shard set per config (`<config>-*.parquet`), each config a glob over
+  its own files. An image with questions of k types is stored in k files.
+- `shared`: one shard set per split (`questions-*.parquet`); each config is the same glob
+  with a Parquet filter on its class column, which `datasets` applies when loading.
+  Every image is stored once.
+
+`auto` (the default) is `shared` when images are embedded, where k copies of every image
+would be the bulk of the dataset, and `by-config` otherwise, where the files hold text only.
 """
 
 from __future__ import annotations
 
 import base64
 import hashlib
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 from datasets import Features
 
+SHARD_LAYOUTS = ("auto", "by-config", "shared")
+SHARED_PREFIX = "questions"
 IMAGES_PER_GROUP = 64
 BYTES_PER_GROUP = 32 << 20
 BYTES_PER_SHARD = 512 << 20
@@ -166,3 +176,59 @@ class RowGroupPlan:
             self.images, self.bytes = 0, 0
         self.images += 1
         self.bytes += image_bytes
+
+
+class SplitShards:
+    """A split's shard writers under one layout, fed one image's (or study's) rows at a time.
+
+    `config_of` names each row's config; with `shared`, every row goes to the one
+    `questions` set and the config only counts it.
+    """
+
+    def __init__(self, folder: Path, configs: list[str], features: Features, shared: bool,
+                 config_of: Callable[[dict], str]):
+        self.configs, self.shared, self.config_of = configs, shared, config_of
+        prefixes = [SHARED_PREFIX] if shared else configs
+        self.writers = {prefix: ShardWriter(folder, prefix, features) for prefix in prefixes}
+        self.plan = RowGroupPlan(list(self.writers.values()))
+        self.rows: Counter[str] = Counter()
+
+    def add_image_rows(self, rows: list[dict], image_bytes: int) -> None:
+        self.plan.before_image(image_bytes)
+        by_config: dict[str, list[dict]] = {}
+        for row in rows:
+            by_config.setdefault(self.config_of(row), []).append(row)
+        for config, config_rows in by_config.items():
+            self.rows[config] += len(config_rows)
+        if self.shared:
+            if rows:
+                self.writers[SHARED_PREFIX].add_image_rows(rows, image_bytes)
+            return
+        for config, config_rows in by_config.items():
+            self.writers[config].add_image_rows(config_rows, image_bytes)
+
+    def close(self) -> list[Path]:
+        """Every shard written, under its final name."""
+        return [path for writer in self.writers.values() for path in writer.close()]
+
+
+def count_rows(paths: list[Path], filters: list | None = None) -> tuple[int, int]:
+    """Rows of `paths` (those matching `filters`, a config's Parquet filter) and their uncompressed bytes.
+
+    A filtered config's bytes are its share of each row group's, by rows.
+    """
+    rows = size = 0
+    for path in paths:
+        parquet = pq.ParquetFile(path)
+        meta = parquet.metadata
+        if filters is None:
+            rows += meta.num_rows
+            size += sum(meta.row_group(g).total_byte_size for g in range(meta.num_row_groups))
+            continue
+        expression = pq.filters_to_expression(filters)
+        columns = sorted({predicate[0] for predicate in filters})
+        for g in range(meta.num_row_groups):
+            matching = parquet.read_row_group(g, columns=columns).filter(expression).num_rows
+            rows += matching
+            size += meta.row_group(g).total_byte_size * matching // max(meta.row_group(g).num_rows, 1)
+    return rows, size

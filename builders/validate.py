@@ -30,6 +30,8 @@ from datasets.naming import INVALID_WINDOWS_CHARACTERS_IN_PATH
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
+from builders.shards import count_rows
+
 VIEWER_ROW_GROUP_BYTES = 300_000_000
 """The dataset viewer refuses to read a row group larger than this uncompressed (about 286 MiB)."""
 HUB_SHARD_BYTES = 5 << 30
@@ -151,7 +153,7 @@ def check_config(folder: Path, name: str, config: dict, info, broken: set[Path] 
     if counted != on_disk_splits:
         problems.append(Problem("README.md", "splits", f"config {name!r}: the card counts splits {sorted(counted)}, on disk {sorted(on_disk_splits)}"))
     for split in counted & on_disk_splits:
-        rows = sum(pq.ParquetFile(p).metadata.num_rows for p in shards[split])
+        rows, _ = count_rows(shards[split], config.get("filters"))
         if info.splits[split].num_examples != rows:
             problems.append(Problem("README.md", "splits",
                                     f"config {name!r} split {split!r}: the card counts {info.splits[split].num_examples} rows, the shards hold {rows}"))

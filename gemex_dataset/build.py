@@ -20,7 +20,6 @@ from builders.build import BuildSettings, DatasetBuild, ImageSource, Staging, is
 from builders.card import build_configs, card_data, render_card, size_category
 from builders.images import ImageError, StoredImage
 from builders.report import BuildError, BuildReport, RecordError, Reject
-from builders.shards import RowGroupPlan, ShardWriter, sha256
 from gemex_dataset.features import COLUMN_DOCS, QUESTION_TYPES, features
 from gemex_dataset.prompts import to_messages
 from gemex_dataset.readers import RawQuestion, find_source_files, read_file
@@ -128,31 +127,21 @@ class GemexBuild(DatasetBuild):
             row["image"] = {"bytes": None, "path": image.path}
 
     def write_split(self, staging: Staging, split: str, out: Path) -> None:
-        writers = {t: ShardWriter(out / "data" / split, t, self.features) for t in QUESTION_TYPES}
-        plan = RowGroupPlan(list(writers.values()))
+        shards = self.split_shards(out, split, list(QUESTION_TYPES), self.features, lambda row: QUESTION_TYPES[row["question_type"]])
         images = 0
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
             for table in staging.sorted_batches(split, "image_path"):
                 for rows, image in self.attach_images(table.to_pylist()):
                     final = self.image_group(split, rows, image)
                     images += bool(final)
-                    size = len(image.bytes) if isinstance(image, StoredImage) and image.bytes else 0
-                    plan.before_image(size)
-                    for qtype in QUESTION_TYPES:
-                        typed = [r for r in final if r["question_type"] == QUESTION_TYPES.index(qtype)]
-                        if typed:
-                            writers[qtype].add_image_rows(typed, size)
+                    shards.add_image_rows(final, len(image.bytes) if isinstance(image, StoredImage) and image.bytes else 0)
                     bar.update(len(rows))
-        for qtype, writer in writers.items():
-            for path in writer.close():
-                self.report.shards[str(path.relative_to(out))] = sha256(path)
-            self.report.rows[f"{split}/{qtype}"] = writer.rows
-            self.report.rows_written += writer.rows
+        self.finish_split(shards, split, out)
         self.report.images[split] = images
 
     def write_card(self, out: Path) -> None:
-        configs, infos = build_configs(out, list(QUESTION_TYPES), self.features, self.report.shards,
-                                       sft="messages" in self.features)
+        filters = {qtype: [["question_type", "==", k]] for k, qtype in enumerate(QUESTION_TYPES)}
+        configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features)
         synthetic = is_synthetic(Path(self.settings.source))
         data = card_data(
             configs, infos,
@@ -167,7 +156,7 @@ class GemexBuild(DatasetBuild):
             extra_gated_fields=None if synthetic else GATED_FIELDS,
         )
         counts = {s: {t: self.report.rows.get(f"{s}/{t}", 0) for t in QUESTION_TYPES} for s in self.report.images}
-        card = render_card("gemex.md", data, synthetic=synthetic, settings=self.settings.to_dict(), counts=counts,
+        card = render_card("gemex.md", data, synthetic=synthetic, settings=self.settings.to_dict(), shared_shards=self.settings.shared_shards, counts=counts,
                            images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report, sft="sft" in configs,
                            columns=list(self.features), column_docs=COLUMN_DOCS)
         card.save(out / "README.md")

@@ -2,9 +2,10 @@
 
 Two passes, as for GEMeX. The first reads the three `*_vqa_data.json` files, checks
 each question and stages its text columns on disk. The second takes each split's rows
-sorted by study, loads each of the study's images once, and writes one shard set per
-task. A study's rows stay in one row group, so its image bytes are stored once per
-file (dictionary-encoded) however many questions name them.
+sorted by study, loads each of the study's images once, and writes the shards
+(`builders.shards`: one set per task, or one shared set when images are embedded). A
+study's rows stay in one row group, so its image bytes are stored once per file
+(dictionary-encoded) however many questions name them.
 
 Images: a row keeps the images that load and lists the others in `missing_images`
 (noticed in the report); a row none of whose images loads is rejected, and so is a row
@@ -23,7 +24,6 @@ from builders.build import BuildSettings, DatasetBuild, ImageSource, Staging, is
 from builders.card import build_configs, card_data, render_card, size_category
 from builders.images import ImageError, StoredImage
 from builders.report import BuildError, BuildReport, RecordError, Reject
-from builders.shards import RowGroupPlan, ShardWriter, sha256
 from rexvqa_dataset.features import COLUMN_DOCS, IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
 from rexvqa_dataset.prompts import to_messages
 from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder, read_file
@@ -126,8 +126,7 @@ class RexvqaBuild(DatasetBuild):
         return out
 
     def write_split(self, staging: Staging, split: str, out: Path) -> None:
-        writers = {c: ShardWriter(out / "data" / split, c, self.features) for c in CONFIGS}
-        plan = RowGroupPlan(list(writers.values()))
+        shards = self.split_shards(out, split, list(CONFIGS), self.features, config_of)
         images: set[str] = set()
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
             for table in staging.sorted_batches(split, "study_id"):
@@ -135,23 +134,14 @@ class RexvqaBuild(DatasetBuild):
                     final = self.study_rows(rows, loaded)
                     used = {p for row in final for p in row["image_paths"] if isinstance(loaded.get(p), StoredImage)}
                     images.update(used)
-                    size = sum(len(loaded[p].bytes or b"") for p in used)
-                    plan.before_image(size)
-                    for config in CONFIGS:
-                        rows_of_config = [r for r in final if config_of(r) == config]
-                        if rows_of_config:
-                            writers[config].add_image_rows(rows_of_config, size)
+                    shards.add_image_rows(final, sum(len(loaded[p].bytes or b"") for p in used))
                     bar.update(len(rows))
-        for config, writer in writers.items():
-            for path in writer.close():
-                self.report.shards[str(path.relative_to(out))] = sha256(path)
-            if writer.rows:
-                self.report.rows[f"{split}/{config}"] = writer.rows
-            self.report.rows_written += writer.rows
+        self.finish_split(shards, split, out)
         self.report.images[split] = len(images)
 
     def write_card(self, out: Path) -> None:
-        configs, infos = build_configs(out, list(CONFIGS), self.features, self.report.shards, sft="messages" in self.features)
+        filters = {config: [["task_name", "==", k]] for k, config in enumerate(TASK_CONFIGS)} | {OTHER_TASK: [["task_name", "==", -1]]}
+        configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features)
         synthetic = is_synthetic(Path(self.settings.source))
         data = card_data(
             configs, infos,
@@ -168,7 +158,7 @@ class RexvqaBuild(DatasetBuild):
         splits = list(self.report.images)
         counts = {s: {c: self.report.rows.get(f"{s}/{c}", 0) for c in CONFIGS} for s in splits}
         totals = {c: sum(counts[s][c] for s in splits) for c in CONFIGS}
-        card = render_card("rexvqa.md", data, synthetic=synthetic, settings=self.settings.to_dict(), counts=counts,
+        card = render_card("rexvqa.md", data, synthetic=synthetic, settings=self.settings.to_dict(), shared_shards=self.settings.shared_shards, counts=counts,
                            totals=totals, tasks=dict(zip(CONFIGS, [*TASKS, "other (unknown task)"])),
                            images=dict(self.report.images), report=self.report, columns=list(self.features), column_docs=COLUMN_DOCS, sft="sft" in configs,
                            categories=self.category_counts(out),

@@ -5,6 +5,7 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 from datasets import load_dataset, load_dataset_builder
+from huggingface_hub import DatasetCard
 from PIL import Image
 
 from builders.build import BuildSettings
@@ -66,6 +67,38 @@ def test_shards_are_sorted_by_image_with_one_image_copy_per_file(gemex_embed):
         assert path.stat().st_size < 1.15 * (distinct + text) + footer
         assert len(set(paths)) == len(paths) or path.stat().st_size < 0.75 * sum(map(len, per_row))
         assert "RLE_DICTIONARY" in pq.ParquetFile(path).metadata.row_group(0).column(1).encodings
+
+
+def test_embedded_images_are_stored_once_per_split(gemex_embed):
+    """The default layout with embedded images: one shared shard set, every image's bytes in it once."""
+    out, _ = gemex_embed
+    for split in ("train", "validation", "test"):
+        [path] = (out / "data" / split).glob("*.parquet")
+        assert path.name == "questions-00000-of-00001.parquet"
+        table = pq.read_table(path, columns=["image_path", "image"])
+        images = dict(zip(table.column("image_path").to_pylist(), (i["bytes"] for i in table.column("image").to_pylist())))
+        content = path.read_bytes()
+        assert all(content.count(image) == 1 for image in images.values())
+        assert len(images) < table.num_rows  # questions share their image's one copy
+
+
+def test_by_config_layout_writes_a_shard_set_per_type_with_the_same_rows(gemex_release, gemex_embed, tmp_path):
+    shared, _ = gemex_embed
+    out = tmp_path / "by-config"
+    build(gemex_release, out, image_mode="embed", shard_layout="by-config")
+    assert {p.name.split("-")[0] for p in out.glob("data/*/*.parquet")} == set(QUESTION_TYPES)
+    card = DatasetCard.load(out / "README.md").data
+    assert not any("filters" in c for c in card["configs"])
+    shared_card = DatasetCard.load(shared / "README.md").data
+    multi = next(c for c in shared_card["configs"] if c["config_name"] == "multi_choice")
+    assert multi["filters"] == [["question_type", "==", QUESTION_TYPES.index("multi_choice")]]
+    for qtype in ("open_ended", "multi_choice"):
+        mine = load_dataset(str(out), qtype, split="test")
+        theirs = load_dataset(str(shared), qtype, split="test")
+        assert sorted(mine["question_id"]) == sorted(theirs["question_id"])
+        assert mine.features == theirs.features
+    by_config = sum(p.stat().st_size for p in out.glob("data/*/*.parquet"))
+    assert by_config > 2 * sum(p.stat().st_size for p in shared.glob("data/*/*.parquet"))
 
 
 def test_reference_mode_points_at_the_users_files(gemex_release, tmp_path):
