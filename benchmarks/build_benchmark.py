@@ -15,9 +15,10 @@ inputs sit in the page cache (they were just written); `--cold` evicts them befo
 read-only pass and before each build (`posix_fadvise(DONTNEED)`, no root needed), as for a
 release read from disk. Size columns
 divide by the distinct image bytes stored plus the annotation text:
-- `out/(img+text)`: all shards. A build writes one shard set per config (question type, task),
-  so an image with questions of several types is stored in each of their files;
-- `1 config`: the largest single config's shards: how well one file set stores each image once;
+- `out/(img+text)`: all shards. An embed build writes one shared shard set per split, each image
+  once; with `--shard-layout by-config` it writes one set per config (question type, task), so
+  an image with questions of several types is stored in each of their files;
+- `1 config`: the largest single shard set (a config's own, or the shared one);
 - `dedup`: the bytes left when all shards are cut into ~64 KiB content-defined chunks and each
   distinct chunk kept once: an estimate of what the Hub's Xet storage keeps.
 """
@@ -40,8 +41,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {"gemex": ("open_ended", "closed_ended", "single_choice", "multi_choice"),
            "rexvqa": ("presence_assessment", "location_and_distribution_assessment", "negation_assessment",
                       "differential_diagnosis", "geometric_information_assessment", "other_task")}
-MODES = {"gemex": (("none", {}), ("reference", {}), ("embed", {}), ("embed --image-size 512", {"image_size": 512})),
-         "rexvqa": (("none", {}), ("reference", {}), ("embed", {}), ("embed --keep-16bit", {"keep_16bit": True}),
+BY_CONFIG = ("embed --shard-layout by-config", {"shard_layout": "by-config"})
+MODES = {"gemex": (("none", {}), ("reference", {}), ("embed", {}), BY_CONFIG, ("embed --image-size 512", {"image_size": 512})),
+         "rexvqa": (("none", {}), ("reference", {}), ("embed", {}), BY_CONFIG, ("embed --keep-16bit", {"keep_16bit": True}),
                     ("embed --image-size 512", {"image_size": 512}))}
 
 PEAK = 'def peak_mb():\n    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024\n'
@@ -176,7 +178,7 @@ def stored_image_bytes(out: Path) -> int:
     return sum(distinct.values())
 
 
-def bench(dataset: str, scale: int, work: Path, downscale: int, cold: bool) -> list[dict]:
+def bench(dataset: str, scale: int, work: Path, downscale: int, cold: bool, ways: list[str] | None = None) -> list[dict]:
     source, images, annotations, image_bytes = release(dataset, scale, work, downscale)
     text = folder_bytes(annotations)
     inputs = [annotations, images.parent if dataset == "rexvqa" else images]
@@ -184,6 +186,8 @@ def bench(dataset: str, scale: int, work: Path, downscale: int, cold: bool) -> l
     read_seconds = min((settle(), read_everything(inputs))[1] for _ in range(3))
     rows = []
     for way, options in MODES[dataset]:
+        if ways and way not in ways and way.split()[0] != "none":
+            continue
         out = work / f"out-{dataset}-{scale}-{way.replace(' ', '')}"
         settle()
         result = run_child(CHILD_BUILD, dataset, str(source), str(images), str(out), way, json.dumps(options))
@@ -191,11 +195,11 @@ def bench(dataset: str, scale: int, work: Path, downscale: int, cold: bool) -> l
                "output_mb": folder_bytes(out, "*.parquet") / 1e6, "vs_read": result["seconds"] / read_seconds}
         if way.startswith("embed"):
             distinct = stored_image_bytes(out) + text
-            biggest = max(folder_bytes(out, f"{c}-*.parquet") for c in CONFIGS[dataset])
+            biggest = max(folder_bytes(out, f"{c}-*.parquet") for c in (*CONFIGS[dataset], "questions"))
             row.update(vs_distinct=folder_bytes(out, "*.parquet") / distinct, config_vs_distinct=biggest / distinct,
                        dedup_vs_distinct=dedup_bytes(out) / distinct)
         rows.append(row)
-    if dataset == "gemex":
+    if dataset == "gemex" and (not ways or "naive" in ways):
         naive_path = work / f"naive-{scale}.parquet"
         settle()
         naive = run_child(CHILD_NAIVE, str(source), str(images), str(naive_path))
@@ -235,10 +239,11 @@ def main() -> None:
     parser.add_argument("--downscale", type=int, default=4, help="synthetic images this many times smaller than real per side")
     parser.add_argument("--work", type=Path, help="scratch folder (default: a temporary one)")
     parser.add_argument("--cold", action="store_true", help="read inputs from disk: evict them from the page cache before each pass")
+    parser.add_argument("--ways", nargs="+", help="only these builds (e.g. embed 'embed --image-size 512' naive); `none` always runs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
-        rows = [row for dataset in args.datasets for scale in args.scales for row in bench(dataset, scale, work, args.downscale, args.cold)]
+        rows = [row for dataset in args.datasets for scale in args.scales for row in bench(dataset, scale, work, args.downscale, args.cold, args.ways)]
     print(table(rows))
 
 

@@ -11,10 +11,12 @@ from __future__ import annotations
 import os
 import shutil
 from abc import ABC, abstractmethod
+from collections import deque
 from collections.abc import Iterable, Iterator
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -102,13 +104,21 @@ def staged_output(out: Path, overwrite: bool) -> Iterator[Path]:
 
 
 class ImageSource:
-    """Resolves released image paths under the image root and loads them for the build's mode."""
+    """Resolves released image paths under the image root and loads them for the build's mode.
+
+    Images load on `num_proc` background threads, ahead of the rows that need them, so
+    reading the next images overlaps writing the last ones (file reads, decoding and Parquet
+    writes all run outside the GIL).
+    """
+
+    AHEAD = 16
+    """Images in flight beyond the one being used: enough to keep the disk busy, few enough to keep memory flat."""
 
     def __init__(self, settings: BuildSettings, allowed_root: Path | None = None):
         self.settings = settings
         self.root = Path(settings.images).absolute() if settings.images else None
         self.allowed_root = allowed_root
-        self.pool = ThreadPoolExecutor(settings.num_proc) if settings.num_proc > 1 else None
+        self.pool = ThreadPoolExecutor(settings.num_proc, thread_name_prefix="image-reader")
 
     def path(self, relative: str) -> Path:
         return resolve_image_path(self.root, relative, self.settings.image_ext, self.allowed_root)
@@ -129,14 +139,19 @@ class ImageSource:
         except ImageError as err:
             return err
 
-    def load_many(self, relatives: Iterable[str]) -> list[StoredImage | ImageError]:
-        if self.pool is None:
-            return [self.load(r) for r in relatives]
-        return list(self.pool.map(self.load, relatives))
+    def load_ahead(self, relatives: Iterable[str]) -> Iterator[StoredImage | ImageError]:
+        """The images of `relatives`, in order, each read while the ones before it are being used."""
+        queued = iter(relatives)
+        in_flight = deque(self.pool.submit(self.load, r) for r in islice(queued, self.AHEAD))
+        while in_flight:
+            image = in_flight.popleft().result()
+            following = next(queued, None)
+            if following is not None:
+                in_flight.append(self.pool.submit(self.load, following))
+            yield image
 
     def close(self) -> None:
-        if self.pool is not None:
-            self.pool.shutdown()
+        self.pool.shutdown(cancel_futures=True)
 
 
 class Staging:
@@ -225,6 +240,8 @@ class DatasetBuild(ABC):
     def __init__(self, settings: BuildSettings, report: BuildReport):
         self.settings, self.report = settings, report
         self.images: ImageSource | None = None
+        self.checksums: dict[str, Future[str]] = {}
+        self.hasher: ThreadPoolExecutor | None = None
 
     def reject(self, item: Reject) -> None:
         self.report.reject(item)
@@ -250,9 +267,10 @@ class DatasetBuild(ABC):
         return SplitShards(out / "data" / split, configs, features, self.settings.shared_shards, config_of)
 
     def finish_split(self, shards: SplitShards, split: str, out: Path) -> None:
-        """Close a split's shards and account for them: checksums, rows per config."""
+        """Close a split's shards and account for them: checksums (taken in the background while
+        the next split is written), rows per config."""
         for path in shards.close():
-            self.report.shards[str(path.relative_to(out))] = sha256(path)
+            self.checksums[str(path.relative_to(out))] = self.hasher.submit(sha256, path)
         for config in shards.configs:
             if shards.rows[config]:
                 self.report.rows[f"{split}/{config}"] = shards.rows[config]
@@ -263,13 +281,16 @@ class DatasetBuild(ABC):
         self.images = self.image_source()
         with staged_output(Path(self.settings.out), self.settings.overwrite) as out:
             staging = Staging(out / ".staging", self.staging_schema())
+            self.hasher = ThreadPoolExecutor(1, thread_name_prefix="checksum")
             try:
                 self.stage(staging)
                 for split in staging.splits():
                     self.write_split(staging, split, out)
+                self.report.shards.update({path: checksum.result() for path, checksum in self.checksums.items()})
             finally:
                 if self.images:
                     self.images.close()
+                self.hasher.shutdown(cancel_futures=True)
                 shutil.rmtree(out / ".staging", ignore_errors=True)
             if self.report.rows_written == 0:
                 first = self.report.rejects[0].line() if self.report.rejects else "no records"

@@ -26,8 +26,10 @@ from __future__ import annotations
 
 import base64
 import hashlib
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from functools import partial
 from pathlib import Path
 
 import pyarrow as pa
@@ -68,7 +70,9 @@ def _binary_columns(schema: pa.Schema) -> list[str]:
 def image_array(values: list, type_: pa.DataType) -> pa.Array:
     """Image values (`{"bytes", "path"}` dicts, or lists of them) as Arrow, `bytes` dictionary-encoded.
 
-    Equal bytes get one dictionary entry; a row group's dictionary is then its distinct images.
+    The rows of one image share its one `bytes` object, so entries are keyed by object rather
+    than by content: a row group's dictionary is then its distinct images, found without
+    hashing megabytes of image per row group.
     """
     if pa.types.is_list(type_):
         offsets, flat = [0], []
@@ -77,16 +81,31 @@ def image_array(values: list, type_: pa.DataType) -> pa.Array:
             offsets.append(len(flat))
         return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), image_array(flat, type_.value_type),
                                         mask=pa.array([images is None for images in values]))
-    distinct: dict[bytes, int] = {}
-    indices = [None if not value or value.get("bytes") is None else distinct.setdefault(value["bytes"], len(distinct))
-               for value in values]
-    encoded = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(list(distinct), type_.field("bytes").type))
+    distinct: dict[int, int] = {}
+    images: list[bytes] = []
+    indices = []
+    for value in values:
+        image = value.get("bytes") if value else None
+        if image is None:
+            indices.append(None)
+            continue
+        if id(image) not in distinct:
+            distinct[id(image)] = len(images)
+            images.append(image)
+        indices.append(distinct[id(image)])
+    encoded = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(images, type_.field("bytes").type))
     paths = pa.array([value.get("path") if value else None for value in values], type_.field("path").type)
     return pa.StructArray.from_arrays([encoded, paths], names=["bytes", "path"], mask=pa.array([not value for value in values]))
 
 
 class ShardWriter:
-    """Writes one config's rows of one split into numbered shards under `folder`."""
+    """Writes one config's rows of one split into numbered shards under `folder`.
+
+    Row groups are written on a thread of their own (Parquet writes run outside the GIL),
+    at most `IN_FLIGHT` behind, so building the next rows overlaps writing the last ones.
+    """
+
+    IN_FLIGHT = 2
 
     def __init__(self, folder: Path, config: str, features: Features):
         self.folder, self.config = folder, config
@@ -101,6 +120,8 @@ class ShardWriter:
         self.writer: pq.ParquetWriter | None = None
         self.paths: list[Path] = []
         self.rows = 0
+        self.writing = ThreadPoolExecutor(1, thread_name_prefix=f"parquet-{config}")
+        self.in_flight: deque[Future] = deque()
 
     def _open(self, schema: pa.Schema) -> pq.ParquetWriter:
         path = self.folder / f"{self.config}-{len(self.paths):05d}.parquet.partial"
@@ -121,6 +142,12 @@ class ShardWriter:
                    else pa.array([row[f.name] for row in rows], f.type) for f in self.schema]
         return pa.Table.from_arrays(columns, names=self.schema.names)
 
+    def _submit(self, task: Callable, *args) -> None:
+        """Queue a write behind the earlier ones, waiting while `IN_FLIGHT` are queued (a failed one raises here)."""
+        while len(self.in_flight) >= self.IN_FLIGHT:
+            self.in_flight.popleft().result()
+        self.in_flight.append(self.writing.submit(task, *args))
+
     def add_image_rows(self, rows: list[dict], image_bytes: int = 0) -> None:
         """Add the rows of one image (or study); they stay together until the next `flush`."""
         self.pending.extend(rows)
@@ -133,9 +160,9 @@ class ShardWriter:
         table = self._table(self.pending)
         if self.writer is None or self.shard_bytes >= BYTES_PER_SHARD:
             if self.writer is not None:
-                self.writer.close()
+                self._submit(self.writer.close)
             self.writer = self._open(table.schema)
-        self.writer.write_table(table, row_group_size=len(self.pending))
+        self._submit(partial(self.writer.write_table, row_group_size=table.num_rows), table)
         self.rows += len(self.pending)
         self.shard_bytes += self.pending_bytes + table.nbytes // 4
         self.pending, self.pending_bytes = [], 0
@@ -144,7 +171,12 @@ class ShardWriter:
         """Finish the last shard and give every shard its final `-NNNNN-of-MMMMM` name."""
         self.flush()
         if self.writer is not None:
-            self.writer.close()
+            self._submit(self.writer.close)
+        try:
+            while self.in_flight:
+                self.in_flight.popleft().result()
+        finally:
+            self.writing.shutdown()
         final = []
         for k, path in enumerate(self.paths):
             target = path.with_name(f"{self.config}-{k:05d}-of-{len(self.paths):05d}.parquet")

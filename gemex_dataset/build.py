@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from collections.abc import Iterator
+from itertools import repeat
 from pathlib import Path
 
 import pyarrow as pa
@@ -25,7 +26,6 @@ from gemex_dataset.prompts import to_messages
 from gemex_dataset.readers import RawQuestion, find_source_files, read_file
 from gemex_dataset.rows import question_row
 
-IMAGE_WINDOW = 16
 IMAGE_COLUMNS = ("question_id", "image", "image_width", "image_height", "boxes", "messages")
 
 
@@ -68,19 +68,16 @@ class GemexBuild(DatasetBuild):
     def attach_images(self, rows: list[dict]) -> Iterator[tuple[list[dict], StoredImage | ImageError | None]]:
         """Rows grouped by image, each group with its loaded image (None without an image root).
 
-        Images load a window at a time (in parallel with `--num-proc`) and each group is let go
-        once yielded, so memory holds a window's images, not a whole chunk's.
+        Images load ahead in the background (`ImageSource.load_ahead`) and each group is let go
+        once yielded, so memory holds a few images, not a whole chunk's.
         """
         groups: dict[str, list[dict]] = {}
         for row in rows:
             groups.setdefault(row["image_path"], []).append(row)
         rows.clear()  # a group's rows get its image bytes: hold them only until the group is written
         paths = list(groups)
-        for start in range(0, len(paths), IMAGE_WINDOW):
-            window = paths[start:start + IMAGE_WINDOW]
-            loaded = self.images.load_many(window) if self.images else [None] * len(window)
-            for path, image in zip(window, loaded):
-                yield groups.pop(path), image
+        for path, image in zip(paths, self.images.load_ahead(paths) if self.images else repeat(None)):
+            yield groups.pop(path), image
 
     def image_group(self, split: str, rows: list[dict], image: StoredImage | ImageError | None) -> list[dict]:
         """The final rows of one image: ids, image columns and pixel boxes; repeats and image failures rejected."""

@@ -82,16 +82,16 @@ class RexvqaBuild(DatasetBuild):
         staging.add(raw.split, row)
 
     def studies(self, rows: list[dict]) -> Iterator[tuple[list[dict], dict[str, StoredImage | ImageError]]]:
-        """Rows grouped by study, each with its images loaded (by released path) once."""
+        """Rows grouped by study, each with its images loaded (by released path) once, ahead in the background."""
         groups: dict[str, list[dict]] = {}
         for row in rows:
             groups.setdefault(row["study_id"], []).append(row)
         rows.clear()  # a study's rows get its image bytes: hold them only until the study is written
-        while groups:
-            study_rows = groups.pop(next(iter(groups)))
-            paths = list(dict.fromkeys(p for row in study_rows for p in row["image_paths"]))
-            loaded = self.images.load_many(paths) if self.images else []
-            yield study_rows, dict(zip(paths, loaded))
+        paths_of = {study: list(dict.fromkeys(p for row in study_rows for p in row["image_paths"]))
+                    for study, study_rows in groups.items()}
+        loaded = self.images.load_ahead(p for paths in paths_of.values() for p in paths) if self.images else None
+        for study, paths in paths_of.items():
+            yield groups.pop(study), {path: next(loaded) for path in paths} if loaded else {}
 
     def study_rows(self, rows: list[dict], images: dict[str, StoredImage | ImageError]) -> list[dict]:
         """The final rows of one study, image columns attached; rows without a usable image rejected."""

@@ -174,6 +174,17 @@ def test_failed_build_leaves_no_folder(gemex_release, tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_failed_shard_write_fails_the_build_and_leaves_no_folder(gemex_release, tmp_path, monkeypatch):
+    """Row groups are written on a background thread: its failure must still stop the build."""
+    def disk_full(self, table, row_group_size=None):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(pq.ParquetWriter, "write_table", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        build(gemex_release, tmp_path / "out", image_mode="embed")
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_num_proc_gives_the_same_shards(gemex_release, gemex_embed, tmp_path):
     out = tmp_path / "par"
     report = build(gemex_release, out, image_mode="embed", num_proc=2)
