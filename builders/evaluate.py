@@ -23,6 +23,7 @@ from builders.box_frame import BOX_CONVENTIONS
 from builders.judge import JudgeError
 from builders.predictions import PredictionsCheck, PredictionsError, match_to_split, read_predictions, rexrank_record, write_rexrank
 from builders.text_metrics import BERTSCORE_NOTE, MissingExtraError
+from builders.validate import card_configs, config_shards, default_config
 
 BENCHMARKS = ("gemex", "rexvqa")
 BASELINES = ("random", "majority")
@@ -68,18 +69,29 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
+def split_shards(dataset_dir: Path, split: str) -> list[Path]:
+    if not (dataset_dir / "README.md").exists():
+        return sorted((dataset_dir / "data" / split).glob("**/*.parquet"))
+    try:
+        configs, _ = card_configs(dataset_dir)
+    except ValueError as error:
+        raise EvaluationError(f"{dataset_dir / 'README.md'}: {error}") from None
+    return config_shards(dataset_dir, configs[default_config(configs)]).get(split, [])
+
+
 def load_split(dataset_dir: Path, split: str, wanted: Sequence[str], required: Sequence[str]) -> list[dict]:
     """Rows of `split` with only the `wanted` columns present in its files (images never read).
 
-    Only ``data/<split>/*.parquet`` is loaded (passing it as `data_files`), so evaluating the
-    test split never converts the other splits.
+    Only the split's shards are loaded (passing them as `data_files`), so evaluating the test
+    split never converts the other splits: those the card's default config reads (so an added
+    `preview` config stays out), or every ``data/<split>/*.parquet`` of a folder without a card.
     """
     import datasets
     import pyarrow.parquet as pq
 
     if not dataset_dir.is_dir():
         raise EvaluationError(f"{dataset_dir}: no such dataset folder")
-    files = sorted((dataset_dir / "data" / split).glob("**/*.parquet"))
+    files = split_shards(dataset_dir, split)
     if not files:
         found = sorted(p.name for p in (dataset_dir / "data").glob("*") if p.is_dir())
         raise EvaluationError(f"{dataset_dir}: no data/{split}/*.parquet (splits found: {', '.join(found) or 'none'})")

@@ -30,7 +30,7 @@ from datasets import Features
 from PIL import Image, ImageDraw, ImageFont
 
 from builders.card import config_info, load_card, set_card_section, update_card
-from builders.validate import card_configs, config_shards
+from builders.validate import card_configs, config_shards, default_config
 
 BOX_COLOURS = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240), (240, 50, 230))
 """Distinct colours, one per region of a row; the first is red."""
@@ -122,10 +122,6 @@ def preview_row(row: dict, size: int = THUMB) -> PreviewRow:
     caption = ", ".join(regions) if drawn is not None else "no image in this build" + (f" ({', '.join(regions)})" if regions else "")
     return PreviewRow(title, [drawn], [caption], row.get("question") or "", list(row.get("choices") or []),
                       str(row.get("answer") or ""), row.get("reason") or "")
-
-
-def default_config(configs: dict[str, dict]) -> str:
-    return next((name for name, c in configs.items() if c.get("default")), "default" if "default" in configs else next(iter(configs)))
 
 
 def read_rows(folder: Path, n: int = 16, config: str | None = None, split: str | None = None) -> list[dict]:

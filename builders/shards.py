@@ -105,7 +105,7 @@ class ShardWriter:
     at most `IN_FLIGHT` behind, so building the next rows overlaps writing the last ones.
     """
 
-    IN_FLIGHT = 2
+    IN_FLIGHT = 1
 
     def __init__(self, folder: Path, config: str, features: Features):
         self.folder, self.config = folder, config

@@ -66,6 +66,11 @@ def card_configs(folder: Path) -> tuple[dict[str, dict], DatasetInfosDict]:
     return dict(configs), DatasetInfosDict.from_dataset_card_data(data)
 
 
+def default_config(configs: dict[str, dict]) -> str:
+    """The config `load_dataset(folder)` reads: the one marked default, else `default`, else the first."""
+    return next((name for name, c in configs.items() if c.get("default")), "default" if "default" in configs else next(iter(configs)))
+
+
 def split_patterns(config: dict) -> dict[str, list[str]]:
     """{split: [glob, ...]} of one config's `data_files` (every form MetadataConfigs accepts)."""
     data_files = config.get("data_files", [])

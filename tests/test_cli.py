@@ -20,6 +20,18 @@ def test_build_gemex_from_the_command_line(gemex_release, tmp_path):
     assert max(load_dataset(str(out), split="test")[0]["image"].size) == 96
 
 
+def test_shard_layout_option(gemex_release, tmp_path):
+    base = ["build", "gemex", "--source", str(gemex_release.root / "per_type"), "--image-mode", "none"]
+    assert main([*base, "--out", str(tmp_path / "auto")]) == 0
+    assert {p.name.split("-")[0] for p in (tmp_path / "auto").glob("data/test/*.parquet")} == {
+        "open_ended", "closed_ended", "single_choice", "multi_choice"}
+    assert main([*base, "--out", str(tmp_path / "shared"), "--shard-layout", "shared"]) == 0
+    assert [p.name for p in (tmp_path / "shared").glob("data/test/*.parquet")] == ["questions-00000-of-00001.parquet"]
+    closed = load_dataset(str(tmp_path / "shared"), "closed_ended", split="test")
+    assert set(closed["question_type"]) == {1}
+    assert len(closed) == len(load_dataset(str(tmp_path / "auto"), "closed_ended", split="test"))
+
+
 def test_errors_are_one_line_and_exit_non_zero(tmp_path):
     result = subprocess.run([sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(tmp_path / "nowhere"),
                              "--out", str(tmp_path / "out"), "--image-mode", "none"], capture_output=True, text=True)

@@ -166,3 +166,15 @@ def test_unknown_split_is_a_one_line_error(tmp_path, capsys):
     assert _run(["rexvqa", "--dataset", str(folder), "--split", "valid", "--baseline", "majority"]) == 2
     err = capsys.readouterr().err
     assert "cxr-vqa evaluate: error:" in err and "valid" in err
+
+
+def test_a_built_folder_with_a_preview_config_is_evaluated_on_its_rows_once(tmp_path):
+    from builders.preview import add_preview_config
+    from builders.validate import card_configs
+    from publish_builds import copy_build
+
+    folder = copy_build("synthetic-embed", tmp_path / "builds", tmp_path / "gemex")
+    add_preview_config(folder, n=4, split="test", image=False)
+    _, infos = card_configs(folder)
+    rows = evaluate.load_split(folder, "test", ["question_id"], ["question_id"])
+    assert len(rows) == len({r["question_id"] for r in rows}) == infos["default"].splits["test"].num_examples
