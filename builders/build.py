@@ -152,6 +152,8 @@ class ImageSource:
             return
         try:
             os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
+        except OSError:
+            pass  # a folder or a pipe: nothing to read ahead
         finally:
             os.close(fd)
 

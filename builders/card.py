@@ -52,7 +52,7 @@ def build_configs(out: Path, filters: dict[str, list], features: Features, check
     """`configs` and `dataset_info` of a build.
 
     `default` reads every shard. Each config named in `filters` that has rows reads its own
-    `<name>-*.parquet` shards or, when the split's shards are the shared `questions-*.parquet`,
+    `<name>-*.parquet` shards or, when the build's shards are the shared `questions-*.parquet`,
     those with its filter (`filters[name]`, e.g. `[["question_type", "==", 3]]`). With `sft`,
     the `sft` config reads the same rows as `default`, its files named explicitly so files
     added later (such as `preview`) stay out.
