@@ -99,6 +99,26 @@ def card_data(configs: dict[str, dict], infos: dict[str, DatasetInfo], **fields)
     return data
 
 
+def release_card_data(configs: dict[str, dict], infos: dict[str, DatasetInfo], *, name: str, synthetic: bool,
+                      licence: tuple[str, str], tags: list[str], rows: int, gated_prompt: str,
+                      gated_fields: dict[str, str]) -> DatasetCardData:
+    """Card YAML of a built dataset: a synthetic build is open (cc-by-4.0, tagged `synthetic`, no
+    gate); a real one carries its source's licence (`licence`: name, link) and access gate."""
+    licence_name, licence_link = licence
+    return card_data(
+        configs, infos,
+        pretty_name=f"{name} (synthetic demo)" if synthetic else name,
+        license="cc-by-4.0" if synthetic else "other",
+        license_name=None if synthetic else licence_name,
+        license_link=None if synthetic else licence_link,
+        language=["en"], task_categories=["visual-question-answering"],
+        tags=["medical", "chest-x-ray", "radiology", *tags] + (["synthetic"] if synthetic else []),
+        size_categories=[size_category(rows)],
+        extra_gated_prompt=None if synthetic else gated_prompt,
+        extra_gated_fields=None if synthetic else gated_fields,
+    )
+
+
 def render_card(template: str, data: DatasetCardData, **context) -> DatasetCard:
     """The card from `cards/<template>` (Jinja), with `data` as its YAML header."""
     with resources.as_file(resources.files("cards").joinpath(template)) as path:

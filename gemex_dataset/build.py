@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 
 from builders.box_frame import frame224_to_pixels
 from builders.build import BuildSettings, DatasetBuild, ImageSource, Staging, is_synthetic
-from builders.card import build_configs, card_data, render_card, size_category
+from builders.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
 from builders.report import BuildError, BuildReport, RecordError, Reject
 from gemex_dataset.features import COLUMN_DOCS, QUESTION_TYPES, features
@@ -140,18 +140,10 @@ class GemexBuild(DatasetBuild):
         filters = {qtype: [["question_type", "==", k]] for k, qtype in enumerate(QUESTION_TYPES)}
         configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features)
         synthetic = is_synthetic(Path(self.settings.source))
-        data = card_data(
-            configs, infos,
-            pretty_name="GEMeX (synthetic demo)" if synthetic else "GEMeX",
-            license="cc-by-4.0" if synthetic else "other",
-            license_name=None if synthetic else "physionet-credentialed-health-data-license-1.5.0",
-            license_link=None if synthetic else "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/",
-            language=["en"], task_categories=["visual-question-answering"],
-            tags=["medical", "chest-x-ray", "radiology", "grounding", "mimic-cxr"] + (["synthetic"] if synthetic else []),
-            size_categories=[size_category(self.report.rows_written)],
-            extra_gated_prompt=None if synthetic else GATED_PROMPT,
-            extra_gated_fields=None if synthetic else GATED_FIELDS,
-        )
+        data = release_card_data(configs, infos, name="GEMeX", synthetic=synthetic,
+                                 licence=("physionet-credentialed-health-data-license-1.5.0", "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/"),
+                                 tags=["grounding", "mimic-cxr"], rows=self.report.rows_written,
+                                 gated_prompt=GATED_PROMPT, gated_fields=GATED_FIELDS)
         counts = {s: {t: self.report.rows.get(f"{s}/{t}", 0) for t in QUESTION_TYPES} for s in self.report.images}
         card = render_card("gemex.md", data, synthetic=synthetic, settings=self.settings.to_dict(), shared_shards=self.settings.shared_shards, counts=counts,
                            images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report, sft="sft" in configs,

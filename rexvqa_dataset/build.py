@@ -21,7 +21,7 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from builders.build import BuildSettings, DatasetBuild, ImageSource, Staging, is_synthetic
-from builders.card import build_configs, card_data, render_card, size_category
+from builders.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
 from builders.report import BuildError, BuildReport, RecordError, Reject
 from rexvqa_dataset.features import COLUMN_DOCS, IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
@@ -143,18 +143,10 @@ class RexvqaBuild(DatasetBuild):
         filters = {config: [["task_name", "==", k]] for k, config in enumerate(TASK_CONFIGS)} | {OTHER_TASK: [["task_name", "==", -1]]}
         configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features)
         synthetic = is_synthetic(Path(self.settings.source))
-        data = card_data(
-            configs, infos,
-            pretty_name="ReXVQA (synthetic demo)" if synthetic else "ReXVQA",
-            license="cc-by-4.0" if synthetic else "other",
-            license_name=None if synthetic else "rexgradient-160k-research-use",
-            license_link=None if synthetic else "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K",
-            language=["en"], task_categories=["visual-question-answering"],
-            tags=["medical", "chest-x-ray", "radiology", "multiple-choice", "rexgradient"] + (["synthetic"] if synthetic else []),
-            size_categories=[size_category(self.report.rows_written)],
-            extra_gated_prompt=None if synthetic else GATED_PROMPT,
-            extra_gated_fields=None if synthetic else GATED_FIELDS,
-        )
+        data = release_card_data(configs, infos, name="ReXVQA", synthetic=synthetic,
+                                 licence=("rexgradient-160k-research-use", "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K"),
+                                 tags=["multiple-choice", "rexgradient"], rows=self.report.rows_written,
+                                 gated_prompt=GATED_PROMPT, gated_fields=GATED_FIELDS)
         splits = list(self.report.images)
         counts = {s: {c: self.report.rows.get(f"{s}/{c}", 0) for c in CONFIGS} for s in splits}
         totals = {c: sum(counts[s][c] for s in splits) for c in CONFIGS}
