@@ -52,7 +52,7 @@ PEAK = 'def peak_mb():\n    return next(int(l.split()[1]) for l in open("/proc/s
 CHILD_BUILD = PEAK + """
 import json, sys, time
 from pathlib import Path
-from builders.build import BuildSettings
+from builders.build.pipeline import BuildSettings
 dataset, source, images, out, mode, options = sys.argv[1:7]
 if dataset == "gemex":
     from gemex_dataset.build import build_gemex as build

@@ -96,7 +96,7 @@ def build_model_and_processor(preset: dict, max_pixels: int, attn_implementation
 
 def build_synthetic_gemex(workdir: Path, rows: int, image_size: int) -> Path:
     """A real `cxr-vqa` build (embed mode, long side `image_size`) of a synthetic release with at least `rows` training questions."""
-    from builders.build import BuildSettings
+    from builders.build.pipeline import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate
 

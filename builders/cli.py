@@ -12,11 +12,11 @@ from pathlib import Path
 
 from huggingface_hub.errors import HfHubHTTPError
 
-from builders import evaluate
-from builders.build import IMAGE_MODES, BuildSettings
+from builders.scoring import evaluate
+from builders.build.pipeline import IMAGE_MODES, BuildSettings
 from builders.images import ImageError
-from builders.report import BuildError
-from builders.shards import SHARD_LAYOUTS
+from builders.build.report import BuildError
+from builders.build.shards import SHARD_LAYOUTS
 
 
 def _add_build_options(parser: argparse.ArgumentParser) -> None:
@@ -97,7 +97,7 @@ def run_demo(args: argparse.Namespace) -> int:
 
 
 def run_validate(args: argparse.Namespace) -> int:
-    from builders.validate import validate
+    from builders.hub.validate import validate
 
     problems = validate(args.dataset)
     for problem in problems:
@@ -110,7 +110,7 @@ def run_validate(args: argparse.Namespace) -> int:
 
 
 def run_preview(args: argparse.Namespace) -> int:
-    from builders.preview import PREVIEW_IMAGE, add_preview_config, write_preview
+    from builders.hub.preview import PREVIEW_IMAGE, add_preview_config, write_preview
 
     if not args.out and not args.add_config:
         raise ValueError("give --out FILE.png|FILE.html, or --add-config")
@@ -123,7 +123,7 @@ def run_preview(args: argparse.Namespace) -> int:
 
 
 def run_publish(args: argparse.Namespace) -> int:
-    from builders.publish import plan_publish, publish
+    from builders.hub.publish import plan_publish, publish
 
     plan = plan_publish(args.dataset, args.repo, args.visibility, args.revision, args.confirm_public)
     if args.dry_run:

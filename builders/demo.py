@@ -9,13 +9,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from builders.build import BuildSettings
+from builders.build.pipeline import BuildSettings
 
 
 def run_demo(out: Path, num_images: int = 24) -> int:
     from datasets import load_dataset
 
-    from builders.preview import add_preview_config
+    from builders.hub.preview import add_preview_config
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate
 

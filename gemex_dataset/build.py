@@ -17,10 +17,10 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from builders.box_frame import frame224_to_pixels
-from builders.build import BuildSettings, DatasetBuild, ImageSource, Staging, is_synthetic
-from builders.card import build_configs, release_card_data, render_card
+from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging, is_synthetic
+from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
-from builders.report import BuildError, BuildReport, RecordError, Reject
+from builders.build.report import BuildError, BuildReport, RecordError, Reject
 from gemex_dataset.features import COLUMN_DOCS, QUESTION_TYPES, features
 from gemex_dataset.prompts import to_messages
 from gemex_dataset.readers import RawQuestion, find_source_files, read_file

@@ -24,7 +24,7 @@ import string
 from collections.abc import Sequence
 
 from builders.box_frame import to_model_frame
-from builders.sft import chat_messages
+from builders.build.sft import chat_messages
 from gemex_dataset.features import QUESTION_TYPES
 
 TYPE_PROMPTS: dict[str, str] = {

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builders.report import Reject
+from builders.build.report import Reject
 from schemas import first_error
 
 PER_TYPE_FILES = {f"{t}_question.jsonl": t for t in ("open_ended", "closed_ended", "single_choice", "multi_choice")}

@@ -12,7 +12,7 @@ import json
 import re
 from dataclasses import dataclass
 
-from builders.report import RecordError
+from builders.build.report import RecordError
 from gemex_dataset.anatomy import REGIONS
 from gemex_dataset.features import QUESTION_TYPES
 from gemex_dataset.readers import RawQuestion

@@ -3,7 +3,7 @@
 No official scorer exists; these are the reference definitions. All scores are 0-100.
 
 - A-score (closed, single, multi): exact match of what is read off the reply
-  (`builders.extraction`) against the reference: yes/no for closed (from "Yes."/"No."), the
+  (`builders.scoring.extraction`) against the reference: yes/no for closed (from "Yes."/"No."), the
   letter for single, the set of letters for multi (all and only the right letters). A reply
   from which nothing can be read, or a missing prediction, is wrong and counted
   (``failed_extraction``, ``missing``). Open questions have no A-score.
@@ -17,10 +17,10 @@ No official scorer exists; these are the reference definitions. All scores are 0
   release's 224 frame (predicted boxes as written against ``boxes_224``) when the model writes
   ``frame224`` boxes, and are otherwise left out of the V-score and counted (``V_skipped``);
   questions without any reference box are left out too.
-- AR-scores: answer + reason of the reply (`builders.extraction.answer_and_reason`) against
+- AR-scores: answer + reason of the reply (`builders.scoring.extraction.answer_and_reason`) against
   the reference's ``answer + " " + reason``: ROUGE-L, BLEU-1, BERTScore
-  (`builders.text_metrics`, definitions and the model there; not the paper's RoBERTa-large), and
-  optionally the LLM judge (`builders.judge`: candidate / reference). Means over questions.
+  (`builders.scoring.text_metrics`, definitions and the model there; not the paper's RoBERTa-large), and
+  optionally the LLM judge (`builders.scoring.judge`: candidate / reference). Means over questions.
 - ``all``: the same numbers over every question of the split (A over the three closed types).
 """
 
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from builders import extraction
+from builders.scoring import extraction
 from builders.box_frame import frame224_to_pixels, to_model_frame
 from gemex_dataset.features import QUESTION_TYPES
 
@@ -195,10 +195,10 @@ def score_gemex(
 ) -> dict:
     """Score predictions (question_id -> raw reply) over `rows`; a row without a prediction is wrong.
 
-    `bert_scorer` is a `builders.text_metrics.BertScorer` (made on demand when ``bertscore`` is in
-    `metrics`); `judge` a `builders.judge.ChatJudge` or None, asked `judge_workers` questions at a time. Returns ``{"table": ..., "per_question": ...}``.
+    `bert_scorer` is a `builders.scoring.text_metrics.BertScorer` (made on demand when ``bertscore`` is in
+    `metrics`); `judge` a `builders.scoring.judge.ChatJudge` or None, asked `judge_workers` questions at a time. Returns ``{"table": ..., "per_question": ...}``.
     """
-    from builders import text_metrics
+    from builders.scoring import text_metrics
 
     iterator = rows
     if progress:
@@ -221,7 +221,7 @@ def score_gemex(
             score.text[metric] = min(max(value, 0.0), 1.0)
     judge_scores = None
     if judge is not None:
-        from builders.judge import relative_score
+        from builders.scoring.judge import relative_score
 
         from concurrent.futures import ThreadPoolExecutor
 

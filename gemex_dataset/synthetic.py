@@ -31,7 +31,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from tqdm.auto import tqdm
 
 from builders.box_frame import pixels_to_frame224
-from builders.build import SYNTHETIC_MARKER
+from builders.build.pipeline import SYNTHETIC_MARKER
 from gemex_dataset.anatomy import region_layout
 from gemex_dataset.prompts import TYPE_PROMPTS
 

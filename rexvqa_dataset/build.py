@@ -3,7 +3,7 @@
 Two passes, as for GEMeX. The first reads the three `*_vqa_data.json` files, checks
 each question and stages its text columns on disk. The second takes each split's rows
 sorted by study, loads each of the study's images once, and writes the shards
-(`builders.shards`: one set per task, or one shared set when images are embedded). A
+(`builders.build.shards`: one set per task, or one shared set when images are embedded). A
 study's rows stay in one row group, so its image bytes are stored once per file
 (dictionary-encoded) however many questions name them.
 
@@ -20,10 +20,10 @@ from pathlib import Path
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from builders.build import BuildSettings, DatasetBuild, ImageSource, Staging, is_synthetic
-from builders.card import build_configs, release_card_data, render_card
+from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging, is_synthetic
+from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
-from builders.report import BuildError, BuildReport, RecordError, Reject
+from builders.build.report import BuildError, BuildReport, RecordError, Reject
 from rexvqa_dataset.features import COLUMN_DOCS, IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
 from rexvqa_dataset.prompts import to_messages
 from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder, read_file

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import string
 
-from builders.sft import chat_messages
+from builders.build.sft import chat_messages
 from gemex_dataset.prompts import format_choices
 
 INSTRUCTION = (

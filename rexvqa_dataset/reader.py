@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TextIO
 
-from builders.report import Reject
+from builders.build.report import Reject
 from rexvqa_dataset.features import SPLIT_FILES
 from schemas import first_error
 

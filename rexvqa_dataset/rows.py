@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from builders.report import RecordError
+from builders.build.report import RecordError
 from rexvqa_dataset.features import LETTERS, TASKS
 from rexvqa_dataset.reader import RawRecord
 

@@ -2,7 +2,7 @@
 
 No official scorer code exists; these are the reference definitions:
 
-- a letter is read off each reply by `builders.extraction.extract_letter` with the question's
+- a letter is read off each reply by `builders.scoring.extraction.extract_letter` with the question's
   four options (a letter cue, a lone letter, or the text of exactly one option); a reply giving
   no letter or several letters is a *failed extraction*, scored wrong and counted;
 - a question of the split without a prediction is *missing*, scored wrong and counted;
@@ -18,7 +18,7 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 
-from builders.extraction import LETTERS, extract_letter
+from builders.scoring.extraction import LETTERS, extract_letter
 from rexvqa_dataset.features import TASKS
 
 COLUMNS = ("question_id", "question", "options", "answer", "task_name_raw", "category", "subcategory")

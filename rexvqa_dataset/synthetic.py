@@ -30,7 +30,7 @@ import numpy as np
 from PIL import Image
 from tqdm.auto import tqdm
 
-from builders.build import SYNTHETIC_MARKER
+from builders.build.pipeline import SYNTHETIC_MARKER
 from rexvqa_dataset.features import TASKS
 
 PUBLIC_STUDIES = 160_000

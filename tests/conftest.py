@@ -32,7 +32,7 @@ def gemex_release(tmp_path_factory):
 @pytest.fixture(scope="session")
 def gemex_embed(gemex_release, tmp_path_factory):
     """A built GEMeX folder in embed mode, and its report."""
-    from builders.build import BuildSettings
+    from builders.build.pipeline import BuildSettings
     from gemex_dataset.build import build_gemex
 
     out = tmp_path_factory.mktemp("gemex-built") / "gemex"

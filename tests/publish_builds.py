@@ -10,13 +10,13 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from builders.build import BuildSettings
+from builders.build.pipeline import BuildSettings
 
 _cache: dict[str, Path] = {}
 
 
 def _release(root: Path, synthetic: bool) -> Path:
-    from builders.build import SYNTHETIC_MARKER
+    from builders.build.pipeline import SYNTHETIC_MARKER
     from gemex_dataset.synthetic import generate
 
     key = f"raw-{synthetic}"

@@ -4,8 +4,8 @@ import json
 import pytest
 from datasets import ClassLabel, Dataset, Features, List, Value
 
-from builders import evaluate
-from builders.predictions import write_jsonl
+from builders.scoring import evaluate
+from builders.scoring.predictions import write_jsonl
 from gemex_dataset import scoring as gemex_scoring
 from gemex_dataset.features import QUESTION_TYPES, features
 from rexvqa_dataset import scoring as rex_scoring
@@ -114,7 +114,7 @@ def test_evaluate_a_real_gemex_build(tmp_path, capsys, image_mode, convention):
     Without images (`none`) the build has no pixel boxes, so boxes are scored in the 224 frame."""
     from datasets import load_dataset
 
-    from builders.build import BuildSettings
+    from builders.build.pipeline import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate
 
@@ -169,8 +169,8 @@ def test_unknown_split_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_a_built_folder_with_a_preview_config_is_evaluated_on_its_rows_once(tmp_path):
-    from builders.preview import add_preview_config
-    from builders.validate import card_configs
+    from builders.hub.preview import add_preview_config
+    from builders.hub.validate import card_configs
     from publish_builds import copy_build
 
     folder = copy_build("synthetic-embed", tmp_path / "builds", tmp_path / "gemex")

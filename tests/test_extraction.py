@@ -1,7 +1,7 @@
 import pytest
 
 from builders.box_frame import to_model_frame
-from builders.extraction import (
+from builders.scoring.extraction import (
     answer_and_reason,
     extract_boxes,
     extract_letter,

@@ -6,8 +6,8 @@ import shutil
 import pytest
 from datasets import load_dataset
 
-from builders.build import BuildSettings
-from builders.report import BuildError
+from builders.build.pipeline import BuildSettings
+from builders.build.report import BuildError
 from gemex_dataset.build import build_gemex
 
 GOOD = {

@@ -4,7 +4,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from builders.judge import ChatJudge, JudgeError, Judgement, judge_prompt, parse_scores, relative_score
+from builders.scoring.judge import ChatJudge, JudgeError, Judgement, judge_prompt, parse_scores, relative_score
 
 
 class _FakeJudge(BaseHTTPRequestHandler):

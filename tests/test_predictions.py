@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from builders.predictions import (
+from builders.scoring.predictions import (
     PredictionsError,
     detect_layout,
     match_to_split,
@@ -85,7 +85,7 @@ def test_real_rexrank_example_reads_as_a_submission(request):
         pytest.skip("needs --samples DIR")
     from pathlib import Path
 
-    from builders.extraction import extract_letter
+    from builders.scoring.extraction import extract_letter
 
     path = Path(samples) / "rexvqa" / "rexrank_round2_vqa_prediction_example.json"
     assert detect_layout(path) == "rexrank"

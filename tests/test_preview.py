@@ -12,9 +12,9 @@ import pytest
 from PIL import Image
 
 from builders.cli import main
-from builders.preview import (PREVIEW_IMAGE, add_preview_config, draw_boxes, preview_row, read_rows, render_png,
+from builders.hub.preview import (PREVIEW_IMAGE, add_preview_config, draw_boxes, preview_row, read_rows, render_png,
                               write_preview)
-from builders.validate import validate
+from builders.hub.validate import validate
 from publish_builds import built, copy_build
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

@@ -21,8 +21,8 @@ import pytest
 from huggingface_hub import DatasetCard, HfApi, constants
 
 from builders.cli import main
-from builders.preview import add_preview_config
-from builders.publish import PublishRefused, inspect_build, plan_publish, publish
+from builders.hub.preview import add_preview_config
+from builders.hub.publish import PublishRefused, inspect_build, plan_publish, publish
 from publish_builds import built, copy_build
 
 TOKEN = "hf_recordingServerSecret0123456789"

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from builders.report import Reject
+from builders.build.report import Reject
 from rexvqa_dataset.reader import RawRecord, _ObjectStream, read_file
 
 

@@ -10,7 +10,7 @@ from transformers import Trainer, TrainingArguments  # noqa: E402
 from trl import SFTConfig, SFTTrainer  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
 
-from builders.build import BuildSettings  # noqa: E402
+from builders.build.pipeline import BuildSettings  # noqa: E402
 from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402

@@ -1,6 +1,6 @@
 import pytest
 
-from builders.text_metrics import BertScorer, bleu_1, rouge_l
+from builders.scoring.text_metrics import BertScorer, bleu_1, rouge_l
 
 CANDIDATES = ["The heart is enlarged.", "No pleural effusion is seen.", "", "banana bread recipe"]
 REFERENCES = ["The heart is enlarged.", "There is no pleural effusion.", "Clear lungs.", "Cardiomegaly with pulmonary edema."]
@@ -46,7 +46,7 @@ def test_bertscore_is_greedy_token_matching_f1(scorer):
 def test_missing_extra_is_named(monkeypatch):
     import sys
 
-    from builders.text_metrics import MissingExtraError
+    from builders.scoring.text_metrics import MissingExtraError
 
     monkeypatch.setitem(sys.modules, "rouge_score.rouge_scorer", None)
     with pytest.raises(MissingExtraError, match=r"cxr-vqa\[eval\]"):

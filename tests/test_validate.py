@@ -7,9 +7,9 @@ import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import DatasetCard
 
-import builders.validate as validate_module
+import builders.hub.validate as validate_module
 from builders.cli import main
-from builders.validate import check_ready, validate
+from builders.hub.validate import check_ready, validate
 from publish_builds import built, copy_build
 
 

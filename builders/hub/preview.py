@@ -29,8 +29,8 @@ import pyarrow.parquet as pq
 from datasets import Features
 from PIL import Image, ImageDraw, ImageFont
 
-from builders.card import config_info, load_card, set_card_section, update_card
-from builders.validate import card_configs, config_shards, default_config
+from builders.build.card import config_info, load_card, set_card_section, update_card
+from builders.hub.validate import card_configs, config_shards, default_config
 
 BOX_COLOURS = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240), (240, 50, 230))
 """Distinct colours, one per region of a row; the first is red."""
@@ -288,7 +288,7 @@ def exclude_file(folder: Path, configs: dict[str, dict], new: Path, keep: str) -
 
 
 def _split_entries(config: dict) -> list[tuple[str, list[str]]]:
-    from builders.validate import split_patterns
+    from builders.hub.validate import split_patterns
 
     return list(split_patterns(config).items())
 

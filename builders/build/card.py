@@ -17,7 +17,7 @@ from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from builders.shards import SHARED_PREFIX, count_rows
+from builders.build.shards import SHARED_PREFIX, count_rows
 
 SPLIT_ORDER = ("train", "validation", "test")
 

@@ -30,7 +30,7 @@ from datasets.naming import INVALID_WINDOWS_CHARACTERS_IN_PATH
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
-from builders.shards import count_rows
+from builders.build.shards import count_rows
 
 VIEWER_ROW_GROUP_BYTES = 300_000_000
 """The dataset viewer refuses to read a row group larger than this uncompressed (about 286 MiB)."""

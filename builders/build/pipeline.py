@@ -23,8 +23,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.images import ImageError, StoredImage, embed_image, image_size, reference_image, resolve_image_path
-from builders.report import BuildError, BuildReport, Reject
-from builders.shards import SHARD_LAYOUTS, SplitShards, sha256
+from builders.build.report import BuildError, BuildReport, Reject
+from builders.build.shards import SHARD_LAYOUTS, SplitShards, sha256
 
 IMAGE_MODES = ("reference", "embed", "none")
 SYNTHETIC_MARKER = "SYNTHETIC.md"
@@ -53,7 +53,7 @@ class BuildSettings:
 
     @property
     def shared_shards(self) -> bool:
-        """Whether every config reads one shared shard set per split (see `builders.shards`)."""
+        """Whether every config reads one shared shard set per split (see `builders.build.shards`)."""
         return self.shard_layout == "shared" or (self.shard_layout == "auto" and self.image_mode == "embed")
 
     def check(self) -> None:

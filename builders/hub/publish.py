@@ -34,9 +34,9 @@ from typing import Literal
 import pyarrow.parquet as pq
 from huggingface_hub import HfApi, get_token
 
-from builders.card import load_card, update_card
-from builders.shards import count_rows
-from builders.validate import card_configs, check_ready, config_shards
+from builders.build.card import load_card, update_card
+from builders.build.shards import count_rows
+from builders.hub.validate import card_configs, check_ready, config_shards
 
 Visibility = Literal["private", "gated", "public"]
 IMAGE_COLUMNS = ("image", "images")

@@ -4,7 +4,7 @@ Reads only the columns the scorer needs from ``DIR``'s split (images are never d
 joins the predictions by ``question_id``, prints a Markdown table and, with ``--out``, writes
 JSON holding every number, the per-question outcomes and the settings. Scores are over the
 questions of the split: a missing prediction counts as wrong; predictions for unknown ids and
-repeated ids are reported and ignored (`builders.predictions`). ``--strict`` turns any of these
+repeated ids are reported and ignored (`builders.scoring.predictions`). ``--strict`` turns any of these
 into exit status 1 after the report.
 
 ``--baseline random|majority`` scores a seeded chance guesser or the split's most common answer
@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from builders.box_frame import BOX_CONVENTIONS
-from builders.judge import JudgeError
-from builders.predictions import PredictionsCheck, PredictionsError, match_to_split, read_predictions, rexrank_record, write_rexrank
-from builders.text_metrics import BERTSCORE_NOTE, MissingExtraError
-from builders.validate import card_configs, config_shards, default_config
+from builders.scoring.judge import JudgeError
+from builders.scoring.predictions import PredictionsCheck, PredictionsError, match_to_split, read_predictions, rexrank_record, write_rexrank
+from builders.scoring.text_metrics import BERTSCORE_NOTE, MissingExtraError
+from builders.hub.validate import card_configs, config_shards, default_config
 
 BENCHMARKS = ("gemex", "rexvqa")
 BASELINES = ("random", "majority")
@@ -158,7 +158,7 @@ def rexvqa_table(result: dict) -> str:
 
 def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     from gemex_dataset import scoring
-    from builders import text_metrics
+    from builders.scoring import text_metrics
 
     rows = load_split(args.dataset, args.split, scoring.COLUMNS, ("question_id", "question_type", "answer", "reason", "boxes"))
     predictions, check, source = _predictions(args, rows, scoring)
@@ -179,7 +179,7 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     if args.judge_url or args.judge_model:
         if not (args.judge_url and args.judge_model):
             raise EvaluationError("the judge needs both --judge-url and --judge-model")
-        from builders.judge import ChatJudge
+        from builders.scoring.judge import ChatJudge
 
         judge = ChatJudge(args.judge_url, args.judge_model, api_key_env=args.judge_api_key_env)
     result = scoring.score_gemex(
@@ -251,7 +251,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry (``python -m builders.evaluate gemex --dataset ...``) until the main CLI wires it in."""
+    """Stand-alone entry (``python -m builders.scoring.evaluate gemex --dataset ...``) until the main CLI wires it in."""
     parser = argparse.ArgumentParser(prog="cxr-vqa")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["evaluate", *(argv if argv is not None else sys.argv[1:])])
