@@ -1,25 +1,30 @@
 """`cxr-vqa`: one entry point, subcommands that read like the job.
 
-Exit status 0 on success; otherwise one line on stderr naming what is wrong.
+Exit status 0 on success; otherwise one line on stderr naming what is wrong: 130 after
+Ctrl-C (SIGINT), 143 after SIGTERM. Only the standard library is imported at module level,
+so an interrupt while the heavy libraries load is caught like any other.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
+import signal
 import sys
 from pathlib import Path
 
-from huggingface_hub.errors import HfHubHTTPError
 
-from builders.scoring import evaluate
-from builders.build.pipeline import IMAGE_MODES, BuildSettings
-from builders.images import ImageError
-from builders.build.report import BuildError
-from builders.build.shards import SHARD_LAYOUTS
+class Terminated(BaseException):
+    """SIGTERM, raised in the main thread so the build's cleanup runs as for Ctrl-C."""
+
+
+def _terminate(signum, frame) -> None:
+    raise Terminated()
 
 
 def _add_build_options(parser: argparse.ArgumentParser) -> None:
+    from builders.build.pipeline import IMAGE_MODES
+    from builders.build.shards import SHARD_LAYOUTS
+
     parser.add_argument("--source", type=Path, required=True, help="the raw release: a folder (or one annotation file); for ReXVQA the release root or its metadata/")
     parser.add_argument("--out", type=Path, required=True, help="the dataset folder to write")
     parser.add_argument("--images", type=Path, help="the folder image paths are relative to (GEMeX: optional with --image-mode none; ReXVQA: default the metadata folder)")
@@ -38,7 +43,9 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
                              "auto (default): shared with --image-mode embed, by-config otherwise")
 
 
-def _settings(args: argparse.Namespace) -> BuildSettings:
+def _settings(args: argparse.Namespace):
+    from builders.build.pipeline import BuildSettings
+
     return BuildSettings(source=args.source, out=args.out, images=args.images, image_mode=args.image_mode,
                          image_size=args.image_size, split=args.split, strict=args.strict, overwrite=args.overwrite,
                          num_proc=args.num_proc, image_ext=args.image_ext, keep_16bit=args.keep_16bit, shard_layout=args.shard_layout)
@@ -206,23 +213,52 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--revision", help="branch to commit to (created if missing; default main)")
     push.add_argument("--dry-run", action="store_true", help="print the plan (repo settings, files, sizes, card) and upload nothing")
     push.set_defaults(func=run_publish)
+    from builders.scoring import evaluate
+
     evaluate.add_parser(commands)
     return root
 
 
+def _error_line(err: Exception) -> str | None:
+    """The one line for an error the user can act on; None for a bug (its traceback is shown)."""
+    from huggingface_hub.errors import HfHubHTTPError
+
+    from builders.build.report import BuildError
+    from builders.images import ImageError
+
+    if isinstance(err, HfHubHTTPError):
+        return f"the Hub answered: {str(err).splitlines()[0]}"
+    if isinstance(err, OSError) and not isinstance(err, FileNotFoundError):
+        from builders.build.pipeline import DISK_FULL
+
+        where = f"{err.filename}: " if err.filename else ""
+        full = "the disk is full: " if err.errno in DISK_FULL else ""
+        return f"{where}{full}{err.strerror or str(err).splitlines()[0]}"
+    if isinstance(err, (BuildError, ImageError, FileNotFoundError, ValueError)):
+        return str(err)
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = parser().parse_args(argv)
+    signal.signal(signal.SIGTERM, _terminate)
     try:
+        from builders.build.lifecycle import stop_point
+
+        stop_point("start-up")
+        args = parser().parse_args(argv)
         return args.func(args)
-    except (BuildError, ImageError, FileNotFoundError, ValueError) as err:
-        print(f"cxr-vqa: error: {err}", file=sys.stderr)
-        return 1
-    except HfHubHTTPError as err:
-        print(f"cxr-vqa: error: the Hub answered: {str(err).splitlines()[0]}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
-        print("cxr-vqa: interrupted; no output was left behind", file=sys.stderr)
+        print("cxr-vqa: interrupted (Ctrl-C); no partial output was left behind", file=sys.stderr)
         return 130
+    except Terminated:
+        print("cxr-vqa: terminated (SIGTERM); no partial output was left behind", file=sys.stderr)
+        return 143
+    except Exception as err:
+        line = _error_line(err)
+        if line is None:
+            raise
+        print(f"cxr-vqa: error: {line}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -180,7 +180,7 @@ def test_a_failed_shard_write_fails_the_build_and_leaves_no_folder(gemex_release
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(pq.ParquetWriter, "write_table", disk_full)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(BuildError, match="the disk is full"):
         build(gemex_release, tmp_path / "out", image_mode="embed")
     assert list(tmp_path.iterdir()) == []
 

@@ -1,20 +1,20 @@
-"""What every dataset build shares: settings, the atomic output folder, image loading, staging.
+"""What every dataset build shares: settings, image loading, staging, the steps of a build.
 
-A build writes into a hidden `.<name>.partial-*` folder beside the output and renames
-it into place only when everything (shards, card, report) is written: a failed or
-interrupted build leaves nothing that looks like a dataset, and an existing output is
-replaced only with `overwrite`.
+A build writes into a hidden `.<name>.partial-<pid>` folder beside the output, under the
+output's lock, and renames it into place only when everything (shards, card, report) is
+written (`builders.build.lifecycle`): a failed, interrupted or killed build leaves nothing
+that looks like a dataset, and an existing output is replaced only with `overwrite`.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 from abc import ABC, abstractmethod
 from collections import deque
 from collections.abc import Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.images import ImageError, StoredImage, embed_image, image_size, reference_image, resolve_image_path
+from builders.build.lifecycle import staged_output, stop_point
 from builders.build.report import BuildError, BuildReport, Reject
 from builders.build.shards import SHARD_LAYOUTS, SplitShards, sha256
 
@@ -78,28 +79,6 @@ class BuildSettings:
 
     def to_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
-
-
-@contextmanager
-def staged_output(out: Path, overwrite: bool) -> Iterator[Path]:
-    """A fresh folder to build in, renamed to `out` when the block finishes without error."""
-    out = Path(out).absolute()
-    if out.exists() and not overwrite:
-        raise BuildError(f"{out} already exists; pass --overwrite to replace it")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.parent / f".{out.name}.partial-{os.getpid()}"
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir()
-    try:
-        yield partial
-    except BaseException:
-        shutil.rmtree(partial, ignore_errors=True)
-        raise
-    previous = out.parent / f".{out.name}.previous-{os.getpid()}"
-    if out.exists():
-        out.rename(previous)
-    partial.rename(out)
-    shutil.rmtree(previous, ignore_errors=True)
 
 
 class ImageSource:
@@ -192,6 +171,8 @@ class Staging:
         self.writers: dict[str, pa.ipc.RecordBatchFileWriter] = {}
 
     def add(self, split: str, row: dict) -> None:
+        if not self.buffers:
+            stop_point("reading")
         buffer = self.buffers.setdefault(split, [])
         buffer.append(row)
         if len(buffer) >= self.BATCH:
@@ -291,6 +272,7 @@ class DatasetBuild(ABC):
     def finish_split(self, shards: SplitShards, split: str, out: Path) -> None:
         """Close a split's shards and account for them: checksums (taken in the background while
         the next split is written), rows per config."""
+        stop_point("shards")
         for path in shards.close():
             self.checksums[str(path.relative_to(out))] = self.hasher.submit(sha256, path)
         for config in shards.configs:
@@ -300,8 +282,16 @@ class DatasetBuild(ABC):
 
     def run(self) -> BuildReport:
         self.settings.check()
+        try:
+            return self._run()
+        except OSError as err:
+            raise BuildError(write_failure(err, Path(self.settings.out))) from err
+
+    def _run(self) -> BuildReport:
         self.images = self.image_source()
-        with staged_output(Path(self.settings.out), self.settings.overwrite) as out:
+        with staged_output(Path(self.settings.out), self.settings.overwrite) as (out, cleaned):
+            for line in cleaned:
+                self.report.notices[line] += 1
             staging = Staging(out / ".staging", self.staging_schema())
             self.hasher = ThreadPoolExecutor(1, thread_name_prefix="checksum")
             try:
@@ -317,6 +307,22 @@ class DatasetBuild(ABC):
             if self.report.rows_written == 0:
                 first = self.report.rejects[0].line() if self.report.rejects else "no records"
                 raise BuildError(f"no row written from {self.settings.source}: {self.report.summary()}; first: {first}")
+            stop_point("card")
             self.write_card(out)
             self.report.save(out / "build_report.json")
         return self.report
+
+
+DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+
+
+def write_failure(err: OSError, out: Path) -> str:
+    """One line for a build stopped by the file system, a full disk named as such.
+
+    Arrow's writers raise `OSError` without `errno`, the error's name only in their text.
+    """
+    text = str(err).splitlines()[0] if str(err) else type(err).__name__
+    full = err.errno in DISK_FULL or any(os.strerror(code) in text for code in DISK_FULL)
+    if full:
+        return f"{out}: the disk is full (or the file size limit reached) while building; nothing was written and any previous {out.name} is untouched ({text})"
+    return f"{out}: the build stopped on a file error; nothing was written and any previous {out.name} is untouched ({text})"

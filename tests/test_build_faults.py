@@ -1,0 +1,190 @@
+"""Real faults on real `cxr-vqa build` processes: kills at named points, signals, a full disk, a race.
+
+`CXR_VQA_STOP_AT=<point>` makes the build stop itself there (`builders.build.lifecycle`);
+the test then kills or signals the stopped process, so each fault lands where it is named.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import os
+import resource
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+
+def build_command(release, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(release.root / "per_type"),
+            "--images", str(release.image_root), "--out", str(out), "--image-mode", "embed", *extra]
+
+
+def quiet_env() -> dict[str, str]:
+    """The environment with no stop point and no progress bars where tqdm decides by default."""
+    return {k: v for k, v in os.environ.items() if k != "CXR_VQA_STOP_AT"} | {"TQDM_DISABLE": "1"}
+
+
+def messages(stderr: str) -> list[str]:
+    """What the command said on stderr, progress bars left out."""
+    return [line for line in re.split(r"[\r\n]", stderr) if line.strip() and not re.match(r"[^|]*: *\d+%\|", line)]
+
+
+def start(release, out: Path, stop_at: str | None = None, *extra: str, **popen) -> subprocess.Popen:
+    env = quiet_env()
+    if stop_at:
+        env["CXR_VQA_STOP_AT"] = stop_at
+    return subprocess.Popen(build_command(release, out, *extra), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, **popen)
+
+
+def wait_until_stopped(process: subprocess.Popen) -> None:
+    """Wait for the process to stop itself at its stop point (state `T` in /proc)."""
+    stat = Path(f"/proc/{process.pid}/stat")
+    for _ in range(6000):
+        if process.poll() is not None:
+            pytest.fail(f"the build ended (status {process.returncode}) before its stop point: {process.stderr.read()}")
+        if stat.read_text().rsplit(")", 1)[1].split()[0] == "T":
+            return
+        time.sleep(0.01)
+    process.kill()
+    pytest.fail("the build never reached its stop point")
+
+
+def finish(process: subprocess.Popen) -> tuple[int, str]:
+    _, stderr = process.communicate(timeout=300)
+    return process.returncode, stderr
+
+
+def build(release, out: Path, *extra: str) -> subprocess.CompletedProcess:
+    return subprocess.run(build_command(release, out, *extra), env=quiet_env(), capture_output=True, text=True, timeout=300)
+
+
+def looks_like_a_dataset(folder: Path) -> bool:
+    return (folder / "README.md").exists() or (folder / "build_report.json").exists() or any(folder.glob("data/**/*.parquet"))
+
+
+@pytest.mark.parametrize("point", ["reading", "shards", "card"])
+def test_a_build_killed_at_any_point_leaves_no_dataset_and_the_rerun_cleans_up(gemex_release, tmp_path, point):
+    out = tmp_path / "gemex"
+    process = start(gemex_release, out, point)
+    wait_until_stopped(process)
+    process.kill()
+    process.wait()
+    assert not out.exists()
+    leftovers = sorted(p.name for p in tmp_path.iterdir())
+    assert leftovers == [f".gemex.lock", f".gemex.partial-{process.pid}"]
+    assert not looks_like_a_dataset(tmp_path / leftovers[1]) or point == "card"
+
+    rerun = build(gemex_release, out)
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
+    assert f"removed .gemex.partial-{process.pid}, left by build {process.pid} that was killed" in rerun.stderr
+    notices = json.loads((out / "build_report.json").read_text())["notices"]
+    assert any(f".gemex.partial-{process.pid}" in notice for notice in notices)
+
+
+def test_a_build_killed_while_renaming_gives_back_the_previous_output(gemex_release, tmp_path):
+    """Killed between moving the old output aside and moving the new one in: the next build restores the old one."""
+    out = tmp_path / "gemex"
+    assert build(gemex_release, out).returncode == 0
+    before = (out / "build_report.json").read_bytes()
+    process = start(gemex_release, out, "renaming", "--overwrite", "--image-size", "64")
+    wait_until_stopped(process)
+    process.kill()
+    process.wait()
+    assert not looks_like_a_dataset(out)
+    assert {p.name for p in tmp_path.iterdir()} == {".gemex.lock", f".gemex.partial-{process.pid}", f".gemex.previous-{process.pid}"}
+
+    rerun = build(gemex_release, out)
+    assert rerun.returncode == 1 and "already exists" in rerun.stderr
+    assert "restored gemex" in rerun.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
+    assert (out / "build_report.json").read_bytes() == before
+
+
+def test_a_second_build_into_the_same_out_fails_at_once_naming_the_first(gemex_release, tmp_path):
+    out = tmp_path / "gemex"
+    first = start(gemex_release, out, "reading")
+    wait_until_stopped(first)
+    second = build(gemex_release, out, "--overwrite")
+    first.send_signal(signal.SIGCONT)
+    status, stderr = finish(first)
+    assert second.returncode == 1
+    assert len(messages(second.stderr)) == 1 and f"being built by process {first.pid}" in second.stderr
+    assert status == 0, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
+
+
+@pytest.mark.parametrize("signum, status, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
+def test_sigint_and_sigterm_end_with_one_line_and_remove_the_partial_folder(gemex_release, tmp_path, signum, status, word):
+    out = tmp_path / "gemex"
+    process = start(gemex_release, out, "shards")
+    wait_until_stopped(process)
+    process.send_signal(signum)
+    process.send_signal(signal.SIGCONT)
+    returncode, stderr = finish(process)
+    assert returncode == status
+    assert len(messages(stderr)) == 1 and word in stderr and "Traceback" not in stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_during_start_up_prints_one_line(gemex_release, tmp_path):
+    process = start(gemex_release, tmp_path / "gemex", "start-up")
+    wait_until_stopped(process)
+    process.send_signal(signal.SIGINT)
+    process.send_signal(signal.SIGCONT)
+    returncode, stderr = finish(process)
+    assert returncode == 130
+    assert len(messages(stderr)) == 1 and "interrupted" in stderr
+    assert list(tmp_path.iterdir()) == []
+
+
+def shard_checksums(out: Path) -> dict[str, str]:
+    from builders.build.shards import sha256
+
+    return {str(p.relative_to(out)): sha256(p) for p in sorted(out.glob("data/**/*.parquet"))}
+
+
+def test_a_file_size_limit_ends_the_build_cleanly_and_keeps_the_previous_output(gemex_release, tmp_path):
+    """RLIMIT_FSIZE makes the kernel refuse writes past 64 KiB (EFBIG), as a full disk refuses them."""
+    out = tmp_path / "gemex"
+    assert build(gemex_release, out, "--image-mode", "none").returncode == 0
+    before = shard_checksums(out)
+
+    def limit_file_size():
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    process = start(gemex_release, out, None, "--overwrite", preexec_fn=limit_file_size)
+    returncode, stderr = finish(process)
+    assert returncode == 1
+    assert len(messages(stderr)) == 1 and "the disk is full" in stderr and "Traceback" not in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
+    assert shard_checksums(out) == before
+
+
+def test_a_full_tmpfs_ends_the_build_cleanly_and_keeps_the_previous_output(gemex_release, tmp_path):
+    """A 640 KiB tmpfs in a private mount namespace: room for an annotations-only build, not for the images."""
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+        pytest.skip("no user/mount namespaces here to mount a small tmpfs")
+    disk, results = tmp_path / "disk", tmp_path / "results"
+    disk.mkdir()
+    results.mkdir()
+    none_build = " ".join(build_command(gemex_release, disk / "gemex", "--image-mode", "none"))
+    embed_build = " ".join(build_command(gemex_release, disk / "gemex", "--overwrite"))
+    script = (f"mount -t tmpfs -o size=640k tmpfs {disk} && {none_build} >/dev/null && "
+              f"cp -r {disk}/gemex {results}/before; {embed_build} 2>{results}/stderr; echo $? >{results}/status; "
+              f"ls -A {disk} >{results}/listing; cp -r {disk}/gemex {results}/after")
+    subprocess.run(["unshare", "-rm", "sh", "-c", script], env=quiet_env(), timeout=300, check=False)
+    if not (results / "before").exists():
+        pytest.skip("mounting a tmpfs is not permitted here")
+    stderr = (results / "stderr").read_text()
+    assert (results / "status").read_text().strip() == "1"
+    assert len(messages(stderr)) == 1 and "the disk is full" in stderr
+    assert (results / "listing").read_text().split() == ["gemex"]
+    assert shard_checksums(results / "after") == shard_checksums(results / "before")
