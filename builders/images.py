@@ -55,6 +55,7 @@ from __future__ import annotations
 
 import io
 import os
+import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -101,6 +102,7 @@ ImageProblem = Literal[
     "no_pixel_data",
     "decoder_missing",
     "path_escape",
+    "not_a_file",
 ]
 
 JPEG_QUALITY = 95
@@ -389,24 +391,43 @@ def dicom_to_8bit(dataset: Dataset, values: np.ndarray) -> np.ndarray:
 # Reading files
 
 
-def _read_file(path: Path, size: int = -1) -> bytes:
-    """The first ``size`` bytes of ``path`` (all by default), as ImageError if it cannot be used."""
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading, as ImageError unless it is a regular file.
+
+    Opened non-blocking, so a FIFO with no writer (or a device) is refused at once instead of
+    hanging the build; the check is on the opened file, so it cannot be swapped in between.
+    """
     try:
-        with open(path, "rb") as file:
-            data = file.read(size)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
     except FileNotFoundError:
         raise ImageError(path, "file not found", "missing") from None
-    except IsADirectoryError:
-        raise ImageError(path, "is a folder, not an image file", "missing") from None
     except OSError as err:
         raise ImageError(path, f"cannot read the file: {err.strerror or err}", "missing") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        if stat.S_ISDIR(mode):
+            raise ImageError(path, "is a folder, not an image file", "missing")
+        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        raise ImageError(path, f"not a regular file ({kind})", "not_a_file")
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _read_file(path: Path, size: int = -1) -> bytes:
+    """The first ``size`` bytes of ``path`` (all by default), as ImageError if it cannot be used."""
+    with _open_regular(path) as file:
+        try:
+            data = file.read(size)
+        except OSError as err:
+            raise ImageError(path, f"cannot read the file: {err.strerror or err}", "missing") from None
     if not data:
         raise ImageError(path, "empty file (0 bytes)", "empty")
     return data
 
 
 def _read_tail(path: Path) -> bytes:
-    with open(path, "rb") as file:
+    with _open_regular(path) as file:
         file.seek(0, os.SEEK_END)
         file.seek(max(0, file.tell() - _TAIL_BYTES))
         return file.read()

@@ -188,3 +188,24 @@ def test_a_full_tmpfs_ends_the_build_cleanly_and_keeps_the_previous_output(gemex
     assert len(messages(stderr)) == 1 and "the disk is full" in stderr
     assert (results / "listing").read_text().split() == ["gemex"]
     assert shard_checksums(results / "after") == shard_checksums(results / "before")
+
+
+@pytest.mark.parametrize("mode", ["embed", "reference", "none"])
+def test_a_fifo_among_the_images_is_rejected_and_does_not_hang_the_build(gemex_release, tmp_path, mode):
+    images = tmp_path / "files"
+    shutil.copytree(gemex_release.image_root, images)
+    victim = sorted(images.rglob("*.jpg"))[0]
+    victim.unlink()
+    os.mkfifo(victim)
+    out = tmp_path / "gemex"
+    command = build_command(gemex_release, out, "--image-mode", mode)
+    command[command.index("--images") + 1] = str(images)
+    done = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "build_report.json").read_text())
+    fifo_rejects = [r for r in report["rejects"] if "not a regular file (a FIFO)" in r["reason"]]
+    if mode == "none":  # annotations only: the rows stay, their boxes in the 224 frame
+        assert not fifo_rejects and report["notices"]["images unreadable in --image-mode none (boxes left in the 224 frame only)"] == 1
+    else:
+        assert fifo_rejects and all(str(victim) in r["reason"] and r["field"] == "image_path" for r in fifo_rejects)
+    assert report["records_read"] == report["rows_written"] + report["rejected"]

@@ -424,6 +424,16 @@ def test_truncated_jpeg_and_png_are_rejected(tmp_path, read):
 
 
 @pytest.mark.parametrize("read", [reference_image, embed_image, read_pixels, image_size])
+def test_a_fifo_is_rejected_at_once_not_read(tmp_path, read):
+    """A FIFO with no writer would block a plain open() for ever; it is refused as not a file."""
+    fifo = tmp_path / "x.jpg"
+    os.mkfifo(fifo)
+    with pytest.raises(ImageError, match=r"not a regular file \(a FIFO\)") as caught:
+        read(fifo)
+    assert caught.value.reason == "not_a_file"
+
+
+@pytest.mark.parametrize("read", [reference_image, embed_image, read_pixels, image_size])
 def test_missing_empty_and_unknown_files_are_rejected(tmp_path, read):
     (tmp_path / "empty.jpg").write_bytes(b"")
     (tmp_path / "notes.txt").write_text("not an image\n")

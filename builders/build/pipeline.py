@@ -123,10 +123,10 @@ class ImageSource:
         """Ask the kernel to start reading the file into the page cache (`POSIX_FADV_WILLNEED`).
 
         The disk then reads ahead with no thread waiting on it, and the load that follows reads
-        from memory; a file that cannot be opened is left for `load` to report.
+        from memory; a file that cannot be opened (or a FIFO) is left for `load` to report.
         """
         try:
-            fd = os.open(self.path(relative), os.O_RDONLY)
+            fd = os.open(self.path(relative), os.O_RDONLY | os.O_NONBLOCK)
         except (OSError, ImageError):
             return
         try:
