@@ -7,6 +7,8 @@ from pathlib import Path
 
 from datasets import load_dataset
 
+from builders.files import write_text
+
 from gemex_dataset.rows import raw_record
 
 COLUMNS = ["question_type", "question", "choices", "answer", "reason", "boxes_224", "image_path", "row_id"]
@@ -17,5 +19,5 @@ def write_llava(dataset: Path, out: Path, split: str = "train") -> int:
     rows = load_dataset(str(dataset), split=split, columns=COLUMNS)
     records = [raw_record(row, "llava") for row in rows]
     Path(out).parent.mkdir(parents=True, exist_ok=True)
-    Path(out).write_text(json.dumps(records, indent=1, ensure_ascii=False), encoding="utf-8")
+    write_text(out, json.dumps(records, indent=1, ensure_ascii=False))
     return len(records)

@@ -21,6 +21,8 @@ import torch
 from datasets import Dataset, load_dataset
 from transformers import AutoModelForImageTextToText, AutoProcessor, HfArgumentParser
 
+from builders.files import write_text
+
 from training_recipes.data import ConversationSettings, dataset_kind, row_images, settings_for, to_messages
 
 
@@ -58,7 +60,7 @@ def drop_torn_last_line(output_file: Path) -> None:
     if output_file.exists():
         text = output_file.read_text()
         if text and not text.endswith("\n"):
-            output_file.write_text(text[: text.rfind("\n") + 1])
+            write_text(output_file, text[: text.rfind("\n") + 1])
 
 
 def load_model(model_name_or_path: str, dtype: str, device: str):

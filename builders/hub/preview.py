@@ -30,6 +30,7 @@ from datasets import Features
 from PIL import Image, ImageDraw, ImageFont
 
 from builders.build.card import config_info, load_card, set_card_section, update_card
+from builders.files import atomic_path, write_text
 from builders.hub.validate import card_configs, config_shards, default_config
 
 BOX_COLOURS = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240), (240, 50, 230))
@@ -194,8 +195,8 @@ def render_png(rows: list[PreviewRow], out: Path, columns: int = 4, size: int = 
         for label, line in lines:
             draw.text((x0, y), line, fill=(0, 0, 0), font=bold if label in ("Q", "Answer") else font)
             y += line_h
-    out.parent.mkdir(parents=True, exist_ok=True)
-    grid.save(out)
+    with atomic_path(out) as temp:
+        grid.save(temp, format=Image.registered_extensions()[out.suffix.lower()])
     return out
 
 
@@ -234,8 +235,7 @@ def render_html(rows: list[PreviewRow], out: Path, source: str = "") -> Path:
     page = (f'<!doctype html><html><head><meta charset="utf-8"><title>Preview {html.escape(source)}</title>'
             f"<style>{HTML_STYLE % (THUMB + 20)}</style></head><body><h1>Preview: {html.escape(source)}</h1>"
             f'<div class="grid">{"".join(cells)}</div></body></html>\n')
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(page, encoding="utf-8")
+    write_text(out, page)
     return out
 
 
@@ -313,7 +313,8 @@ def add_preview_config(folder: Path, n: int = 8, split: str | None = None, image
     for row in rows:
         row["image"] = boxed_image_cell(row)
     target = folder / "data" / split / f"{PREVIEW_CONFIG}-00000-of-00001.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), target, compression="zstd")
+    with atomic_path(target) as temp:
+        pq.write_table(pa.Table.from_pylist(rows, schema=schema), temp, compression="zstd")
 
     card = load_card(folder)
     new_configs = exclude_file(folder, base, target, PREVIEW_CONFIG)
@@ -324,7 +325,7 @@ def add_preview_config(folder: Path, n: int = 8, split: str | None = None, image
     if image:
         write_preview(folder, folder / PREVIEW_IMAGE, n=n, split=split)
         set_card_section(card, "preview", preview_section())
-    card.save(folder / "README.md")
+    write_text(folder / "README.md", str(card))
     return target
 
 

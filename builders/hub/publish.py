@@ -36,6 +36,7 @@ from huggingface_hub import HfApi, get_token
 
 from builders.build.card import load_card, update_card
 from builders.build.shards import count_rows
+from builders.files import write_text
 from builders.hub.validate import card_configs, check_ready, config_shards
 
 Visibility = Literal["private", "gated", "public"]
@@ -234,7 +235,7 @@ def publish(plan: PublishPlan, api: HfApi | None = None) -> str:
     if plan.card_fields:
         card = load_card(plan.folder)
         update_card(card, **plan.card_fields)
-        card.save(plan.folder / "README.md")
+        write_text(plan.folder / "README.md", str(card))
         plan.files = folder_files(plan.folder)
     api.create_repo(plan.repo_id, repo_type="dataset", private=plan.visibility == "private", exist_ok=True)
     if plan.visibility == "gated":

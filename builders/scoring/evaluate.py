@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from builders.box_frame import BOX_CONVENTIONS
+from builders.files import write_text
 from builders.scoring.judge import JudgeError
 from builders.scoring.predictions import PredictionsCheck, PredictionsError, match_to_split, read_predictions, rexrank_record, write_rexrank
 from builders.scoring.text_metrics import BERTSCORE_NOTE, MissingExtraError
@@ -246,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     report["predictions_check"] = check.summary() if check else None
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(json.dumps(report, indent=2, ensure_ascii=False), encoding="utf-8")
+        write_text(args.out, json.dumps(report, indent=2, ensure_ascii=False))
     return 1 if args.strict and check is not None and not check.ok else 0
 
 

@@ -22,6 +22,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builders.files import atomic_write, write_text
+
 
 class PredictionsError(ValueError):
     """A predictions file that cannot be read; the message names the file and line."""
@@ -97,7 +99,7 @@ def _reply_text(value) -> str:
 
 
 def write_jsonl(path: str | Path, predictions: Iterable[tuple[str, str]]) -> None:
-    with open(path, "w", encoding="utf-8") as handle:
+    with atomic_write(path) as handle:
         for question_id, prediction in predictions:
             handle.write(json.dumps({"question_id": question_id, "prediction": prediction}, ensure_ascii=False) + "\n")
 
@@ -122,7 +124,7 @@ def write_rexrank(path: str | Path, records: Mapping[str, Mapping], predictions:
     """Write the ReXrank layout: each raw record (see `rexrank_record`) with its ``model_prediction``
     (an empty string for a question without a prediction)."""
     document = {qid: {**record, "model_prediction": predictions.get(qid, "")} for qid, record in records.items()}
-    Path(path).write_text(json.dumps(document, ensure_ascii=False, indent=2), encoding="utf-8")
+    write_text(path, json.dumps(document, ensure_ascii=False, indent=2))
 
 
 def rexrank_record(row: Mapping) -> dict:
