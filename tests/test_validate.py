@@ -133,3 +133,41 @@ def test_unreadable_shard(build):
     path.write_bytes(b"")
     problems = validate(build)
     assert (str(path.relative_to(build)), "parquet") in rules(problems)
+
+
+def test_a_shard_edited_after_the_build_fails_its_checksum(build):
+    assert validate(build) == []
+    path = next((build / "data" / "test").glob("*.parquet"))
+    table = pq.read_table(path)
+    pq.write_table(table.set_column(table.schema.get_field_index("answer"), "answer",
+                                    pa.array(["Yes."] * table.num_rows, table.schema.field("answer").type)), path)
+    problems = validate(build)
+    assert rules(problems) == {(str(path.relative_to(build)), "checksum")}
+    assert "changed after the build" in problems[0].detail
+
+
+def test_a_shard_the_report_lists_must_be_there(build):
+    path = next((build / "data" / "train").glob("*.parquet"))
+    path.unlink()
+    assert (str(path.relative_to(build)), "checksum") in rules(validate(build))
+
+
+def test_a_card_missing_a_config_the_build_made(build):
+    card = DatasetCard.load(build / "README.md")
+    card.data["configs"] = [c for c in card.data["configs"] if c["config_name"] != "multi_choice"]
+    card.data["dataset_info"] = [i for i in card.data["dataset_info"] if i["config_name"] != "multi_choice"]
+    card.save(build / "README.md")
+    problems = validate(build)
+    assert rules(problems) == {("README.md", "missing-config")}
+    assert "'multi_choice'" in problems[0].detail
+
+
+def test_cli_names_the_checksum_rule(build, capsys):
+    path = next((build / "data" / "test").glob("*.parquet"))
+    with open(path, "r+b") as shard:  # a flipped byte in the page data; the file still parses
+        shard.seek(8)
+        byte = shard.read(1)
+        shard.seek(8)
+        shard.write(bytes([byte[0] ^ 0xFF]))
+    assert main(["validate", str(build)]) == 1
+    assert f"{path.relative_to(build)}: [checksum]" in capsys.readouterr().out

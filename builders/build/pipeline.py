@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.images import ImageError, StoredImage, embed_image, image_size, reference_image, resolve_image_path
+from builders.build.card import load_card
 from builders.build.lifecycle import staged_output, stop_point
 from builders.build.report import BuildError, BuildReport, Reject
 from builders.build.shards import SHARD_LAYOUTS, SplitShards, sha256
@@ -309,6 +310,7 @@ class DatasetBuild(ABC):
                 raise BuildError(f"no row written from {self.settings.source}: {self.report.summary()}; first: {first}")
             stop_point("card")
             self.write_card(out)
+            self.report.configs = [config["config_name"] for config in load_card(out).data.get("configs") or []]
             self.report.save(out / "build_report.json")
         return self.report
 

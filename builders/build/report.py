@@ -2,7 +2,8 @@
 
 `build_report.json` holds records read, rows written, the rejects (file, record, field,
 reason), counts per split and config, what was noticed without rejecting (clipped boxes,
-unknown region names, missing images), the settings and the shards' checksums.
+unknown region names, missing images), the settings, the shards' checksums and the card's
+configs as built (`cxr-vqa validate` checks the folder against both).
 `read == written + rejected` is checked before the report is saved.
 """
 
@@ -53,6 +54,7 @@ class BuildReport:
     unknown_values: dict[str, Counter] = field(default_factory=dict)  # e.g. "region" -> name -> count
     images: Counter = field(default_factory=Counter)  # "split" -> distinct images written
     shards: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
+    configs: list[str] = field(default_factory=list)  # the card's configs as built
 
     def reject(self, item: Reject) -> None:
         self.rejects.append(item)
@@ -86,6 +88,7 @@ class BuildReport:
             "rejects": [asdict(r) for r in self.rejects],
             "settings": self.settings,
             "shards": self.shards,
+            "configs": self.configs,
         }
 
     def save(self, path: Path) -> None:

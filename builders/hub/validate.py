@@ -13,12 +13,17 @@ the rule it breaks, so a failure reads as one line:
 - `row-group-size`: a row group stays under the viewer's limit on what it reads at once.
 - `shard-size`: a shard stays under the Hub's size guidance.
 - `stray-file`: a Parquet file under `data/` that no config reads.
+- `checksum`: every shard `build_report.json` lists is there with the sha256 the build wrote
+  (a shard edited or replaced after the build is caught).
+- `missing-config`: the card still declares every config the build made.
 """
 
 from __future__ import annotations
 
 import fnmatch
+import json
 import re
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,7 +35,7 @@ from datasets.naming import INVALID_WINDOWS_CHARACTERS_IN_PATH
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
-from builders.build.shards import count_rows
+from builders.build.shards import count_rows, sha256
 
 VIEWER_ROW_GROUP_BYTES = 300_000_000
 """The dataset viewer refuses to read a row group larger than this uncompressed (about 286 MiB)."""
@@ -165,6 +170,32 @@ def check_config(folder: Path, name: str, config: dict, info, broken: set[Path] 
     return problems
 
 
+def check_build_report(folder: Path, configs: dict[str, dict]) -> list[Problem]:
+    """The folder against what its build wrote down: shard checksums and the card's configs."""
+    path = folder / "build_report.json"
+    if not path.exists():
+        return []
+    try:
+        report = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        return [Problem("build_report.json", "checksum", f"does not parse as JSON: {err}")]
+    problems = []
+    shards = {rel: checksum for rel, checksum in report.get("shards", {}).items() if (folder / rel).is_file()}
+    for rel in sorted(set(report.get("shards", {})) - set(shards)):
+        problems.append(Problem(rel, "checksum", "listed in build_report.json but missing"))
+    with ThreadPoolExecutor(4) as pool:
+        found = dict(zip(shards, pool.map(lambda rel: sha256(folder / rel), shards)))
+    for rel in sorted(shards):
+        if found[rel] != shards[rel]:
+            problems.append(Problem(rel, "checksum", f"sha256 {found[rel][:12]}... is not the {shards[rel][:12]}... "
+                                                     "in build_report.json: changed after the build"))
+    built = report.get("configs") or sorted({key.split("/", 1)[1] for key in report.get("rows", {})})
+    for name in built:
+        if name not in configs:
+            problems.append(Problem("README.md", "missing-config", f"the build made config {name!r}; the card does not declare it"))
+    return problems
+
+
 def validate(folder: Path) -> list[Problem]:
     """Every viewer-readiness problem of a built dataset folder; empty when it is ready."""
     folder = Path(folder)
@@ -187,7 +218,7 @@ def validate(folder: Path) -> list[Problem]:
     for path in sorted((folder / "data").rglob("*.parquet")) if (folder / "data").is_dir() else []:
         if path not in read:
             problems.append(Problem(_rel(folder, path), "stray-file", "no config of the card reads this file"))
-    return problems
+    return problems + check_build_report(folder, configs)
 
 
 def check_ready(folder: Path) -> None:
