@@ -8,6 +8,7 @@ so an interrupt while the heavy libraries load is caught like any other.
 from __future__ import annotations
 
 import argparse
+import errno
 import signal
 import sys
 from pathlib import Path
@@ -221,6 +222,10 @@ def parser() -> argparse.ArgumentParser:
 
 def _error_line(err: Exception) -> str | None:
     """The one line for an error the user can act on; None for a bug (its traceback is shown)."""
+    if isinstance(err, OSError) and not isinstance(err, FileNotFoundError):
+        where = f"{err.filename}: " if err.filename else ""
+        full = "the disk is full: " if err.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else ""
+        return f"{where}{full}{err.strerror or str(err).splitlines()[0]}"
     from huggingface_hub.errors import HfHubHTTPError
 
     from builders.build.report import BuildError
@@ -228,12 +233,6 @@ def _error_line(err: Exception) -> str | None:
 
     if isinstance(err, HfHubHTTPError):
         return f"the Hub answered: {str(err).splitlines()[0]}"
-    if isinstance(err, OSError) and not isinstance(err, FileNotFoundError):
-        from builders.build.pipeline import DISK_FULL
-
-        where = f"{err.filename}: " if err.filename else ""
-        full = "the disk is full: " if err.errno in DISK_FULL else ""
-        return f"{where}{full}{err.strerror or str(err).splitlines()[0]}"
     if isinstance(err, (BuildError, ImageError, FileNotFoundError, ValueError)):
         return str(err)
     return None

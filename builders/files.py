@@ -66,6 +66,11 @@ def atomic_path(path: str | os.PathLike[str]) -> Iterator[Path]:
             os.fsync(written.fileno())
         stop_point("atomic-write")
         os.replace(temp, path)
+    except OSError as err:
+        temp.unlink(missing_ok=True)
+        if err.filename is None and err.errno is not None:  # a failed write names no file: name the target
+            raise OSError(err.errno, err.strerror, str(path)) from err
+        raise
     except BaseException:
         temp.unlink(missing_ok=True)
         raise

@@ -76,3 +76,20 @@ def test_an_error_while_writing_keeps_the_old_file_and_no_temporary(tmp_path):
             raise RuntimeError("stopped half way")
     assert target.read_text() == '{"old": true}\n'
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
+
+
+
+def test_a_full_disk_while_writing_a_preview_is_one_line_and_leaves_the_old_file(gemex_embed, tmp_path):
+    """RLIMIT_FSIZE of 8 KiB: the kernel refuses the page's writes (EFBIG), as a full disk would."""
+    import resource
+
+    page = tmp_path / "preview.html"
+    write_text(page, "<p>old</p>\n")
+    process = subprocess.run(
+        [sys.executable, "-m", "builders.cli", "preview", str(gemex_embed[0]), "--n", "4", "--out", str(page)],
+        preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 10, 8 << 10)),
+        env={k: v for k, v in os.environ.items() if k != "CXR_VQA_STOP_AT"}, capture_output=True, text=True, timeout=300)
+    assert process.returncode == 1
+    assert process.stderr.splitlines() == [f"cxr-vqa: error: {page}: the disk is full: File too large"]
+    assert page.read_text() == "<p>old</p>\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["preview.html"]

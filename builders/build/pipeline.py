@@ -316,6 +316,7 @@ class DatasetBuild(ABC):
 
 
 DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+"""What the kernel answers a write when the disk (or the process's file size limit, or quota) is full."""
 
 
 def write_failure(err: OSError, out: Path) -> str:
