@@ -239,7 +239,7 @@ def _error_line(err: Exception) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    signal.signal(signal.SIGTERM, _terminate)
+    previous_handler = signal.signal(signal.SIGTERM, _terminate)
     try:
         from builders.build.lifecycle import stop_point
 
@@ -258,6 +258,8 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"cxr-vqa: error: {line}", file=sys.stderr)
         return 1
+    finally:
+        signal.signal(signal.SIGTERM, previous_handler)
 
 
 if __name__ == "__main__":

@@ -142,6 +142,15 @@ def test_credentialed_content_goes_private_or_gated(root, visibility):
     assert plan.visibility == visibility and plan.facts.carries and not plan.facts.synthetic
 
 
+def record_checksums(folder: Path) -> None:
+    """Write the shards' checksums into the build report, as a build that wrote these shards would."""
+    from builders.build.shards import sha256
+
+    report = json.loads((folder / "build_report.json").read_text())
+    report["shards"] = {rel: sha256(folder / rel) for rel in report["shards"]}
+    (folder / "build_report.json").write_text(json.dumps(report))
+
+
 def test_public_annotations_need_none_mode_a_licence_and_confirmation(root, tmp_path):
     folder = copy_build("real-none", root, tmp_path / "gemex")
     import pyarrow.parquet as pq
@@ -149,6 +158,7 @@ def test_public_annotations_need_none_mode_a_licence_and_confirmation(root, tmp_
         table = pq.read_table(path)
         pq.write_table(table.set_column(table.schema.get_field_index("report"), "report",
                                         __import__("pyarrow").nulls(table.num_rows, "string")), path)
+    record_checksums(folder)
     with pytest.raises(PublishRefused, match="credentialed access only"):
         plan_publish(folder, "org/gemex", "public", confirm_public=True)  # the card says PhysioNet licence
     card = DatasetCard.load(folder / "README.md")
