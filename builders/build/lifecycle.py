@@ -101,7 +101,7 @@ def clean_dead_builds(out: Path) -> list[str]:
     Returns one line per folder removed or restored, for the build report.
     """
     actions = []
-    previous = sorted(out.parent.glob(f".{out.name}.previous-*"))
+    previous = sorted(out.parent.glob(f".{out.name}.previous-*"), key=lambda folder: folder.stat().st_mtime)
     if previous and not out.exists():
         restored = previous.pop()
         restored.rename(out)
