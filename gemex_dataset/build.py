@@ -59,6 +59,9 @@ class GemexBuild(DatasetBuild):
         except RecordError as err:
             self.reject(Reject(raw.file, raw.record, err.field, err.reason))
             return
+        except RecursionError:
+            self.reject(Reject(raw.file, raw.record, None, "JSON nested too deeply to read"))
+            return
         for region in notes.unknown_regions:
             self.report.count_unknown("region", region)
         del row["question_id"]

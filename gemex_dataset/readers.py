@@ -9,6 +9,7 @@ rejection names the file and the record, and a row can be written back in its la
 from __future__ import annotations
 
 import ast
+import codecs
 import csv
 import json
 import re
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builders.build.report import Reject
+from builders.json_stream import Damage, LineError, RecordStream, loads_line, open_text
 from schemas import first_error
 
 PER_TYPE_FILES = {f"{t}_question.jsonl": t for t in ("open_ended", "closed_ended", "single_choice", "multi_choice")}
@@ -78,38 +80,37 @@ def find_source_files(source: Path, split: str | None = None) -> list[SourceFile
     return found
 
 
-def _lines(path: Path) -> Iterator[tuple[int, str | None, str | None]]:
-    """(line number, text, problem) for every non-blank line; a line that is not UTF-8 comes with a problem."""
+def _json_lines(path: Path) -> Iterator[tuple[int, dict | Reject]]:
+    """(line number, object or reject) for every non-blank line; each line stands alone, so a bad one costs only itself."""
+    file = str(path)
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
-            if not raw.strip():
+            if not raw.removeprefix(codecs.BOM_UTF8).strip():
                 continue
             try:
-                yield number, raw.decode("utf-8"), None
-            except UnicodeDecodeError as err:
-                yield number, None, f"not valid UTF-8 (byte {err.start} of the line)"
+                value = loads_line(raw)
+            except LineError as err:
+                yield number, Reject(file, f"line {number}", None, str(err))
+                continue
+            if not isinstance(value, dict):
+                value = Reject(file, f"line {number}", None, f"expected a JSON object, got {type(value).__name__}")
+            yield number, value
 
 
-def _json_line(file: str, number: int, text: str | None, problem: str | None) -> dict | Reject:
-    if problem:
-        return Reject(file, f"line {number}", None, problem)
+def _schema_error(name: str, record: object) -> tuple[str | None, str] | None:
     try:
-        value = json.loads(text)
-    except json.JSONDecodeError as err:
-        return Reject(file, f"line {number}", None, f"malformed JSON: {err.msg} at column {err.colno}")
-    if not isinstance(value, dict):
-        return Reject(file, f"line {number}", None, f"expected a JSON object, got {type(value).__name__}")
-    return value
+        return first_error(name, record)
+    except RecursionError:
+        return None, "JSON nested too deeply to check"
 
 
 def read_per_type(src: SourceFile) -> Iterator[RawQuestion | Reject]:
     qtype = PER_TYPE_FILES[src.path.name]
-    for number, text, problem in _lines(src.path):
-        value = _json_line(str(src.path), number, text, problem)
+    for number, value in _json_lines(src.path):
         if isinstance(value, Reject):
             yield value
             continue
-        error = first_error("gemex_per_type", value)
+        error = _schema_error("gemex_per_type", value)
         if error:
             yield Reject(str(src.path), f"line {number}", error[0], error[1])
         else:
@@ -156,33 +157,29 @@ def parse_llava(record: dict) -> dict:
 
 
 def read_llava(src: SourceFile) -> Iterator[RawQuestion | Reject]:
+    """The conversation records of one LLaVA JSON array, read one at a time (`builders.json_stream`):
+    a damaged region or a cut costs only the records it touches."""
     file = str(src.path)
-    try:
-        records = json.loads(src.path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as err:
-        yield Reject(file, None, None, f"file is not valid UTF-8 (byte {err.start}); none of its records can be read")
-        return
-    except json.JSONDecodeError as err:
-        yield Reject(file, None, None, f"malformed JSON at line {err.lineno} column {err.colno}: {err.msg}; none of its records can be read")
-        return
-    if not isinstance(records, list):
-        yield Reject(file, None, None, "expected a JSON array of conversation records")
-        return
-    for index, record in enumerate(records):
-        error = first_error("gemex_llava", record)
-        if error:
-            yield Reject(file, f"index {index}", error[0], error[1])
-            continue
-        try:
-            data = parse_llava(record)
-        except ValueError as err:
-            yield Reject(file, f"index {index}", err.args[0], err.args[1])
-            continue
-        yield RawQuestion(file, f"index {index}", "llava", src.split, LLAVA_Q_TYPES[record["q_type"]], data)
+    with open_text(src.path) as f:
+        for item in RecordStream(f, "array"):
+            if isinstance(item, Damage):
+                yield Reject(file, item.record, None, item.reason)
+                continue
+            where, record = item
+            error = _schema_error("gemex_llava", record)
+            if error:
+                yield Reject(file, where, error[0], error[1])
+                continue
+            try:
+                data = parse_llava(record)
+            except ValueError as err:
+                yield Reject(file, where, err.args[0], err.args[1])
+                continue
+            yield RawQuestion(file, where, "llava", src.split, LLAVA_Q_TYPES[record["q_type"]], data)
 
 
 def _csv_paths(path: Path) -> list[str]:
-    with open(path, newline="", encoding="utf-8") as f:
+    with open(path, newline="", encoding="utf-8-sig") as f:
         rows = list(csv.DictReader(f))
     if rows and "mimic_image_file_path" not in rows[0]:
         raise ValueError(f"{path}: no column 'mimic_image_file_path'")
@@ -199,12 +196,11 @@ def read_grouped(src: SourceFile) -> Iterator[RawQuestion | Reject]:
     except (ValueError, UnicodeDecodeError) as err:
         yield Reject(str(src.csv), None, None, str(err))
         return
-    for row, (number, text, problem) in enumerate(_lines(src.path)):
-        value = _json_line(file, number, text, problem)
+    for row, (number, value) in enumerate(_json_lines(src.path)):
         if isinstance(value, Reject):
             yield value
             continue
-        error = first_error("gemex_grouped", value)
+        error = _schema_error("gemex_grouped", value)
         if error:
             yield Reject(file, f"line {number}", error[0], error[1])
             continue

@@ -9,6 +9,7 @@ content, which is what the round-trip test holds the build to.
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass
 
@@ -75,6 +76,8 @@ def checked_boxes(boxes: list[list[float]]) -> tuple[list[list[int]], int]:
     out, outside = [], 0
     for k, box in enumerate(boxes):
         x1, y1, x2, y2 = box
+        if not all(math.isfinite(v) for v in box):
+            raise RecordError(f"visual_locations[{k}]", f"box {box} has a coordinate that is not a finite number")
         if x2 <= x1 or y2 <= y1:
             raise RecordError(f"visual_locations[{k}]", f"box {box} has x2 <= x1 or y2 <= y1")
         if min(x1, y1) < -FAR_OUTSIDE or max(x2, y2) > 224 + FAR_OUTSIDE:

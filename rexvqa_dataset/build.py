@@ -58,11 +58,15 @@ class RexvqaBuild(DatasetBuild):
         files = find_source_files(Path(self.settings.source), self.settings.split)
         if not files:
             raise BuildError(f"no ReXVQA files under {self.settings.source} (expected metadata/{{train,valid,test}}_vqa_data.json)")
+        first_file: dict[str, str] = {}  # question id -> the file it was first read from
         for path, split in files:
             for item in tqdm(read_file(path, split), desc=f"reading {path.name}", unit="question", disable=None):
                 self.report.records_read += 1
                 if isinstance(item, Reject):
                     self.reject(item)
+                elif (earlier := first_file.setdefault(item.question_id, item.file)) != item.file:
+                    self.reject(Reject(item.file, item.question_id, "question_id", "duplicate_question_id"))
+                    self.report.notices[f"question ids also in {Path(earlier).name} rejected as duplicate_question_id (first kept)"] += 1
                 else:
                     self.stage_question(staging, item)
 
@@ -71,6 +75,9 @@ class RexvqaBuild(DatasetBuild):
             row, notes = question_row(raw)
         except RecordError as err:
             self.reject(Reject(raw.file, raw.question_id, err.field, err.reason))
+            return
+        except RecursionError:
+            self.reject(Reject(raw.file, raw.question_id, None, "JSON nested too deeply to read"))
             return
         if notes.unknown_task is not None:
             self.report.count_unknown("task_name", notes.unknown_task)

@@ -58,6 +58,8 @@ def good(image_path, **changes):
         ({"answer": ["A", "E"]}, "answer", "not among the choices"),
         ({"visual_locations": [[100, 35, 90, 156]]}, "visual_locations[0]", "x2 <= x1"),
         ({"visual_locations": [[43, 35, 180, 400]]}, "visual_locations[0]", "far outside"),
+        ({"visual_locations": [[43, 35, float("nan"), 156]]}, "visual_locations[0]", "not a finite number"),
+        ({"visual_locations": [[43, 35, 180, float("inf")]]}, "visual_locations[0]", "not a finite number"),
         ({"visual_regions": ["bilateral lung", "spine"]}, "visual_regions", "parallel"),
         ({"choices": ["A: Effusion", "C: Normal"]}, "choices[1]", "expected 'B: <text>'"),
     ],

@@ -70,10 +70,10 @@ def test_source_may_be_the_release_root_or_its_metadata_folder(tmp_path):
     assert [s for _, s in find_source_files(tmp_path)] == ["train", "validation", "test"]
 
 
-def test_malformed_file_is_one_reject(tmp_path):
+def test_cut_file_is_one_reject_naming_the_cut_record(tmp_path):
     path = write(tmp_path / "train_vqa_data.json", {}, text='{"q1": {"question": ')
     [item] = list(read_file(path, "train"))
-    assert isinstance(item, Reject) and item.record is None and "malformed JSON" in item.reason
+    assert isinstance(item, Reject) and item.record == "q1" and "the file ends inside this record" in item.reason
 
 
 @pytest.mark.parametrize(

@@ -1,0 +1,227 @@
+"""Raw JSON releases are read record by record: damaged bytes cost only the records they touch.
+
+Unit checks of `builders.json_stream`, then real builds through the CLI of releases spoiled
+the ways a download or an editor spoils them; in each the build report's counts add up.
+"""
+
+import io
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from builders.cli import main
+from builders.json_stream import Damage, RecordStream
+from gemex_dataset.synthetic import generate as generate_gemex
+from rexvqa_dataset.synthetic import generate as generate_rexvqa
+
+DEEP = "[" * 100_000 + "]" * 100_000
+
+
+@pytest.mark.parametrize("block", [1, 7, 64, 1 << 20])
+@pytest.mark.parametrize("indent", [None, 2])
+def test_records_match_json_load_whatever_the_block_size(block, indent):
+    records = {"q1": {"a": [1, 2.5, None], "b": "x" * 50, "nan": math.nan}, "q2": {"n": 12345678}, "q3": {}}
+    text = json.dumps(records, indent=indent)
+    read = dict(RecordStream(io.StringIO(text), "object", block=block))
+    assert read.keys() == records.keys() and read["q2"] == {"n": 12345678} and read["q1"]["b"] == "x" * 50
+    assert math.isnan(read["q1"]["nan"])
+    array = list(RecordStream(io.StringIO(json.dumps(list(records.values()), indent=indent)), "array", block=block))
+    assert [label for label, _ in array] == ["index 0", "index 1", "index 2"]
+
+
+def test_empty_containers():
+    assert list(RecordStream(io.StringIO(" { } "), "object")) == []
+    assert list(RecordStream(io.StringIO("[]"), "array")) == []
+
+
+@pytest.mark.parametrize("indent", [None, 1])
+@pytest.mark.parametrize("block", [5, 1 << 20])
+def test_a_bad_token_costs_one_record_even_beside_nested_objects(indent, block):
+    records = {f"q{k}": {"x": k, "nested": {"a": {"b": 1}, "c": {"d": 2}}} for k in range(6)}
+    text = json.dumps(records, indent=indent).replace('"x": 2', '"x": oops', 1)
+    items = list(RecordStream(io.StringIO(text), "object", block=block))
+    assert [i if isinstance(i, Damage) else i[0] for i in items][:2] == ["q0", "q1"]
+    damage = [i for i in items if isinstance(i, Damage)]
+    assert [d.record for d in damage] == ["q2"] and "malformed JSON" in damage[0].reason
+    assert [i[0] for i in items if not isinstance(i, Damage)] == ["q0", "q1", "q3", "q4", "q5"]
+
+
+def test_array_resynchronises_at_the_next_top_level_record():
+    text = '[{"c": [{"from": 1}, {"from": 2}]}, {"c": [{"from": bad}, {"from": 4}]}, {"c": [{"from": 5}, {"from": 6}]}]'
+    items = list(RecordStream(io.StringIO(text), "array", block=3))
+    assert isinstance(items[1], Damage) and items[1].record == "index 1"
+    assert [i for i in items if not isinstance(i, Damage)] == [("index 0", {"c": [{"from": 1}, {"from": 2}]}),
+                                                               ("index 2", {"c": [{"from": 5}, {"from": 6}]})]
+
+
+def test_text_after_the_end_and_wrong_top_level():
+    assert list(RecordStream(io.StringIO("[1] x"), "array"))[-1].record is None
+    [damage] = list(RecordStream(io.StringIO("[1, 2]"), "object"))
+    assert damage.record is None and "keyed by record id" in damage.reason
+
+
+# ---------------------------------------------------------------------------------------------
+# ReXVQA builds
+
+
+def rexvqa_release(tmp_path: Path) -> tuple[Path, dict[str, dict]]:
+    generate_rexvqa(tmp_path / "raw", num_studies=12, images=False)
+    metadata = tmp_path / "raw" / "metadata"
+    return metadata, {p.name: json.loads(p.read_text()) for p in sorted(metadata.glob("*.json"))}
+
+
+def build_rexvqa(tmp_path: Path, source: Path) -> dict:
+    out = tmp_path / "out"
+    assert main(["build", "rexvqa", "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"]) == 0
+    report = json.loads((out / "build_report.json").read_text())
+    assert report["records_read"] == report["rows_written"] + report["rejected"]
+    return report
+
+
+def spoil(path: Path, records: dict, key: str, old: bytes, new: bytes) -> None:
+    """Rewrite `path` (indent=1, as released) with `old` replaced by `new` inside record `key` only."""
+    text = json.dumps(records, indent=1, allow_nan=True).encode()
+    start = text.index(json.dumps(key).encode() + b": {")
+    at = text.index(old, start)
+    path.write_bytes(text[:at] + new + text[at + len(old):])
+
+
+def test_rexvqa_bad_token_in_record_2_costs_only_record_2(tmp_path):
+    metadata, files = rexvqa_release(tmp_path)
+    records = files["train_vqa_data.json"]
+    second = list(records)[1]
+    spoil(metadata / "train_vqa_data.json", records, second, b'"question": "', b'"question": oops "')
+    report = build_rexvqa(tmp_path, metadata)
+    total = sum(len(r) for r in files.values())
+    assert report["records_read"] == total and report["rows_written"] == total - 1
+    [reject] = report["rejects"]
+    assert reject["record"] == second and "malformed JSON" in reject["reason"] and reject["file"].endswith("train_vqa_data.json")
+
+
+def test_rexvqa_bad_utf8_in_the_last_record_costs_only_it(tmp_path):
+    metadata, files = rexvqa_release(tmp_path)
+    records = files["test_vqa_data.json"]
+    last = list(records)[-1]
+    spoil(metadata / "test_vqa_data.json", records, last, b'"question": "', b'"question": "\xff\xfe')
+    report = build_rexvqa(tmp_path, metadata)
+    total = sum(len(r) for r in files.values())
+    assert report["rows_written"] == total - 1
+    [reject] = report["rejects"]
+    assert reject["record"] == last and "not valid UTF-8" in reject["reason"]
+
+
+def test_rexvqa_truncated_file_keeps_the_records_before_the_cut(tmp_path):
+    metadata, files = rexvqa_release(tmp_path)
+    path = metadata / "train_vqa_data.json"
+    records = files["train_vqa_data.json"]
+    third = list(records)[2]
+    text = path.read_bytes()
+    path.write_bytes(text[:text.index(json.dumps(third).encode() + b": {") + 40])
+    report = build_rexvqa(tmp_path, metadata)
+    [reject] = report["rejects"]
+    assert reject["record"] == third and "ends inside this record" in reject["reason"]
+    assert report["rows_written"] == sum(len(r) for r in files.values()) - len(records) + 2
+
+
+def test_rexvqa_deep_nesting_is_one_reject(tmp_path):
+    metadata, files = rexvqa_release(tmp_path)
+    records = files["valid_vqa_data.json"]
+    first = list(records)[0]
+    spoil(metadata / "valid_vqa_data.json", records, first, b'"question": ', f'"deep": {DEEP}, "question": '.encode())
+    report = build_rexvqa(tmp_path, metadata)
+    [reject] = report["rejects"]
+    assert reject["record"] == first and "nested too deeply" in reject["reason"]
+    assert report["rows_written"] == sum(len(r) for r in files.values()) - 1
+
+
+def test_rexvqa_bom_at_the_start_of_every_file_is_accepted(tmp_path):
+    metadata, files = rexvqa_release(tmp_path)
+    for name in files:
+        (metadata / name).write_bytes(b"\xef\xbb\xbf" + (metadata / name).read_bytes())
+    report = build_rexvqa(tmp_path, metadata)
+    assert report["rejected"] == 0 and report["rows_written"] == sum(len(r) for r in files.values())
+
+
+def test_rexvqa_question_id_in_two_splits_keeps_the_first(tmp_path):
+    metadata, files = rexvqa_release(tmp_path)
+    train, test = files["train_vqa_data.json"], files["test_vqa_data.json"]
+    shared = list(train)[0]
+    test[shared] = next(iter(test.values()))
+    (metadata / "test_vqa_data.json").write_text(json.dumps(test, indent=1, allow_nan=True))
+    report = build_rexvqa(tmp_path, metadata)
+    [reject] = report["rejects"]
+    assert (reject["record"], reject["field"], reject["reason"]) == (shared, "question_id", "duplicate_question_id")
+    assert reject["file"].endswith("test_vqa_data.json") and report["reject_reasons"] == {"duplicate_question_id": 1}
+    assert any("duplicate_question_id" in notice for notice in report["notices"])
+
+
+# ---------------------------------------------------------------------------------------------
+# GEMeX builds
+
+
+@pytest.fixture(scope="module")
+def gemex_raw(tmp_path_factory):
+    return generate_gemex(tmp_path_factory.mktemp("gemex-raw"), num_images=6, seed=3, images=False)
+
+
+def build_gemex(tmp_path: Path, source: Path) -> dict:
+    out = tmp_path / "out"
+    assert main(["build", "gemex", "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"]) == 0
+    report = json.loads((out / "build_report.json").read_text())
+    assert report["records_read"] == report["rows_written"] + report["rejected"]
+    return report
+
+
+def llava_copy(gemex_raw, tmp_path: Path) -> tuple[Path, list[dict]]:
+    path = gemex_raw.root / "llava" / "train" / "train_conversations.json"
+    copy = tmp_path / "release" / path.relative_to(gemex_raw.root / "llava")
+    copy.parent.mkdir(parents=True)
+    copy.write_bytes(path.read_bytes())
+    return copy, json.loads(path.read_text())
+
+
+def test_gemex_truncated_llava_keeps_every_record_before_the_cut(gemex_raw, tmp_path):
+    path, records = llava_copy(gemex_raw, tmp_path)
+    text = path.read_bytes()
+    path.write_bytes(text[:len(text) * 2 // 3])
+    report = build_gemex(tmp_path, tmp_path / "release")
+    [reject] = report["rejects"]
+    cut_at = int(reject["record"].removeprefix("index "))
+    assert "ends inside this record" in reject["reason"] and cut_at > len(records) // 2
+    assert report["records_read"] == cut_at + 1 and report["rows_written"] == cut_at
+
+
+def test_gemex_llava_bad_utf8_and_bad_token_cost_their_records(gemex_raw, tmp_path):
+    path, records = llava_copy(gemex_raw, tmp_path)
+    text = json.dumps(records, indent=2).encode()
+    images = text.split(b"<image>")  # one per record, inside its human turn's string
+    text = b"<image>".join(images[:3] + [b"\xc3(" + images[3]] + images[4:])
+    row_ids = text.split(b'"row_id": ')
+    text = b'"row_id": '.join(row_ids[:7] + [b"oops " + row_ids[7]] + row_ids[8:])
+    path.write_bytes(text)
+    report = build_gemex(tmp_path, tmp_path / "release")
+    assert {(r["record"], r["reason"].split(" at ")[0]) for r in report["rejects"]} == {("index 2", "not valid UTF-8"), ("index 6", "malformed JSON")}
+    assert report["records_read"] == len(records) and report["rows_written"] == len(records) - 2
+
+
+def per_type_copy(gemex_raw, tmp_path: Path) -> Path:
+    source = gemex_raw.root / "per_type" / "test"
+    copy = tmp_path / "release" / "test"
+    copy.mkdir(parents=True)
+    for path in source.iterdir():
+        (copy / path.name).write_bytes(path.read_bytes())
+    return copy
+
+
+def test_gemex_deep_nesting_and_bom(gemex_raw, tmp_path):
+    folder = per_type_copy(gemex_raw, tmp_path)
+    path = folder / "open_ended_question.jsonl"
+    lines = path.read_text().split("\n")
+    path.write_bytes(b"\xef\xbb\xbf" + "\n".join([lines[0], DEEP] + lines[1:]).encode())
+    expected = sum(len(p.read_text().split("\n")) for p in folder.iterdir())
+    report = build_gemex(tmp_path, tmp_path / "release")
+    [reject] = report["rejects"]
+    assert reject["record"] == "line 2" and "nested too deeply" in reject["reason"]
+    assert report["records_read"] == expected and report["rows_written"] == expected - 1
