@@ -17,7 +17,7 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from builders.box_frame import frame224_to_pixels
-from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging, is_synthetic
+from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging
 from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
 from builders.build.report import BuildError, BuildReport, RecordError, Reject
@@ -39,13 +39,15 @@ class GemexBuild(DatasetBuild):
         return pa.schema(text + [pa.field("_file", pa.string()), pa.field("_record", pa.string())])
 
     def image_source(self) -> ImageSource | None:
-        return ImageSource(self.settings) if self.settings.images else None
+        return ImageSource(self.settings, provenance=self.provenance) if self.settings.images else None
 
     def stage(self, staging: Staging) -> None:
         files = find_source_files(Path(self.settings.source), self.settings.split)
         if not files:
             raise BuildError(f"no GEMeX annotation files under {self.settings.source} (expected *_question.jsonl, *.json or *.jsonl + *.csv)")
         for src in tqdm(files, desc="reading annotations", unit="file", disable=len(files) < 4):
+            for path in (src.path, src.csv) if src.csv else (src.path,):
+                self.provenance.annotation_file(path)
             for item in read_file(src):
                 self.report.records_read += 1
                 if isinstance(item, Reject):
@@ -142,7 +144,7 @@ class GemexBuild(DatasetBuild):
     def write_card(self, out: Path) -> None:
         filters = {qtype: [["question_type", "==", k]] for k, qtype in enumerate(QUESTION_TYPES)}
         configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features)
-        synthetic = is_synthetic(Path(self.settings.source))
+        synthetic = self.provenance.synthetic
         data = release_card_data(configs, infos, name="GEMeX", synthetic=synthetic,
                                  licence=("physionet-credentialed-health-data-license-1.5.0", "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/"),
                                  tags=["grounding", "mimic-cxr"], rows=self.report.rows_written,

@@ -31,7 +31,7 @@ from PIL import Image, ImageDraw, ImageFilter
 from tqdm.auto import tqdm
 
 from builders.box_frame import pixels_to_frame224
-from builders.build.pipeline import SYNTHETIC_MARKER
+from builders.provenance import ManifestWriter, image_tag
 from gemex_dataset.anatomy import region_layout
 from gemex_dataset.prompts import TYPE_PROMPTS
 
@@ -42,12 +42,14 @@ KEEP_RATE = PAPER_QUESTIONS / (sum(PAPER_IMAGES.values()) * sum(QUESTIONS_PER_IM
 MIMIC_SIZES = ((2544, 3056), (2539, 3050), (2544, 3056), (3056, 2544), (2048, 2500), (3050, 2539))
 LAYOUTS = ("per_type", "llava", "grouped")
 LLAVA_Q_TYPES = {t: f"{t}_questions" for t in QUESTIONS_PER_IMAGE}
+NOTE_NAME = "SYNTHETIC.md"
 
 SYNTHETIC_NOTE = """# Synthetic GEMeX release
 
 Made by `cxr-vqa synthesize gemex` (gemex_dataset/synthetic.py). Every image, report and question
 is generated; there is no patient data and no MIMIC-CXR content. Builds made from this folder say so
-in their card.
+in their card: SYNTHETIC_MANIFEST.json holds a keyed hash of every annotation file and every image
+carries a tag in its metadata (builders/provenance.py). This note itself proves nothing.
 """
 
 FINDINGS: dict[str, tuple[str, ...]] = {
@@ -173,7 +175,7 @@ def make_image(seed: int, index: int, downscale: int) -> SyntheticImage:
 def write_image(image: SyntheticImage, image_root: Path, index: int) -> None:
     path = image_root / image.image_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    draw_chest(image.layout, image.width, image.height, seed=index).save(path, quality=90)
+    draw_chest(image.layout, image.width, image.height, seed=index).save(path, quality=90, comment=image_tag(path.name))
 
 
 def report(image: SyntheticImage, rng: random.Random) -> str:
@@ -273,8 +275,9 @@ def _write_images(args: tuple[int, int, int, int, str]) -> None:
         write_image(make_image(seed, index, downscale), Path(root), index)
 
 
-def write_annotations(out: Path, split: str, seed: int, first: int, count: int, downscale: int, layouts: tuple[str, ...]) -> int:
-    """Write one split's annotation files in each layout; returns its number of questions."""
+def write_annotations(out: Path, split: str, seed: int, first: int, count: int, downscale: int, layouts: tuple[str, ...],
+                      manifest: ManifestWriter) -> int:
+    """Write one split's annotation files in each layout, each listed in `manifest`; returns its number of questions."""
     per_type = {t: [] for t in QUESTIONS_PER_IMAGE}
     llava, grouped, paths = [], [], []
     for row, (image, qs, text) in enumerate(_split_records(seed, first, count, downscale)):
@@ -294,10 +297,12 @@ def write_annotations(out: Path, split: str, seed: int, first: int, count: int, 
         folder.mkdir(parents=True, exist_ok=True)
         for qtype, recs in per_type.items():  # the release's files end without a trailing newline
             (folder / f"{qtype}_question.jsonl").write_text("\n".join(json.dumps(r) for r in recs), encoding="utf-8")
+            manifest.add(folder / f"{qtype}_question.jsonl")
     if "llava" in layouts:
         folder = out / "llava" / split
         folder.mkdir(parents=True, exist_ok=True)
         (folder / f"{split}_conversations.json").write_text(json.dumps(llava, indent=1), encoding="utf-8")
+        manifest.add(folder / f"{split}_conversations.json")
     if "grouped" in layouts:
         folder = out / "grouped" / split
         folder.mkdir(parents=True, exist_ok=True)
@@ -306,6 +311,8 @@ def write_annotations(out: Path, split: str, seed: int, first: int, count: int, 
             writer = csv.writer(f)
             writer.writerow(["mimic_image_file_path"])
             writer.writerows([p] for p in paths)
+        manifest.add(folder / f"{split}_questions.jsonl")
+        manifest.add(folder / f"{split}_images.csv")
     return sum(len(v) for v in per_type.values())
 
 
@@ -318,10 +325,12 @@ def generate(out: Path, num_images: int = 24, seed: int = 0, downscale: int = 8,
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / SYNTHETIC_MARKER).write_text(SYNTHETIC_NOTE, encoding="utf-8")
+    (out / NOTE_NAME).write_text(SYNTHETIC_NOTE, encoding="utf-8")
     sizes = split_sizes(num_images)
     firsts = dict(zip(sizes, np.cumsum([0] + list(sizes.values()))[:-1].tolist()))
-    counts = {split: write_annotations(out, split, seed, firsts[split], n, downscale, layouts) for split, n in sizes.items()}
+    manifest = ManifestWriter(out, "cxr-vqa synthesize gemex")
+    counts = {split: write_annotations(out, split, seed, firsts[split], n, downscale, layouts, manifest) for split, n in sizes.items()}
+    manifest.save()
     if images:
         chunks = [(seed, start, min(256, num_images - start), downscale, str(out / "files")) for start in range(0, sum(sizes.values()), 256)]
         with tqdm(total=len(chunks), desc="synthetic images", unit="chunk", disable=len(chunks) < 4) as bar:

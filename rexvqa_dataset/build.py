@@ -20,7 +20,7 @@ from pathlib import Path
 import pyarrow as pa
 from tqdm.auto import tqdm
 
-from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging, is_synthetic
+from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging
 from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
 from builders.build.report import BuildError, BuildReport, RecordError, Reject
@@ -52,7 +52,7 @@ class RexvqaBuild(DatasetBuild):
         """`ImagePath`s start with `../deid_png/`: they may leave the metadata folder, not the release."""
         if self.settings.image_mode == "none":
             return None
-        return ImageSource(self.settings, allowed_root=Path(self.settings.images).absolute().parent)
+        return ImageSource(self.settings, allowed_root=Path(self.settings.images).absolute().parent, provenance=self.provenance)
 
     def stage(self, staging: Staging) -> None:
         files = find_source_files(Path(self.settings.source), self.settings.split)
@@ -60,6 +60,7 @@ class RexvqaBuild(DatasetBuild):
             raise BuildError(f"no ReXVQA files under {self.settings.source} (expected metadata/{{train,valid,test}}_vqa_data.json)")
         first_file: dict[str, str] = {}  # question id -> the file it was first read from
         for path, split in files:
+            self.provenance.annotation_file(path)
             for item in tqdm(read_file(path, split), desc=f"reading {path.name}", unit="question", disable=None):
                 self.report.records_read += 1
                 if isinstance(item, Reject):
@@ -149,7 +150,7 @@ class RexvqaBuild(DatasetBuild):
     def write_card(self, out: Path) -> None:
         filters = {config: [["task_name", "==", k]] for k, config in enumerate(TASK_CONFIGS)} | {OTHER_TASK: [["task_name", "==", -1]]}
         configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features)
-        synthetic = is_synthetic(Path(self.settings.source))
+        synthetic = self.provenance.synthetic
         data = release_card_data(configs, infos, name="ReXVQA", synthetic=synthetic,
                                  licence=("rexgradient-160k-research-use", "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K"),
                                  tags=["multiple-choice", "rexgradient"], rows=self.report.rows_written,

@@ -28,9 +28,10 @@ from pathlib import Path
 
 import numpy as np
 from PIL import Image
+from PIL.PngImagePlugin import PngInfo
 from tqdm.auto import tqdm
 
-from builders.build.pipeline import SYNTHETIC_MARKER
+from builders.provenance import IMAGE_TAG_KEY, ManifestWriter, image_tag
 from rexvqa_dataset.features import TASKS
 
 PUBLIC_STUDIES = 160_000
@@ -45,12 +46,14 @@ RELEASE_SIDES = (600, 800)
 """The long and short side range of the release's PNGs (already a quarter of the original)."""
 UID_ROOT = "1.2.826.0.1.3680043.8.498"
 VIEWS = ("PA", "AP", "LATERAL", "LL", "UNKNOWN")
+NOTE_NAME = "SYNTHETIC.md"
 
 SYNTHETIC_NOTE = """# Synthetic ReXVQA release
 
 Made by `cxr-vqa synthesize rexvqa` (rexvqa_dataset/synthetic.py). Every image, report and question
 is generated; there is no patient data and no ReXGradient-160K content. Builds made from this folder
-say so in their card.
+say so in their card: SYNTHETIC_MANIFEST.json holds a keyed hash of every annotation file and every
+image carries a tag in its metadata (builders/provenance.py). This note itself proves nothing.
 """
 
 FINDINGS = {
@@ -194,7 +197,9 @@ def _write_images(args: tuple[int, int, int, str, int, str]) -> int:
         for relative, width, height, pixel_seed in study.images:
             path = Path(root) / relative
             path.parent.mkdir(parents=True, exist_ok=True)
-            Image.fromarray(_pixels(random.Random(pixel_seed), width, height)).save(path, "PNG")
+            tag = PngInfo()
+            tag.add_text(IMAGE_TAG_KEY, image_tag(path.name))
+            Image.fromarray(_pixels(random.Random(pixel_seed), width, height)).save(path, "PNG", pnginfo=tag)
             written += 1
     return written
 
@@ -209,7 +214,8 @@ def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4
     """
     out = Path(out)
     (out / "metadata").mkdir(parents=True, exist_ok=True)
-    (out / SYNTHETIC_MARKER).write_text(SYNTHETIC_NOTE, encoding="utf-8")
+    (out / NOTE_NAME).write_text(SYNTHETIC_NOTE, encoding="utf-8")
+    manifest = ManifestWriter(out, "cxr-vqa synthesize rexvqa")
     sizes = split_sizes(num_studies)
     firsts = dict(zip(sizes, np.cumsum([0, *sizes.values()])[:-1].tolist()))
     questions = {}
@@ -218,7 +224,9 @@ def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4
         for study in _studies(seed, firsts[split], count, split, downscale):
             records.update(study.records)
         (out / "metadata" / f"{split}_vqa_data.json").write_text(json.dumps(records, indent=1, allow_nan=True), encoding="utf-8")
+        manifest.add(out / "metadata" / f"{split}_vqa_data.json")
         questions[split] = len(records)
+    manifest.save()
     if images:
         chunks = [(seed, start, min(64, firsts[split] + count - start), split, downscale, str(out))
                   for split, count in sizes.items() for start in range(firsts[split], firsts[split] + count, 64)]

@@ -1,8 +1,8 @@
 """Small GEMeX builds shared by the publish, validate and preview tests, built once per session.
 
-`synthetic-*` come from the synthetic generator (its SYNTHETIC.md marker makes the card say
-so); `real-*` are the same files with the marker removed, which is how a build of the real
-release looks to the publishing rules.
+`synthetic-*` come from the synthetic generator (its manifest and image tags make the build
+synthetic); `real-*` are the same files with the manifest removed, which is how a build of the
+real release looks to the publishing rules.
 """
 
 from __future__ import annotations
@@ -16,15 +16,14 @@ _cache: dict[str, Path] = {}
 
 
 def _release(root: Path, synthetic: bool) -> Path:
-    from builders.build.pipeline import SYNTHETIC_MARKER
+    from builders.provenance import MANIFEST_NAME
     from gemex_dataset.synthetic import generate
 
     key = f"raw-{synthetic}"
     if key not in _cache:
         release = generate(root / key, num_images=8)
         if not synthetic:
-            for marker in (root / key).rglob(SYNTHETIC_MARKER):
-                marker.unlink()
+            (root / key / MANIFEST_NAME).unlink()
         _cache[key] = release.root
     return _cache[key]
 

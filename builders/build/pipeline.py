@@ -27,15 +27,9 @@ from builders.build.card import load_card
 from builders.build.lifecycle import staged_output, stop_point
 from builders.build.report import BuildError, BuildReport, Reject
 from builders.build.shards import SHARD_LAYOUTS, SplitShards, sha256
+from builders.provenance import Provenance
 
 IMAGE_MODES = ("reference", "embed", "none")
-SYNTHETIC_MARKER = "SYNTHETIC.md"
-"""Left at the root of every synthetic release; a build from it says so in its card."""
-
-
-def is_synthetic(source: Path) -> bool:
-    """Whether `source` lies in a release made by one of the synthetic generators."""
-    return any((folder / SYNTHETIC_MARKER).exists() for folder in [Path(source), *Path(source).absolute().parents])
 
 
 @dataclass
@@ -95,8 +89,9 @@ class ImageSource:
     PREFETCH = 64
     """Images whose files the kernel is asked to read into the page cache ahead of their loading (embed mode)."""
 
-    def __init__(self, settings: BuildSettings, allowed_root: Path | None = None):
+    def __init__(self, settings: BuildSettings, allowed_root: Path | None = None, provenance: Provenance | None = None):
         self.settings = settings
+        self.provenance = provenance or Provenance()
         self.root = Path(settings.images).absolute() if settings.images else None
         self.allowed_root = allowed_root
         self.pool = ThreadPoolExecutor(settings.num_proc, thread_name_prefix="image-reader")
@@ -112,13 +107,16 @@ class ImageSource:
                 raise ImageError(path, "image file not found", "missing")
             mode = self.settings.image_mode
             if mode == "embed":
-                return embed_image(path, self.settings.image_size, self.settings.keep_16bit)
-            if mode == "reference":
-                return reference_image(path)
-            width, height = image_size(path)
-            return StoredImage(str(path), None, width, height, width, height)
+                image = embed_image(path, self.settings.image_size, self.settings.keep_16bit)
+            elif mode == "reference":
+                image = reference_image(path)
+            else:
+                width, height = image_size(path)
+                image = StoredImage(str(path), None, width, height, width, height)
         except ImageError as err:
             return err
+        self.provenance.image(path)
+        return image
 
     def prefetch(self, relative: str) -> None:
         """Ask the kernel to start reading the file into the page cache (`POSIX_FADV_WILLNEED`).
@@ -238,11 +236,13 @@ class DatasetBuild(ABC):
 
     `stage` reads and checks the raw records into a `Staging`, `write_split` writes one
     split's shards, `write_card` the card; `run` wraps them in the atomic output folder
-    and saves the report, which must account for every record read.
+    and saves the report, which must account for every record read. Every annotation file
+    and image read goes through `provenance`, which decides whether the build is synthetic.
     """
 
     def __init__(self, settings: BuildSettings, report: BuildReport):
         self.settings, self.report = settings, report
+        self.provenance = Provenance()
         self.images: ImageSource | None = None
         self.checksums: dict[str, Future[str]] = {}
         self.hasher: ThreadPoolExecutor | None = None
@@ -268,7 +268,8 @@ class DatasetBuild(ABC):
     def write_card(self, out: Path) -> None: ...
 
     def split_shards(self, out: Path, split: str, configs: list[str], features, config_of) -> SplitShards:
-        return SplitShards(out / "data" / split, configs, features, self.settings.shared_shards, config_of)
+        return SplitShards(out / "data" / split, configs, features, self.settings.shared_shards, config_of,
+                           synthetic=lambda: self.provenance.synthetic)
 
     def finish_split(self, shards: SplitShards, split: str, out: Path) -> None:
         """Close a split's shards and account for them: checksums (taken in the background while
@@ -309,6 +310,7 @@ class DatasetBuild(ABC):
                 first = self.report.rejects[0].line() if self.report.rejects else "no records"
                 raise BuildError(f"no row written from {self.settings.source}: {self.report.summary()}; first: {first}")
             stop_point("card")
+            self.report.provenance = self.provenance.summary()
             self.write_card(out)
             self.report.configs = [config["config_name"] for config in load_card(out).data.get("configs") or []]
             self.report.save(out / "build_report.json")

@@ -55,6 +55,7 @@ class BuildReport:
     images: Counter = field(default_factory=Counter)  # "split" -> distinct images written
     shards: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
     configs: list[str] = field(default_factory=list)  # the card's configs as built
+    provenance: dict = field(default_factory=dict)  # synthetic or real, and why (builders.provenance)
 
     def reject(self, item: Reject) -> None:
         self.rejects.append(item)
@@ -89,6 +90,7 @@ class BuildReport:
             "settings": self.settings,
             "shards": self.shards,
             "configs": self.configs,
+            "provenance": self.provenance,
         }
 
     def save(self, path: Path) -> None:

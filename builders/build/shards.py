@@ -36,6 +36,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from datasets import Features
 
+from builders.provenance import ContentHash, shard_stamp
+
 SHARD_LAYOUTS = ("auto", "by-config", "shared")
 SHARED_PREFIX = "questions"
 IMAGES_PER_GROUP = 64
@@ -107,9 +109,11 @@ class ShardWriter:
 
     IN_FLIGHT = 1
 
-    def __init__(self, folder: Path, config: str, features: Features):
+    def __init__(self, folder: Path, config: str, features: Features, synthetic: Callable[[], bool] = lambda: False):
         self.folder, self.config = folder, config
         self.schema = features.arrow_schema
+        self.synthetic = synthetic
+        self.content = ContentHash(self.schema)
         self.image_fields = {f.name for f in self.schema if _binary_columns(pa.schema([f]))}
         self.image_columns = _binary_columns(self.schema)
         # Encoded images do not compress: zstd on them costs time and saves nothing.
@@ -128,6 +132,7 @@ class ShardWriter:
         self.folder.mkdir(parents=True, exist_ok=True)
         self.paths.append(path)
         self.shard_bytes = 0
+        self.content = ContentHash(self.schema)
         writer = pq.ParquetWriter(
             path, schema, compression=self.compression, use_dictionary=True, dictionary_pagesize_limit=1 << 30,
             write_statistics=[c.name for c in self.schema if c.name not in self.image_fields], write_page_index=True,
@@ -153,6 +158,19 @@ class ShardWriter:
         self.pending.extend(rows)
         self.pending_bytes += image_bytes
 
+    def _close_shard(self) -> None:
+        """Close the open shard, its footer stamped with its provenance (`builders.provenance`).
+
+        The stamp is taken now, when the rows of every image the shard holds have been read.
+        """
+        writer, stamp = self.writer, shard_stamp(self.content, self.synthetic())
+
+        def finish() -> None:
+            writer.add_key_value_metadata(stamp)
+            writer.close()
+
+        self._submit(finish)
+
     def flush(self) -> None:
         """Write what is pending as one row group."""
         if not self.pending:
@@ -160,8 +178,9 @@ class ShardWriter:
         table = self._table(self.pending)
         if self.writer is None or self.shard_bytes >= BYTES_PER_SHARD:
             if self.writer is not None:
-                self._submit(self.writer.close)
+                self._close_shard()
             self.writer = self._open(table.schema)
+        self.content.update(table)
         self._submit(partial(self.writer.write_table, row_group_size=table.num_rows), table)
         self.rows += len(self.pending)
         self.shard_bytes += self.pending_bytes + table.nbytes // 4
@@ -171,7 +190,7 @@ class ShardWriter:
         """Finish the last shard and give every shard its final `-NNNNN-of-MMMMM` name."""
         self.flush()
         if self.writer is not None:
-            self._submit(self.writer.close)
+            self._close_shard()
         try:
             while self.in_flight:
                 self.in_flight.popleft().result()
@@ -218,10 +237,10 @@ class SplitShards:
     """
 
     def __init__(self, folder: Path, configs: list[str], features: Features, shared: bool,
-                 config_of: Callable[[dict], str]):
+                 config_of: Callable[[dict], str], synthetic: Callable[[], bool] = lambda: False):
         self.configs, self.shared, self.config_of = configs, shared, config_of
         prefixes = [SHARED_PREFIX] if shared else configs
-        self.writers = {prefix: ShardWriter(folder, prefix, features) for prefix in prefixes}
+        self.writers = {prefix: ShardWriter(folder, prefix, features, synthetic) for prefix in prefixes}
         self.plan = RowGroupPlan(list(self.writers.values()))
         self.rows: Counter[str] = Counter()
 

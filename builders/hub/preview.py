@@ -32,6 +32,7 @@ from PIL import Image, ImageDraw, ImageFont
 from builders.build.card import config_info, load_card, set_card_section, update_card
 from builders.files import atomic_path, write_text
 from builders.hub.validate import card_configs, config_shards, default_config
+from builders.provenance import folder_synthetic, stamp_table
 
 BOX_COLOURS = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240), (240, 50, 230))
 """Distinct colours, one per region of a row; the first is red."""
@@ -313,8 +314,9 @@ def add_preview_config(folder: Path, n: int = 8, split: str | None = None, image
     for row in rows:
         row["image"] = boxed_image_cell(row)
     target = folder / "data" / split / f"{PREVIEW_CONFIG}-00000-of-00001.parquet"
+    table = stamp_table(pa.Table.from_pylist(rows, schema=schema), synthetic=folder_synthetic(folder))
     with atomic_path(target) as temp:
-        pq.write_table(pa.Table.from_pylist(rows, schema=schema), temp, compression="zstd")
+        pq.write_table(table, temp, compression="zstd")
 
     card = load_card(folder)
     new_configs = exclude_file(folder, base, target, PREVIEW_CONFIG)

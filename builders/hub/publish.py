@@ -12,9 +12,10 @@ touches the Hub:
 - `--public` takes only a build made with `--image-mode none`, carrying neither, whose card
   names the licence its annotations are under (and not a credentialed-access one), and only
   with `--confirm-public`;
-- a synthetic build (card tag `synthetic` and licence cc-by-4.0, written by the build from
-  the generator's SYNTHETIC.md marker) holds no patient data: it may go public, images
-  included, with `--confirm-public`;
+- a synthetic build holds no patient data: it may go public, images included, with
+  `--confirm-public`. Synthetic is read from the shards alone: every shard must carry the
+  provenance stamp the build wrote from the generator's marks, matching its rows and text
+  (`builders.provenance.verify_shard`); the card's tags and licence are never trusted;
 - a `--image-mode reference` build is never uploaded: its image column holds paths to files
   on the builder's machine.
 
@@ -37,6 +38,7 @@ from huggingface_hub import HfApi, get_token
 from builders.build.card import load_card, update_card
 from builders.build.shards import count_rows
 from builders.files import write_text
+from builders.provenance import folder_synthetic
 from builders.hub.validate import card_configs, check_ready, config_shards
 
 Visibility = Literal["private", "gated", "public"]
@@ -111,7 +113,7 @@ def inspect_build(folder: Path) -> BuildFacts:
     return BuildFacts(
         dataset=report.get("dataset", "unknown"),
         image_mode=report.get("settings", {}).get("image_mode"),
-        synthetic="synthetic" in (data.get("tags") or []) and licence == "cc-by-4.0",
+        synthetic=folder_synthetic(folder),
         licence=name or licence,
         licence_declared=bool(licence) and (licence != "other" or bool(name or link)),
         credentialed_licence=any(word in described for word in CREDENTIALED_LICENCE_WORDS),
