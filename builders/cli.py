@@ -13,6 +13,8 @@ import signal
 import sys
 from pathlib import Path
 
+from builders.secrets import mask_secrets, mask_logged_secrets
+
 
 class Terminated(BaseException):
     """SIGTERM, raised in the main thread so the build's cleanup runs as for Ctrl-C."""
@@ -133,7 +135,7 @@ def run_preview(args: argparse.Namespace) -> int:
 def run_publish(args: argparse.Namespace) -> int:
     from builders.hub.publish import plan_publish, publish
 
-    plan = plan_publish(args.dataset, args.repo, args.visibility, args.revision, args.confirm_public)
+    plan = plan_publish(args.dataset, args.repo, args.visibility, args.revision, args.confirm_public, args.text_licence)
     if args.dry_run:
         print("\n".join(["dry run: nothing is uploaded", *plan.lines()]))
         return 0
@@ -211,6 +213,8 @@ def parser() -> argparse.ArgumentParser:
                         help="public repo: only annotation-only builds (--image-mode none) under a declared licence, or synthetic data")
     push.set_defaults(visibility="private")
     push.add_argument("--confirm-public", action="store_true", help="confirm that --public may make this build downloadable by anyone")
+    push.add_argument("--text-licence", metavar="NAME",
+                      help="with --public, a GEMeX build of real data: the licence that allows publishing its MIMIC-derived question and reason text")
     push.add_argument("--revision", help="branch to commit to (created if missing; default main)")
     push.add_argument("--dry-run", action="store_true", help="print the plan (repo settings, files, sizes, card) and upload nothing")
     push.set_defaults(func=run_publish)
@@ -239,6 +243,7 @@ def _error_line(err: Exception) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
+    mask_logged_secrets()
     previous_handler = signal.signal(signal.SIGTERM, _terminate)
     try:
         from builders.build.lifecycle import stop_point
@@ -256,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         line = _error_line(err)
         if line is None:
             raise
-        print(f"cxr-vqa: error: {line}", file=sys.stderr)
+        print(mask_secrets(f"cxr-vqa: error: {line}"), file=sys.stderr)
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous_handler)

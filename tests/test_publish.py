@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 from huggingface_hub import DatasetCard, HfApi, constants
 
+from builders.build.pipeline import BuildSettings
 from builders.cli import main
 from builders.hub.preview import add_preview_config
 from builders.hub.publish import PublishRefused, inspect_build, plan_publish, publish
@@ -151,14 +152,44 @@ def record_checksums(folder: Path) -> None:
     (folder / "build_report.json").write_text(json.dumps(report))
 
 
+def null_columns(folder: Path, columns: tuple[str, ...]) -> None:
+    """Empty `columns` in every shard (an annotation-only build without that text), checksums rewritten."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    for path in (folder / "data").rglob("*.parquet"):
+        table = pq.read_table(path)
+        for column in columns:
+            field = table.schema.field(column)
+            table = table.set_column(table.schema.get_field_index(column), field, pa.nulls(table.num_rows, field.type))
+        pq.write_table(table, path)
+    record_checksums(folder)
+
+
+def test_gemex_mimic_text_goes_public_only_under_a_named_licence(root, tmp_path, capsys):
+    """Issue 15.7: question and reason text is derived from MIMIC-CXR reports."""
+    folder = copy_build("real-none", root, tmp_path / "gemex")
+    null_columns(folder, ("report",))
+    with pytest.raises(PublishRefused, match=r"question and reason text is derived from MIMIC-CXR reports.*--text-licence NAME"):
+        plan_publish(folder, "org/gemex", "public", confirm_public=True)
+    card = DatasetCard.load(folder / "README.md")
+    card.data["license"], card.data["tags"] = "cc-by-4.0", ["synthetic"]  # the card is never trusted
+    card.save(folder / "README.md")
+    with pytest.raises(PublishRefused, match="--text-licence NAME"):
+        plan_publish(folder, "org/gemex", "public", confirm_public=True)
+    with pytest.raises(PublishRefused, match="credentialed access only"):
+        plan_publish(folder, "org/gemex", "public", confirm_public=True, text_licence="PhysioNet Credentialed Health Data License 1.5.0")
+    with pytest.raises(PublishRefused, match="needs --confirm-public"):
+        plan_publish(folder, "org/gemex", "public", text_licence="CC-BY-4.0")
+    plan = plan_publish(folder, "org/gemex", "public", confirm_public=True, text_licence="CC-BY-4.0")
+    assert plan.card_fields == {"license": "other", "license_name": "CC-BY-4.0", "license_link": None}
+    assert main(["publish", str(folder), "--repo", "org/gemex", "--public", "--confirm-public", "--text-licence", "CC-BY-4.0", "--dry-run"]) == 0
+    assert "licence CC-BY-4.0 [set by --text-licence]" in capsys.readouterr().out
+
+
 def test_public_annotations_need_none_mode_a_licence_and_confirmation(root, tmp_path):
     folder = copy_build("real-none", root, tmp_path / "gemex")
-    import pyarrow.parquet as pq
-    for path in (folder / "data").rglob("*.parquet"):  # an annotation-only build without report text
-        table = pq.read_table(path)
-        pq.write_table(table.set_column(table.schema.get_field_index("report"), "report",
-                                        __import__("pyarrow").nulls(table.num_rows, "string")), path)
-    record_checksums(folder)
+    null_columns(folder, ("report", "question", "reason"))  # no report or MIMIC-derived text left
     with pytest.raises(PublishRefused, match="credentialed access only"):
         plan_publish(folder, "org/gemex", "public", confirm_public=True)  # the card says PhysioNet licence
     card = DatasetCard.load(folder / "README.md")
@@ -171,6 +202,32 @@ def test_public_annotations_need_none_mode_a_licence_and_confirmation(root, tmp_
     with pytest.raises(PublishRefused, match="needs --confirm-public"):
         plan_publish(folder, "org/gemex", "public")
     assert plan_publish(folder, "org/gemex", "public", confirm_public=True).visibility == "public"
+
+
+def test_real_rexvqa_is_never_public_whatever_its_columns(tmp_path):
+    """Issue 15.7: an unedited --image-mode none ReXVQA build, then one with every text column emptied."""
+    import pyarrow.parquet as pq
+
+    from builders.provenance import MANIFEST_NAME
+    from rexvqa_dataset.build import build_rexvqa
+    from rexvqa_dataset.synthetic import generate
+
+    release = generate(tmp_path / "release", num_studies=6, images=False)
+    (release.root / MANIFEST_NAME).unlink()
+    folder = tmp_path / "rexvqa"
+    build_rexvqa(BuildSettings(source=release.root, out=folder, image_mode="none"))
+    card = DatasetCard.load(folder / "README.md")
+    card.data["license"], card.data["license_name"], card.data["license_link"] = "cc-by-4.0", None, None
+    card.save(folder / "README.md")
+    for text_licence in (None, "CC-BY-4.0"):
+        with pytest.raises(PublishRefused, match="ReXVQA builds of real data"):
+            plan_publish(folder, "org/rexvqa", "public", confirm_public=True, text_licence=text_licence)
+    shard = next((folder / "data").rglob("*.parquet"))
+    strings = [f.name for f in pq.read_schema(shard) if str(f.type) == "string" and f.name not in ("question_id", "study_id", "split")]
+    null_columns(folder, tuple(strings))
+    (folder / "build_report.json").write_text(json.dumps({**json.loads((folder / "build_report.json").read_text()), "dataset": "other"}))
+    with pytest.raises(PublishRefused, match="ReXVQA builds of real data"):
+        plan_publish(folder, "org/rexvqa", "public", confirm_public=True)
 
 
 def test_synthetic_demo_may_go_public_with_confirmation(root):

@@ -12,6 +12,11 @@ touches the Hub:
 - `--public` takes only a build made with `--image-mode none`, carrying neither, whose card
   names the licence its annotations are under (and not a credentialed-access one), and only
   with `--confirm-public`;
+- a ReXVQA build of real data never goes public, whatever its columns: ReXGradient-160K is
+  gated, and its ids, indications and explanations are its content too;
+- a GEMeX build of real data whose `question` or `reason` text is present (derived from
+  MIMIC-CXR reports) goes public only when the user names, with `--text-licence NAME`, a
+  licence that allows it; the card then declares that licence;
 - a synthetic build holds no patient data: it may go public, images included, with
   `--confirm-public`. Synthetic is read from the shards alone: every shard must carry the
   provenance stamp the build wrote from the generator's marks, matching its rows and text
@@ -44,6 +49,8 @@ from builders.hub.validate import card_configs, check_ready, config_shards
 Visibility = Literal["private", "gated", "public"]
 IMAGE_COLUMNS = ("image", "images")
 REPORT_COLUMNS = ("report", "findings", "impression")
+MIMIC_TEXT_COLUMNS = ("question", "reason")
+"""GEMeX text written from MIMIC-CXR reports: credentialed unless the user names a licence that allows it."""
 CREDENTIALED_LICENCE_WORDS = ("physionet", "credentialed")
 PREVIEW_IMAGE = "preview.png"
 
@@ -78,8 +85,32 @@ class BuildFacts:
     licence_declared: bool
     credentialed_licence: bool
     carries: list[str] = field(default_factory=list)
+    mimic_text: list[str] = field(default_factory=list)
     gated_prompt: str | None = None
     gated_fields: dict | None = None
+
+
+def shard_dataset(folder: Path) -> str | None:
+    """Which dataset the shards' own columns say they hold (the build report can be edited away)."""
+    for path in sorted((folder / "data").rglob("*.parquet")):
+        names = set(pq.read_schema(path).names)
+        if {"options", "task_name"} <= names:
+            return "rexvqa"
+        if {"question_type", "reason"} <= names:
+            return "gemex"
+    return None
+
+
+def filled_columns(folder: Path, columns: tuple[str, ...]) -> list[str]:
+    """Which of `columns` hold a non-null value in some shard."""
+    found = []
+    for path in sorted((folder / "data").rglob("*.parquet")):
+        names = pq.read_schema(path).names
+        for column in (c for c in columns if c in names and c not in found):
+            values = pq.read_table(path, columns=[column])[column]
+            if values.null_count < len(values):
+                found.append(column)
+    return found
 
 
 def carried_content(folder: Path) -> list[str]:
@@ -110,37 +141,52 @@ def inspect_build(folder: Path) -> BuildFacts:
     licence, name, link = data.get("license"), data.get("license_name"), data.get("license_link")
     licence = licence[0] if isinstance(licence, list) and licence else licence
     described = " ".join(str(v) for v in (licence, name, link) if v).lower()
+    dataset = shard_dataset(folder) or report.get("dataset", "unknown")
     return BuildFacts(
-        dataset=report.get("dataset", "unknown"),
+        dataset=dataset,
         image_mode=report.get("settings", {}).get("image_mode"),
         synthetic=folder_synthetic(folder),
         licence=name or licence,
         licence_declared=bool(licence) and (licence != "other" or bool(name or link)),
-        credentialed_licence=any(word in described for word in CREDENTIALED_LICENCE_WORDS),
+        credentialed_licence=is_credentialed(described),
         carries=carried_content(folder),
+        mimic_text=filled_columns(folder, MIMIC_TEXT_COLUMNS) if dataset == "gemex" else [],
         gated_prompt=data.get("extra_gated_prompt"),
         gated_fields=data.get("extra_gated_fields"),
     )
 
 
-def access_refusal(facts: BuildFacts, visibility: Visibility, confirm_public: bool = False) -> str | None:
+def is_credentialed(licence: str) -> bool:
+    return any(word in licence.lower() for word in CREDENTIALED_LICENCE_WORDS)
+
+
+def access_refusal(facts: BuildFacts, visibility: Visibility, confirm_public: bool = False,
+                   text_licence: str | None = None) -> str | None:
     """Why this build may not go to a repo of this visibility (one line), or None if it may."""
     if facts.image_mode == "reference":
         return ("built with --image-mode reference: its image column holds paths to files on this machine; "
                 "rebuild with --image-mode embed (private or gated repo) or none")
     if visibility == "public":
         if not facts.synthetic:
+            if facts.dataset == "rexvqa":
+                return ("--public refused: ReXVQA builds of real data carry ReXGradient-160K content (gated on the Hub under its "
+                        "research licence), whatever their columns; publish with --gated")
             if facts.image_mode != "none":
                 return (f"--public takes only a build made with --image-mode none (this one: {facts.image_mode or 'unknown, no build_report.json'}); "
                         "publish it with --private or --gated")
             if facts.carries:
                 return f"--public refused: the build carries {facts.carries[0]}, credentialed content; publish it with --private or --gated"
-            if not facts.licence_declared:
+            if facts.mimic_text and not text_licence:
+                return (f"--public refused: the {' and '.join(facts.mimic_text)} text is derived from MIMIC-CXR reports (credentialed access); "
+                        "publish with --gated, or, if a licence truly allows publishing this text, name it with --text-licence NAME")
+            if text_licence and is_credentialed(text_licence):
+                return f"--public refused: --text-licence {text_licence} allows credentialed access only; publish with --gated"
+            if not text_licence and not facts.licence_declared:
                 return "--public refused: the card does not say which licence the annotations are under (license, or license_name for 'other')"
-            if facts.credentialed_licence:
+            if not text_licence and facts.credentialed_licence:
                 return f"--public refused: the annotations are under {facts.licence}, which allows credentialed access only; publish with --gated"
         if not confirm_public:
-            what = "synthetic demo data" if facts.synthetic else f"annotations under {facts.licence}"
+            what = "synthetic demo data" if facts.synthetic else f"annotations under {text_licence or facts.licence}"
             return f"--public needs --confirm-public: anyone will be able to download this build ({what})"
     if visibility == "gated" and not (facts.gated_prompt and facts.gated_fields) and gating_for(facts.dataset) is None:
         return f"--gated refused: the card has no extra_gated_prompt/extra_gated_fields and none are known for {facts.dataset!r}"
@@ -166,7 +212,8 @@ class PublishPlan:
             f"repo: datasets/{self.repo_id} (revision {self.revision})",
             f"access: {self.visibility}" + (", requests approved by hand" if self.visibility == "gated" else ""),
             f"build: {f.dataset}, image mode {f.image_mode}, {'synthetic' if f.synthetic else 'real data'}",
-            f"card: licence {f.licence or 'not declared'}; carries {', '.join(f.carries) if f.carries else 'no images or report text'}",
+            f"card: licence {self.card_fields.get('license_name') or f.licence or 'not declared'}"
+            + (" [set by --text-licence]" if "license_name" in self.card_fields else "") + f"; carries {', '.join(f.carries) if f.carries else 'no images or report text'}",
         ]
         if self.visibility == "gated":
             prompt = self.card_fields.get("extra_gated_prompt", f.gated_prompt)
@@ -200,17 +247,19 @@ def folder_files(folder: Path) -> list[tuple[str, int]]:
 
 
 def plan_publish(folder: Path, repo_id: str, visibility: Visibility = "private", revision: str | None = None,
-                 confirm_public: bool = False) -> PublishPlan:
+                 confirm_public: bool = False, text_licence: str | None = None) -> PublishPlan:
     """The upload, checked against the access rules and viewer readiness; raises PublishRefused."""
     folder = Path(folder)
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise PublishRefused(f"--repo {repo_id!r}: expected ORG/NAME")
     check_ready(folder)
     facts = inspect_build(folder)
-    refusal = access_refusal(facts, visibility, confirm_public)
+    refusal = access_refusal(facts, visibility, confirm_public, text_licence)
     if refusal:
         raise PublishRefused(refusal)
     card_fields = {}
+    if visibility == "public" and text_licence and not facts.synthetic:
+        card_fields = {"license": "other", "license_name": text_licence, "license_link": None}
     if visibility == "gated" and not (facts.gated_prompt and facts.gated_fields):
         prompt, fields = gating_for(facts.dataset)
         card_fields = {"extra_gated_prompt": prompt, "extra_gated_fields": fields}

@@ -22,6 +22,7 @@ from pathlib import Path
 from builders.box_frame import BOX_CONVENTIONS
 from builders.files import write_text
 from builders.scoring.judge import JudgeError
+from builders.secrets import mask_secrets
 from builders.scoring.predictions import PredictionsCheck, PredictionsError, match_to_split, read_predictions, rexrank_record, write_rexrank
 from builders.scoring.text_metrics import BERTSCORE_NOTE, MissingExtraError
 from builders.hub.validate import card_configs, config_shards, default_config
@@ -235,7 +236,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report, text = (evaluate_gemex if args.benchmark == "gemex" else evaluate_rexvqa)(args)
     except (EvaluationError, PredictionsError, MissingExtraError, JudgeError) as error:
-        print(f"cxr-vqa evaluate: error: {error}", file=sys.stderr)
+        print(mask_secrets(f"cxr-vqa evaluate: error: {error}"), file=sys.stderr)
         return 2
     check: PredictionsCheck | None = report.pop("check")
     title = f"{args.benchmark} {args.split} ({args.dataset})" + (f", baseline {args.baseline}" if args.baseline else f", {args.predictions}")

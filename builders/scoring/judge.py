@@ -25,6 +25,8 @@ import urllib.request
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from builders.secrets import mask_secrets, register_secret_env
+
 SYSTEM_PROMPT = "You are a helpful and precise assistant for checking the quality of the answer."
 RATING_INSTRUCTION = (
     "We would like to request your feedback on the performance of two AI assistants in response to the "
@@ -76,6 +78,7 @@ class ChatJudge:
         self.url = base_url.rstrip("/") + "/chat/completions"
         self.model, self.timeout, self.max_tokens = model, timeout, max_tokens
         self.api_key = os.environ.get(api_key_env) if api_key_env else None
+        register_secret_env(api_key_env)
 
     def complete(self, user_message: str) -> str:
         body = {
@@ -92,11 +95,12 @@ class ChatJudge:
             with urllib.request.urlopen(request, timeout=self.timeout) as response:
                 payload = json.loads(response.read())
         except (urllib.error.URLError, TimeoutError, json.JSONDecodeError) as error:
-            raise JudgeError(f"judge at {self.url} failed: {error}") from error
+            raise JudgeError(mask_secrets(f"judge at {self.url} failed: {error}")) from error
         try:
             return payload["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError) as error:
-            raise JudgeError(f"judge at {self.url} returned no chat completion: {str(payload)[:200]}") from error
+            # The reply may echo the request's headers: keys are masked before the text is cut.
+            raise JudgeError(mask_secrets(f"judge at {self.url} returned no chat completion: {mask_secrets(str(payload))[:200]}")) from error
 
     def judge(self, question: str, reference: str, candidate: str) -> Judgement | None:
         return parse_scores(self.complete(judge_prompt(question, reference, candidate)))

@@ -1,0 +1,54 @@
+"""Keys and tokens never reach the screen or a log: `mask_secrets` on anything shown to the user.
+
+Masked: the value after `Bearer ` (an echoed Authorization header), anything shaped like a
+Hugging Face token (`hf_...`), and the values of the environment variables that hold the Hub
+token and API keys (`SECRET_ENV`, plus any the user names, e.g. `--judge-api-key-env`,
+registered with `register_secret_env`).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+
+MASK = "***"
+SECRET_ENV = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY"]
+_BEARER = re.compile(r"(\bBearer\s+)[^\s'\",;}\]]+", re.IGNORECASE)
+_HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{8,}")
+_MIN_SECRET = 6
+"""Shorter values are not masked one by one (masking every "abc" in a message would hide more than keys)."""
+
+
+def register_secret_env(name: str | None) -> None:
+    """Also mask the value of environment variable `name` from now on."""
+    if name and name not in SECRET_ENV:
+        SECRET_ENV.append(name)
+
+
+def mask_secrets(text: str) -> str:
+    """`text` with every bearer key, Hub token and secret environment value replaced by `***`."""
+    values = sorted({os.environ.get(name) or "" for name in SECRET_ENV}, key=len, reverse=True)
+    for value in values:
+        if len(value) >= _MIN_SECRET:
+            text = text.replace(value, MASK)
+    text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
+    return _HF_TOKEN.sub("hf_" + MASK, text)
+
+
+class MaskSecrets(logging.Filter):
+    """A logging filter that masks secrets in each record's final message."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        masked = mask_secrets(message)
+        if masked != message:
+            record.msg, record.args = masked, None
+        return True
+
+
+def mask_logged_secrets(logger: str = "cxr_vqa") -> None:
+    """Mask secrets in what the project's logger records (once per process)."""
+    target = logging.getLogger(logger)
+    if not any(isinstance(f, MaskSecrets) for f in target.filters):
+        target.addFilter(MaskSecrets())
