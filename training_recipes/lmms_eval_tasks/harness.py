@@ -1,0 +1,67 @@
+"""What the GEMeX and ReXVQA task files share: where the built dataset is, the prompt the recipes
+generate with, in lmms-eval's message format, and the per-question payload the scorers read.
+
+The dataset comes from an environment variable (``CXR_VQA_GEMEX`` / ``CXR_VQA_REXVQA``: a built
+folder or a Hub repo id) because lmms-eval's task files take no arguments; the box convention
+the model writes in comes from ``CXR_VQA_BOX_CONVENTION`` (default ``pixels``, as
+``cxr-vqa evaluate --box-convention``).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+
+from builders.box_frame import BOX_CONVENTIONS
+from training_recipes.data import ConversationSettings, row_images, to_messages
+
+BOX_CONVENTION_VARIABLE = "CXR_VQA_BOX_CONVENTION"
+
+
+def dataset_source(variable: str, dataset: str) -> str:
+    """The built folder or Hub repo id named by `variable`; a clear error when it is unset."""
+    value = os.environ.get(variable, "").strip()
+    if not value:
+        raise RuntimeError(f"{variable} is not set: point it at a built {dataset} folder or its Hub repo id to run the {dataset} lmms-eval tasks")
+    return value
+
+
+def box_convention() -> str:
+    value = os.environ.get(BOX_CONVENTION_VARIABLE, "").strip() or "pixels"
+    if value not in BOX_CONVENTIONS:
+        raise ValueError(f"{BOX_CONVENTION_VARIABLE}={value!r}: expected one of {', '.join(BOX_CONVENTIONS)}")
+    return value
+
+
+def chat_messages(row: Mapping, kind: str) -> list[dict]:
+    """The recipes' generation prompt (system turn, one image part per image, the question) with
+    each image part carrying its RGB image, as lmms-eval's chat models take it."""
+    images = iter(row_images(dict(row), kind))
+    messages = to_messages(dict(row), kind, ConversationSettings(box_convention()), with_answer=False)
+    return [
+        {
+            "role": message["role"],
+            "content": [
+                {"type": "image", "url": next(images)} if part["type"] == "image" else {"type": "text", "text": part["text"]}
+                for part in message["content"]
+            ],
+        }
+        for message in messages
+    ]
+
+
+def user_text(row: Mapping, kind: str) -> str:
+    """The same prompt for lmms-eval's simple models (images passed apart): the instruction folded
+    into the question, as for chat templates without a system role."""
+    messages = to_messages(dict(row), kind, ConversationSettings(box_convention(), fold_system=True), with_answer=False)
+    return "".join(part["text"] for part in messages[-1]["content"] if part["type"] == "text")
+
+
+def scored_item(row: Mapping, results: Sequence[str], columns: Sequence[str]) -> dict:
+    """One question's payload for the aggregations: its scoring columns (never images) and the reply."""
+    return {"row": {c: row[c] for c in columns if c in row}, "reply": results[0] if results else ""}
+
+
+def rows_and_replies(items: Sequence[Mapping]) -> tuple[list[dict], dict[str, str]]:
+    rows = [item["row"] for item in items]
+    return rows, {item["row"]["question_id"]: item["reply"] for item in items}
