@@ -44,7 +44,9 @@ def process_results(doc: dict, results: list[str]) -> dict:
 def score(items: list[dict], metric: str) -> float | None:
     rows, replies = harness.rows_and_replies(items)
     text_metrics = [metric] if metric in scoring.TEXT_METRICS else []
-    return scoring.score_gemex(rows, replies, box_convention=BOX_CONVENTION, metrics=text_metrics)["table"]["all"][metric]
+    bert = harness.bert_scorer() if metric == "bertscore" else None
+    table = scoring.score_gemex(rows, replies, box_convention=BOX_CONVENTION, metrics=text_metrics, bert_scorer=bert)["table"]
+    return table["all"][metric]
 
 
 def a_score(items: list[dict]) -> float | None:

@@ -9,6 +9,7 @@ the model writes in comes from ``CXR_VQA_BOX_CONVENTION`` (default ``pixels``, a
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping, Sequence
 
@@ -65,3 +66,11 @@ def scored_item(row: Mapping, results: Sequence[str], columns: Sequence[str]) ->
 def rows_and_replies(items: Sequence[Mapping]) -> tuple[list[dict], dict[str, str]]:
     rows = [item["row"] for item in items]
     return rows, {item["row"]["question_id"]: item["reply"] for item in items}
+
+
+@functools.cache
+def bert_scorer():
+    """One BERTScore model per run (the task files are re-executed per task; this module is not)."""
+    from builders.scoring.text_metrics import BertScorer
+
+    return BertScorer()
