@@ -269,51 +269,101 @@ def _split_records(seed: int, first: int, count: int, downscale: int) -> Iterato
         yield image, questions(image, seed, index), report(image, random.Random(f"{seed}/report/{index}"))
 
 
-def _write_images(args: tuple[int, int, int, int, str]) -> None:
+def _write_images(args: tuple[int, int, int, int, str]) -> int:
     seed, first, count, downscale, root = args
     for index in range(first, first + count):
         write_image(make_image(seed, index, downscale), Path(root), index)
+    return count
+
+
+class JsonArrayWriter:
+    """Writes a JSON array one element at a time, byte for byte as `json.dumps(items, indent=1)` would."""
+
+    def __init__(self, path: Path):
+        self.file = open(path, "w", encoding="utf-8")
+        self.count = 0
+
+    def add(self, item: dict) -> None:
+        self.file.write(("[\n " if self.count == 0 else ",\n ") + json.dumps(item, indent=1).replace("\n", "\n "))
+        self.count += 1
+
+    def close(self) -> None:
+        self.file.write("\n]" if self.count else "[]")
+        self.file.close()
+
+
+class SplitWriter:
+    """One split's annotation files in each layout, open while the split's images are generated."""
+
+    def __init__(self, out: Path, split: str, layouts: tuple[str, ...]):
+        self.paths: list[Path] = []
+        self.per_type: dict[str, object] = {}
+        self.llava = self.grouped = self.csv_file = None
+        if "per_type" in layouts:
+            folder = out / "per_type" / split
+            folder.mkdir(parents=True, exist_ok=True)
+            self.per_type = {t: self._open(folder / f"{t}_question.jsonl") for t in QUESTIONS_PER_IMAGE}
+        if "llava" in layouts:
+            folder = out / "llava" / split
+            folder.mkdir(parents=True, exist_ok=True)
+            self.paths.append(folder / f"{split}_conversations.json")
+            self.llava = JsonArrayWriter(self.paths[-1])
+        if "grouped" in layouts:
+            folder = out / "grouped" / split
+            folder.mkdir(parents=True, exist_ok=True)
+            self.grouped = self._open(folder / f"{split}_questions.jsonl")
+            self.csv_file = self._open(folder / f"{split}_images.csv", newline="")
+            self.csv = csv.writer(self.csv_file)
+            self.csv.writerow(["mimic_image_file_path"])
+        self.counts = {t: 0 for t in QUESTIONS_PER_IMAGE}
+
+    def _open(self, path: Path, **options):
+        self.paths.append(path)
+        return open(path, "w", encoding="utf-8", **options)
+
+    def add_image(self, row: int, image: SyntheticImage, qs: dict[str, list[dict]], text: str) -> int:
+        """Write one image's questions in every layout; returns how many."""
+        for qtype, items in qs.items():
+            for q in items:
+                if self.per_type:  # the release's files end without a trailing newline
+                    rec = {"question": q["question"]}
+                    if "choices" in q:
+                        rec["choices"] = q["choices"]
+                    rec.update({k: q[k] for k in ("type", "answer", "reason", "visual_regions", "visual_locations")})
+                    rec.update({"image_path": image.image_path, "ori_report": text, "q_id": self.counts[qtype], "row_id": f"row_{row}"})
+                    self.per_type[qtype].write(("\n" if self.counts[qtype] else "") + json.dumps(rec))
+                if self.llava:
+                    self.llava.add(_llava_record(q, qtype, row, image.image_path))
+                self.counts[qtype] += 1
+        if self.grouped:
+            self.grouped.write(json.dumps({f"{t}_questions": [{k: q[k] for k in ("question", "choices", "answer", "reason", "visual_locations") if k in q}
+                                                                for q in items] for t, items in qs.items()}) + "\n")
+            self.csv.writerow([f"files/{image.image_path}"])
+        return sum(len(items) for items in qs.values())
+
+    def close(self, manifest: ManifestWriter) -> None:
+        for file in [*self.per_type.values(), self.llava, self.grouped, self.csv_file]:
+            if file is not None:
+                file.close()
+        for path in self.paths:
+            manifest.add(path)
 
 
 def write_annotations(out: Path, split: str, seed: int, first: int, count: int, downscale: int, layouts: tuple[str, ...],
-                      manifest: ManifestWriter) -> int:
-    """Write one split's annotation files in each layout, each listed in `manifest`; returns its number of questions."""
-    per_type = {t: [] for t in QUESTIONS_PER_IMAGE}
-    llava, grouped, paths = [], [], []
-    for row, (image, qs, text) in enumerate(_split_records(seed, first, count, downscale)):
-        for qtype, items in qs.items():
-            for q in items:
-                rec = {"question": q["question"]}
-                if "choices" in q:
-                    rec["choices"] = q["choices"]
-                rec.update({k: q[k] for k in ("type", "answer", "reason", "visual_regions", "visual_locations")})
-                rec.update({"image_path": image.image_path, "ori_report": text, "q_id": len(per_type[qtype]), "row_id": f"row_{row}"})
-                per_type[qtype].append(rec)
-                llava.append(_llava_record(q, qtype, row, image.image_path))
-        grouped.append({f"{t}_questions": [{k: q[k] for k in ("question", "choices", "answer", "reason", "visual_locations") if k in q} for q in items] for t, items in qs.items()})
-        paths.append(f"files/{image.image_path}")
-    if "per_type" in layouts:
-        folder = out / "per_type" / split
-        folder.mkdir(parents=True, exist_ok=True)
-        for qtype, recs in per_type.items():  # the release's files end without a trailing newline
-            (folder / f"{qtype}_question.jsonl").write_text("\n".join(json.dumps(r) for r in recs), encoding="utf-8")
-            manifest.add(folder / f"{qtype}_question.jsonl")
-    if "llava" in layouts:
-        folder = out / "llava" / split
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{split}_conversations.json").write_text(json.dumps(llava, indent=1), encoding="utf-8")
-        manifest.add(folder / f"{split}_conversations.json")
-    if "grouped" in layouts:
-        folder = out / "grouped" / split
-        folder.mkdir(parents=True, exist_ok=True)
-        (folder / f"{split}_questions.jsonl").write_text("".join(json.dumps(g) + "\n" for g in grouped), encoding="utf-8")
-        with open(folder / f"{split}_images.csv", "w", newline="", encoding="utf-8") as f:
-            writer = csv.writer(f)
-            writer.writerow(["mimic_image_file_path"])
-            writer.writerows([p] for p in paths)
-        manifest.add(folder / f"{split}_questions.jsonl")
-        manifest.add(folder / f"{split}_images.csv")
-    return sum(len(v) for v in per_type.values())
+                      manifest: ManifestWriter, progress: tqdm | None = None) -> int:
+    """Write one split's annotation files in each layout as its images' questions are made, each file
+    then listed in `manifest`; returns the split's number of questions. Memory holds one image's."""
+    writer = SplitWriter(out, split, layouts)
+    total = 0
+    try:
+        for row, (image, qs, text) in enumerate(_split_records(seed, first, count, downscale)):
+            written = writer.add_image(row, image, qs, text)
+            total += written
+            if progress is not None:
+                progress.update(written)
+    finally:
+        writer.close(manifest)
+    return total
 
 
 def generate(out: Path, num_images: int = 24, seed: int = 0, downscale: int = 8,
@@ -329,17 +379,19 @@ def generate(out: Path, num_images: int = 24, seed: int = 0, downscale: int = 8,
     sizes = split_sizes(num_images)
     firsts = dict(zip(sizes, np.cumsum([0] + list(sizes.values()))[:-1].tolist()))
     manifest = ManifestWriter(out, "cxr-vqa synthesize gemex")
-    counts = {split: write_annotations(out, split, seed, firsts[split], n, downscale, layouts, manifest) for split, n in sizes.items()}
+    quiet = sum(sizes.values()) < 1024
+    with tqdm(desc="synthetic questions", unit="question", disable=quiet or None) as bar:
+        counts = {split: write_annotations(out, split, seed, firsts[split], n, downscale, layouts, manifest, bar) for split, n in sizes.items()}
     manifest.save()
     if images:
-        chunks = [(seed, start, min(256, num_images - start), downscale, str(out / "files")) for start in range(0, sum(sizes.values()), 256)]
-        with tqdm(total=len(chunks), desc="synthetic images", unit="chunk", disable=len(chunks) < 4) as bar:
+        total = sum(sizes.values())
+        chunks = ((seed, start, min(256, total - start), downscale, str(out / "files")) for start in range(0, total, 256))
+        with tqdm(total=total, desc="synthetic images", unit="image", disable=quiet or None) as bar:
             if num_proc > 1:
                 with ProcessPoolExecutor(num_proc) as pool:
-                    for _ in pool.map(_write_images, chunks):
-                        bar.update()
+                    for written in pool.map(_write_images, chunks):
+                        bar.update(written)
             else:
                 for chunk in chunks:
-                    _write_images(chunk)
-                    bar.update()
+                    bar.update(_write_images(chunk))
     return SyntheticRelease(out, sizes, counts)

@@ -191,8 +191,8 @@ def _studies(seed: int, first: int, count: int, split: str, downscale: int) -> I
 
 
 def _write_images(args: tuple[int, int, int, str, int, str]) -> int:
+    """Write the images of `count` studies from `first`; returns `count`."""
     seed, first, count, split, downscale, root = args
-    written = 0
     for study in _studies(seed, first, count, split, downscale):
         for relative, width, height, pixel_seed in study.images:
             path = Path(root) / relative
@@ -200,7 +200,27 @@ def _write_images(args: tuple[int, int, int, str, int, str]) -> int:
             tag = PngInfo()
             tag.add_text(IMAGE_TAG_KEY, image_tag(path.name))
             Image.fromarray(_pixels(random.Random(pixel_seed), width, height)).save(path, "PNG", pnginfo=tag)
-            written += 1
+    return count
+
+
+def write_split(path: Path, studies: Iterator[SyntheticStudy], progress: tqdm | None = None) -> int:
+    """Write one split's `*_vqa_data.json` as its studies are made, byte for byte as
+    `json.dumps(records, indent=1, allow_nan=True)` would; returns its number of questions.
+
+    Question ids are 48 random bits under the split's name, so a repeat (which the whole-file
+    dict once merged) is not looked for: at the public release's 653,834 questions its chance is
+    below one in a thousand, and keeping every id would make memory grow with the release.
+    """
+    written = 0
+    with open(path, "w", encoding="utf-8") as f:
+        for study in studies:
+            for question_id, record in study.records.items():
+                item = json.dumps(record, indent=1, allow_nan=True).replace("\n", "\n ")
+                f.write(("{\n " if written == 0 else ",\n ") + json.dumps(question_id) + ": " + item)
+                written += 1
+            if progress is not None:
+                progress.update(len(study.records))
+        f.write("\n}" if written else "{}")
     return written
 
 
@@ -219,24 +239,22 @@ def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4
     sizes = split_sizes(num_studies)
     firsts = dict(zip(sizes, np.cumsum([0, *sizes.values()])[:-1].tolist()))
     questions = {}
-    for split, count in sizes.items():
-        records = {}
-        for study in _studies(seed, firsts[split], count, split, downscale):
-            records.update(study.records)
-        (out / "metadata" / f"{split}_vqa_data.json").write_text(json.dumps(records, indent=1, allow_nan=True), encoding="utf-8")
-        manifest.add(out / "metadata" / f"{split}_vqa_data.json")
-        questions[split] = len(records)
+    quiet = num_studies < 1024
+    with tqdm(desc="synthetic questions", unit="question", disable=quiet or None) as bar:
+        for split, count in sizes.items():
+            path = out / "metadata" / f"{split}_vqa_data.json"
+            questions[split] = write_split(path, _studies(seed, firsts[split], count, split, downscale), bar)
+            manifest.add(path)
     manifest.save()
     if images:
-        chunks = [(seed, start, min(64, firsts[split] + count - start), split, downscale, str(out))
-                  for split, count in sizes.items() for start in range(firsts[split], firsts[split] + count, 64)]
-        with tqdm(total=len(chunks), desc="synthetic images", unit="chunk", disable=len(chunks) < 4) as bar:
+        chunks = ((seed, start, min(64, firsts[split] + count - start), split, downscale, str(out))
+                  for split, count in sizes.items() for start in range(firsts[split], firsts[split] + count, 64))
+        with tqdm(total=sum(sizes.values()), desc="synthetic images", unit="study", disable=quiet or None) as bar:
             if num_proc > 1:
                 with ProcessPoolExecutor(num_proc) as pool:
-                    for _ in pool.map(_write_images, chunks):
-                        bar.update()
+                    for studies in pool.map(_write_images, chunks):
+                        bar.update(studies)
             else:
                 for chunk in chunks:
-                    _write_images(chunk)
-                    bar.update()
+                    bar.update(_write_images(chunk))
     return SyntheticRelease(out, sizes, questions)
