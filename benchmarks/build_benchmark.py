@@ -2,6 +2,7 @@
 
     python benchmarks/build_benchmark.py --scales 200 2000            # GEMeX and ReXVQA
     python benchmarks/build_benchmark.py --datasets gemex --scales 200 2000 --downscale 2
+    python benchmarks/build_benchmark.py --full-scale --work /work/fullscale   # text path at the papers' scale
 
 For each dataset and scale (GEMeX: images, about 10.6 questions each; ReXVQA: studies, about
 4.1 questions and 1.7 images each) it writes a synthetic release, then measures, each build
@@ -31,6 +32,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -59,7 +61,7 @@ if dataset == "gemex":
 else:
     from rexvqa_dataset.build import build_rexvqa as build
 start = time.perf_counter()
-report = build(BuildSettings(source=Path(source), out=Path(out), images=Path(images), image_mode=mode.split()[0],
+report = build(BuildSettings(source=Path(source), out=Path(out), images=Path(images) if images else None, image_mode=mode.split()[0],
                              overwrite=True, **json.loads(options)))
 print(json.dumps({"seconds": time.perf_counter() - start, "rows": report.rows_written,
                   "images": sum(report.images.values()), "peak_mb": peak_mb()}))
@@ -87,6 +89,27 @@ with tempfile.TemporaryDirectory() as cache:
     del ds
 print(json.dumps({"seconds": seconds, "rows": rows, "images": 0, "peak_mb": peak_mb()}))
 """
+
+
+CHILD_PARSE = PEAK + """
+import json, sys, time
+from pathlib import Path
+dataset, annotations = sys.argv[1:3]
+start, records = time.perf_counter(), 0
+if dataset == "gemex":
+    for path in sorted(Path(annotations).rglob("*_question.jsonl")):
+        with open(path, "rb") as f:
+            for line in f:
+                json.loads(line)
+                records += 1
+else:
+    for path in sorted(Path(annotations).glob("*_vqa_data.json")):
+        with open(path, "rb") as f:
+            records += len(json.load(f))
+print(json.dumps({"seconds": time.perf_counter() - start, "rows": records, "images": 0, "peak_mb": peak_mb()}))
+"""
+FULL_SCALE = {"gemex": 151_025, "rexvqa": 160_000}
+"""The paper's GEMeX images and the public ReXVQA studies."""
 
 
 def run_child(code: str, *args: str) -> dict:
@@ -171,17 +194,27 @@ def dedup_bytes(folder: Path, window: int = 48, mask: int = (1 << 16) - 1) -> in
 
 
 def release(dataset: str, scale: int, work: Path, downscale: int) -> tuple[Path, Path, Path, int]:
-    """(annotations, image root, annotation files to read, distinct image bytes) of a new synthetic release."""
+    """(annotations, image root, annotation files to read, distinct image bytes) of a synthetic release.
+
+    A release already generated into `work` with the same scale and downscale (its `.generated`
+    file says so) is reused: at full scale generating takes minutes.
+    """
     sys.path.insert(0, str(ROOT))
+    folder = work / f"{dataset}-{scale}-d{downscale}"
+    done = folder / ".generated"
     if dataset == "gemex":
         from gemex_dataset.synthetic import generate
 
-        made = generate(work / f"gemex-{scale}", num_images=scale, downscale=downscale, layouts=("per_type",), num_proc=2)
-        return made.root / "per_type", made.image_root, made.root / "per_type", folder_bytes(made.image_root)
+        if not done.exists():
+            generate(folder, num_images=scale, downscale=downscale, layouts=("per_type",), num_proc=2)
+            done.touch()
+        return folder / "per_type", folder / "files", folder / "per_type", folder_bytes(folder / "files")
     from rexvqa_dataset.synthetic import generate
 
-    made = generate(work / f"rexvqa-{scale}", num_studies=scale, downscale=downscale, num_proc=2)
-    return made.root, made.metadata, made.metadata, folder_bytes(made.root / "deid_png")
+    if not done.exists():
+        generate(folder, num_studies=scale, downscale=downscale, num_proc=2)
+        done.touch()
+    return folder, folder / "metadata", folder / "metadata", folder_bytes(folder / "deid_png")
 
 
 def stored_image_bytes(out: Path) -> int:
@@ -256,17 +289,59 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def full_scale(work: Path, downscale: int, datasets: list[str]) -> list[dict]:
+    """Text-path builds (`none`, `reference`) at full scale and at a tenth of it, beside json-parsing every record once."""
+    rows = []
+    for dataset in datasets:
+        for scale in (FULL_SCALE[dataset] // 10, FULL_SCALE[dataset]):
+            source, images, annotations, _ = release(dataset, scale, work, downscale)
+            parse = run_child(CHILD_PARSE, dataset, str(annotations))
+            rows.append({"dataset": dataset, "scale": scale, "way": "json-parse every record", **parse, "floor": parse["seconds"]})
+            for way in ("none", "reference"):
+                out = work / f"out-{dataset}-{scale}-{way}"
+                given = "" if way == "none" else str(images)  # as `cxr-vqa build --image-mode none` without --images
+                result = run_child(CHILD_BUILD, dataset, str(source), given, str(out), way, "{}")
+                rows.append({"dataset": dataset, "scale": scale, "way": f"build {way}", **result, "floor": parse["seconds"]})
+                shutil.rmtree(out)
+            print(f"{dataset} at scale {scale}: done", flush=True)
+    smaller = {(r["dataset"], r["way"]): r for r in rows if r["scale"] != FULL_SCALE[r["dataset"]]}
+    for r in rows:
+        r["vs_floor"] = r["seconds"] / r["floor"]
+        if r["scale"] == FULL_SCALE[r["dataset"]]:
+            r["peak_vs_tenth"] = r["peak_mb"] / smaller[r["dataset"], r["way"]]["peak_mb"]
+            r["seconds_vs_tenth"] = r["seconds"] / smaller[r["dataset"], r["way"]]["seconds"]
+    return rows
+
+
+def full_scale_table(rows: list[dict]) -> str:
+    head = ["dataset", "scale", "way", "records", "seconds", "peak MB", "x json-parse", "seconds / tenth's", "peak / tenth's"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in rows:
+        lines.append("| " + " | ".join([r["dataset"], str(r["scale"]), r["way"], str(r["rows"]), f"{r['seconds']:.1f}", f"{r['peak_mb']:.0f}",
+                                        f"{r['vs_floor']:.1f}", f"{r['seconds_vs_tenth']:.1f}" if "seconds_vs_tenth" in r else "",
+                                        f"{r['peak_vs_tenth']:.2f}" if "peak_vs_tenth" in r else ""]) + " |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", choices=sorted(CONFIGS), default=["gemex", "rexvqa"])
     parser.add_argument("--scales", type=int, nargs="+", default=[200, 2000], help="images (GEMeX) or studies (ReXVQA)")
-    parser.add_argument("--downscale", type=int, default=4, help="synthetic images this many times smaller than real per side")
+    parser.add_argument("--downscale", type=int, help="synthetic images this many times smaller than real per side (default 4; 16 with --full-scale)")
     parser.add_argument("--work", type=Path, help="scratch folder (default: a temporary one)")
     parser.add_argument("--cold", action="store_true", help="read inputs from disk: evict them from the page cache before each pass")
     parser.add_argument("--ways", nargs="+", help="only these builds (e.g. embed 'embed --image-size 512' naive); `none` always runs")
+    parser.add_argument("--full-scale", action="store_true",
+                        help="GEMeX at 151,025 images and ReXVQA at 160,000 studies (and a tenth of each), `none` and `reference` "
+                             "builds beside json-parsing every record; --downscale defaults to 16; reuse --work between runs")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
+        if args.full_scale:
+            work.mkdir(parents=True, exist_ok=True)
+            print(full_scale_table(full_scale(work, args.downscale or 16, args.datasets)))
+            return
+        args.downscale = args.downscale or 4
         rows = [row for dataset in args.datasets for scale in args.scales for row in bench(dataset, scale, work, args.downscale, args.cold, args.ways)]
     print(table(rows))
 

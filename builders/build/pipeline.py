@@ -190,42 +190,41 @@ class Staging:
     def sorted_batches(self, split: str, key: str) -> Iterator[pa.Table]:
         """The split's rows sorted by `key` (stable), in chunks that never cut a run of equal keys.
 
-        Only the sort order stays in memory; each chunk is taken from a fresh memory map
-        of the staged file, so the pages a chunk touched are let go with it.
+        Only the sort order stays in memory: the key column is read alone, and each chunk's
+        rows are copied out of the staged batches they sit in, read (not mapped) one batch at
+        a time, so memory holds a chunk's rows and one batch, however large the split.
         """
         if self.buffers[split]:
             self._spill(split)
         self.writers.pop(split).close()
-        path = str(self.folder / f"{split}.arrow")
-        with pa.memory_map(path) as source:
-            reader = pa.ipc.open_file(source)
-            keys = reader.read_all().column(key)
-            order = pc.sort_indices(keys).to_numpy().astype(np.int64)
-            codes = pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False)[order]
-            batch_starts = np.cumsum([0] + [reader.get_batch(b).num_rows for b in range(reader.num_record_batches)])
+        path = self.folder / f"{split}.arrow"
+        with pa.OSFile(str(path)) as source:
+            index = self.schema.get_field_index(key)
+            keys = pa.ipc.open_file(source, options=pa.ipc.IpcReadOptions(included_fields=[index])).read_all().column(0)
+        order = pc.sort_indices(keys).to_numpy().astype(np.int64)
+        codes = pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False)[order]
+        batch_starts = np.cumsum([0] + [len(chunk) for chunk in keys.chunks])
+        del keys
         run_starts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
-        start = 0
-        while start < len(order):
-            end = min(start + self.BATCH, len(order))
-            if end < len(order) and codes[end] == codes[end - 1]:
-                after = np.searchsorted(run_starts, end, side="right")
-                end = int(run_starts[after]) if after < len(run_starts) else len(order)
-            yield self._take(path, order[start:end], batch_starts)
-            start = end
+        with pa.OSFile(str(path)) as source:
+            reader = pa.ipc.open_file(source)
+            start = 0
+            while start < len(order):
+                end = min(start + self.BATCH, len(order))
+                if end < len(order) and codes[end] == codes[end - 1]:
+                    after = np.searchsorted(run_starts, end, side="right")
+                    end = int(run_starts[after]) if after < len(run_starts) else len(order)
+                yield self._take(reader, order[start:end], batch_starts)
+                start = end
 
     @staticmethod
-    def _take(path: str, rows: np.ndarray, batch_starts: np.ndarray) -> pa.Table:
-        """Rows at `rows` (in that order), taken batch by batch.
-
-        Each batch is mapped only while its rows are copied out, so the file's pages do not
-        pile up in the process's memory (`Table.take` across batches would join them all).
-        """
+    def _take(reader: pa.ipc.RecordBatchFileReader, rows: np.ndarray, batch_starts: np.ndarray) -> pa.Table:
+        """Rows at `rows` (in that order), taken batch by batch (`Table.take` across batches would join them all)."""
         batch_of = np.searchsorted(batch_starts, rows, side="right") - 1
         pieces, placed = [], []
         for batch in np.unique(batch_of):
             mine = np.flatnonzero(batch_of == batch)
-            with pa.memory_map(path) as source:
-                pieces.append(pa.ipc.open_file(source).get_batch(int(batch)).take(pa.array(rows[mine] - batch_starts[batch])))
+            pieces.append(reader.get_batch(int(batch)).take(pa.array(rows[mine] - batch_starts[batch])))
             placed.append(mine)
         table = pa.Table.from_batches(pieces).combine_chunks()
         return table.take(pa.array(np.argsort(np.concatenate(placed), kind="stable")))

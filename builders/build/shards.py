@@ -42,6 +42,9 @@ SHARD_LAYOUTS = ("auto", "by-config", "shared")
 SHARED_PREFIX = "questions"
 IMAGES_PER_GROUP = 64
 BYTES_PER_GROUP = 32 << 20
+ROWS_PER_TEXT_GROUP = 10_000
+"""Rows of a row group without image bytes (`none`, `reference`): about 10-20 MB of text. Few large
+groups write faster and keep the writer's per-group metadata (held until the file closes) small."""
 BYTES_PER_SHARD = 512 << 20
 """Under the viewer's ~286 MiB per row group read and the Hub's advice for file sizes."""
 
@@ -213,20 +216,28 @@ def sha256(path: Path) -> str:
 
 
 class RowGroupPlan:
-    """Decides, image by image, when every writer of a split closes its row group together."""
+    """Decides, image by image, when every writer of a split closes its row group together.
+
+    A group holds at most `IMAGES_PER_GROUP` images and `BYTES_PER_GROUP` of image bytes, or,
+    while it holds no image bytes, `ROWS_PER_TEXT_GROUP` rows.
+    """
 
     def __init__(self, writers: list[ShardWriter]):
         self.writers = writers
         self.images = 0
         self.bytes = 0
+        self.rows = 0
 
-    def before_image(self, image_bytes: int) -> None:
-        if self.images and (self.images >= IMAGES_PER_GROUP or self.bytes + image_bytes > BYTES_PER_GROUP):
+    def before_image(self, image_bytes: int, rows: int) -> None:
+        text_only = not (self.bytes or image_bytes)
+        full = self.rows + rows > ROWS_PER_TEXT_GROUP if text_only else self.images >= IMAGES_PER_GROUP
+        if self.images and (full or self.bytes + image_bytes > BYTES_PER_GROUP):
             for writer in self.writers:
                 writer.flush()
-            self.images, self.bytes = 0, 0
+            self.images, self.bytes, self.rows = 0, 0, 0
         self.images += 1
         self.bytes += image_bytes
+        self.rows += rows
 
 
 class SplitShards:
@@ -245,7 +256,7 @@ class SplitShards:
         self.rows: Counter[str] = Counter()
 
     def add_image_rows(self, rows: list[dict], image_bytes: int) -> None:
-        self.plan.before_image(image_bytes)
+        self.plan.before_image(image_bytes, len(rows))
         by_config: dict[str, list[dict]] = {}
         for row in rows:
             by_config.setdefault(self.config_of(row), []).append(row)
