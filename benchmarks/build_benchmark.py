@@ -193,26 +193,27 @@ def dedup_bytes(folder: Path, window: int = 48, mask: int = (1 << 16) - 1) -> in
     return kept
 
 
-def release(dataset: str, scale: int, work: Path, downscale: int) -> tuple[Path, Path, Path, int]:
+def release(dataset: str, scale: int, work: Path, downscale: int, images: bool = True) -> tuple[Path, Path, Path, int]:
     """(annotations, image root, annotation files to read, distinct image bytes) of a synthetic release.
 
     A release already generated into `work` with the same scale and downscale (its `.generated`
-    file says so) is reused: at full scale generating takes minutes.
+    file says so) is reused: at full scale generating takes minutes. `images=False` writes the
+    annotations only (enough for `--image-mode none`), into a folder of its own.
     """
     sys.path.insert(0, str(ROOT))
-    folder = work / f"{dataset}-{scale}-d{downscale}"
+    folder = work / f"{dataset}-{scale}-d{downscale}{'' if images else '-text'}"
     done = folder / ".generated"
     if dataset == "gemex":
         from gemex_dataset.synthetic import generate
 
         if not done.exists():
-            generate(folder, num_images=scale, downscale=downscale, layouts=("per_type",), num_proc=2)
+            generate(folder, num_images=scale, downscale=downscale, layouts=("per_type",), num_proc=2, images=images)
             done.touch()
         return folder / "per_type", folder / "files", folder / "per_type", folder_bytes(folder / "files")
     from rexvqa_dataset.synthetic import generate
 
     if not done.exists():
-        generate(folder, num_studies=scale, downscale=downscale, num_proc=2)
+        generate(folder, num_studies=scale, downscale=downscale, num_proc=2, images=images)
         done.touch()
     return folder, folder / "metadata", folder / "metadata", folder_bytes(folder / "deid_png")
 
@@ -289,21 +290,22 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
-def full_scale(work: Path, downscale: int, datasets: list[str]) -> list[dict]:
+def full_scale(work: Path, downscale: int, datasets: list[str], ways: list[str]) -> list[dict]:
     """Text-path builds (`none`, `reference`) at full scale and at a tenth of it, beside json-parsing every record once."""
     rows = []
     for dataset in datasets:
         for scale in (FULL_SCALE[dataset] // 10, FULL_SCALE[dataset]):
-            source, images, annotations, _ = release(dataset, scale, work, downscale)
+            source, images, annotations, _ = release(dataset, scale, work, downscale, images="reference" in ways)
             parse = run_child(CHILD_PARSE, dataset, str(annotations))
             rows.append({"dataset": dataset, "scale": scale, "way": "json-parse every record", **parse, "floor": parse["seconds"]})
-            for way in ("none", "reference"):
+            for way in ways:
                 out = work / f"out-{dataset}-{scale}-{way}"
                 given = "" if way == "none" else str(images)  # as `cxr-vqa build --image-mode none` without --images
                 result = run_child(CHILD_BUILD, dataset, str(source), given, str(out), way, "{}")
                 rows.append({"dataset": dataset, "scale": scale, "way": f"build {way}", **result, "floor": parse["seconds"]})
                 shutil.rmtree(out)
-            print(f"{dataset} at scale {scale}: done", flush=True)
+            print(f"{dataset} at scale {scale}: " + ", ".join(f"{r['way']} {r['seconds']:.1f} s {r['peak_mb']:.0f} MB"
+                                                          for r in rows if (r["dataset"], r["scale"]) == (dataset, scale)), flush=True)
     smaller = {(r["dataset"], r["way"]): r for r in rows if r["scale"] != FULL_SCALE[r["dataset"]]}
     for r in rows:
         r["vs_floor"] = r["seconds"] / r["floor"]
@@ -339,7 +341,8 @@ def main() -> None:
         work = args.work or Path(tmp)
         if args.full_scale:
             work.mkdir(parents=True, exist_ok=True)
-            print(full_scale_table(full_scale(work, args.downscale or 16, args.datasets)))
+            ways = [w for w in args.ways or ("none", "reference") if w in ("none", "reference")]
+            print(full_scale_table(full_scale(work, args.downscale or 16, args.datasets, ways)))
             return
         args.downscale = args.downscale or 4
         rows = [row for dataset in args.datasets for scale in args.scales for row in bench(dataset, scale, work, args.downscale, args.cold, args.ways)]

@@ -162,6 +162,9 @@ class Staging:
     """
 
     BATCH = 2048
+    SPILL = 512
+    """Rows per staged batch: a sorted chunk takes its rows from the few batches they sit in, read
+    whole, so small batches waste less reading (records of one image lie in several files)."""
 
     def __init__(self, folder: Path, schema: pa.Schema):
         self.folder, self.schema = folder, schema
@@ -174,7 +177,7 @@ class Staging:
             stop_point("reading")
         buffer = self.buffers.setdefault(split, [])
         buffer.append(row)
-        if len(buffer) >= self.BATCH:
+        if len(buffer) >= self.SPILL:
             self._spill(split)
 
     def _spill(self, split: str) -> None:
