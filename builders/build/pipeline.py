@@ -206,12 +206,10 @@ class Staging:
             self._spill(split)
         self.writers.pop(split).close()
         path = self.folder / f"{split}.arrow"
-        with pa.memory_map(str(path)) as source:
-            index = self.schema.get_field_index(key)
-            keys = pa.ipc.open_file(source, options=pa.ipc.IpcReadOptions(included_fields=[index])).read_all().column(0)
-            order = pc.sort_indices(keys).to_numpy().astype(np.int64)
-            codes = pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False)[order]
-            del keys
+        keys = self._key_column(path, key)
+        order = pc.sort_indices(keys).to_numpy().astype(np.int64)
+        codes = pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False)[order]
+        del keys
         chunk_starts = self._chunk_starts(codes)
         chunk_ends = np.append(chunk_starts, len(codes))
         rank = np.empty_like(order)
@@ -249,6 +247,21 @@ class Staging:
                 yield table.slice(int(begin - bounds[0]), int(end - begin))
             del table
             bucket_path.unlink()
+
+    def _key_column(self, path: Path, key: str, group: int = 16) -> pa.ChunkedArray:
+        """The staged file's `key` column, copied out `group` batches at a time.
+
+        Arrow's IPC reader reads a batch's whole body even for one field, and the field's
+        slices keep it alive (a memory map is touched whole the same way): copying each
+        group lets the bodies go, so memory holds the key column, not the file.
+        """
+        pieces = []
+        with pa.OSFile(str(path)) as source:
+            reader = pa.ipc.open_file(source, options=pa.ipc.IpcReadOptions(included_fields=[self.schema.get_field_index(key)]))
+            count = reader.num_record_batches
+            for first in range(0, count, group):
+                pieces.append(pa.concat_arrays([reader.get_batch(b).column(0) for b in range(first, min(first + group, count))]))
+        return pa.chunked_array(pieces, self.schema.field(key).type)
 
     def _chunk_starts(self, codes: np.ndarray) -> np.ndarray:
         """Where each chunk of about `BATCH` sorted rows starts, a run of equal keys never cut."""
