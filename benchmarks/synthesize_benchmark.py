@@ -74,9 +74,12 @@ def main() -> None:
     parser.add_argument("--num-proc", type=int, default=2)
     parser.add_argument("--work", type=Path, help="where to write the releases (default: a temporary folder)")
     args = parser.parse_args()
+    runs = [("gemex", n, args.gemex_downscale) for n in sorted(args.gemex)] + [("rexvqa", n, args.rexvqa_downscale) for n in sorted(args.rexvqa)]
+    rows = []
     with tempfile.TemporaryDirectory(dir=args.work) as work:
-        rows = [run("gemex", n, args.gemex_downscale, args.num_proc, Path(work)) for n in sorted(args.gemex)]
-        rows += [run("rexvqa", n, args.rexvqa_downscale, args.num_proc, Path(work)) for n in sorted(args.rexvqa)]
+        for dataset, scale, downscale in runs:
+            rows.append(run(dataset, scale, downscale, args.num_proc, Path(work)))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)  # each row as measured: full scale takes a while
     print(table(rows))
 
 
