@@ -18,9 +18,9 @@ inputs sit in the page cache (they were just written); `--cold` evicts them befo
 read-only pass and before each build (`posix_fadvise(DONTNEED)`, no root needed), as for a
 release read from disk. Size columns
 divide by the distinct image bytes stored plus the annotation text:
-- `out/(img+text)`: all shards. An embed build writes one shared shard set per split, each image
-  once; with `--shard-layout by-config` it writes one set per config (question type, task), so
-  an image with questions of several types is stored in each of their files;
+- `out/(img+text)`: all shards. An embed build writes one set per config (question type, task),
+  so an image with questions of several types is stored in each of their files; with
+  `--shard-layout shared` it writes one shared shard set per split, each image once;
 - `1 config`: the largest single shard set (a config's own, or the shared one);
 - `dedup`: the bytes left when all shards are cut into ~64 KiB content-defined chunks and each
   distinct chunk kept once: an estimate of what the Hub's Xet storage keeps.
@@ -45,9 +45,9 @@ ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {"gemex": ("open_ended", "closed_ended", "single_choice", "multi_choice"),
            "rexvqa": ("presence_assessment", "location_and_distribution_assessment", "negation_assessment",
                       "differential_diagnosis", "geometric_information_assessment", "other_task")}
-BY_CONFIG = ("embed --shard-layout by-config", {"shard_layout": "by-config"})
-MODES = {"gemex": (("none", {}), ("reference", {}), ("embed", {}), BY_CONFIG, ("embed --image-size 512", {"image_size": 512})),
-         "rexvqa": (("none", {}), ("reference", {}), ("embed", {}), BY_CONFIG, ("embed --keep-16bit", {"keep_16bit": True}),
+SHARED = ("embed --shard-layout shared", {"shard_layout": "shared"})
+MODES = {"gemex": (("none", {}), ("reference", {}), ("embed", {}), SHARED, ("embed --image-size 512", {"image_size": 512})),
+         "rexvqa": (("none", {}), ("reference", {}), ("embed", {}), SHARED, ("embed --keep-16bit", {"keep_16bit": True}),
                     ("embed --image-size 512", {"image_size": 512}))}
 
 PEAK = 'def peak_mb():\n    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024\n'

@@ -41,9 +41,9 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     parser.add_argument("--num-proc", type=int, default=1, help="threads that read and encode images")
     parser.add_argument("--shard-layout", choices=SHARD_LAYOUTS, default="auto",
-                        help="by-config: a shard set per question type/task (an image is stored once per type it has); "
-                             "shared: one set per split, configs select rows by a Parquet filter (every image stored once); "
-                             "auto (default): shared with --image-mode embed, by-config otherwise")
+                        help="by-config (auto, the default): a shard set per question type/task, what the Hub's viewer shows "
+                             "(an image is in each type's files; the Hub stores it once); shared: one set per split, configs "
+                             "select rows by a Parquet filter (each image once locally; not for the Hub: its viewer ignores filters)")
 
 
 def _settings(args: argparse.Namespace):

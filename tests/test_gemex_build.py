@@ -69,36 +69,41 @@ def test_shards_are_sorted_by_image_with_one_image_copy_per_file(gemex_embed):
         assert "RLE_DICTIONARY" in pq.ParquetFile(path).metadata.row_group(0).column(1).encodings
 
 
-def test_embedded_images_are_stored_once_per_split(gemex_embed):
-    """The default layout with embedded images: one shared shard set, every image's bytes in it once."""
+def test_embedded_images_default_to_a_shard_set_per_type(gemex_embed):
+    """The default layout with embedded images is by-config: each type's files hold its rows, every
+    image once per file (dictionary-encoded), each type's file of an image in the same row group."""
     out, _ = gemex_embed
     for split in ("train", "validation", "test"):
-        [path] = (out / "data" / split).glob("*.parquet")
-        assert path.name == "questions-00000-of-00001.parquet"
-        table = pq.read_table(path, columns=["image_path", "image"])
-        images = dict(zip(table.column("image_path").to_pylist(), (i["bytes"] for i in table.column("image").to_pylist())))
-        content = path.read_bytes()
-        assert all(content.count(image) == 1 for image in images.values())
-        assert len(images) < table.num_rows  # questions share their image's one copy
+        paths = sorted((out / "data" / split).glob("*.parquet"))
+        assert {p.name.split("-")[0] for p in paths} == set(QUESTION_TYPES)
+        groups = []
+        for path in paths:
+            table = pq.read_table(path, columns=["image_path", "image", "question_type"])
+            assert set(table.column("question_type").to_pylist()) == {QUESTION_TYPES.index(path.name.split("-")[0])}
+            images = dict(zip(table.column("image_path").to_pylist(), (i["bytes"] for i in table.column("image").to_pylist())))
+            content = path.read_bytes()
+            assert all(content.count(image) == 1 for image in images.values())
+            groups.append(pq.ParquetFile(path).metadata.num_row_groups)
+        assert len(set(groups)) == 1  # the writers of a split cut row groups at the same images
 
 
-def test_by_config_layout_writes_a_shard_set_per_type_with_the_same_rows(gemex_release, gemex_embed, tmp_path):
-    shared, _ = gemex_embed
-    out = tmp_path / "by-config"
-    build(gemex_release, out, image_mode="embed", shard_layout="by-config")
-    assert {p.name.split("-")[0] for p in out.glob("data/*/*.parquet")} == set(QUESTION_TYPES)
-    card = DatasetCard.load(out / "README.md").data
+def test_shared_layout_reads_the_same_rows_through_filters(gemex_release, gemex_embed, tmp_path):
+    by_config, _ = gemex_embed
+    out = tmp_path / "shared"
+    build(gemex_release, out, image_mode="embed", shard_layout="shared")
+    assert {p.name.split("-")[0] for p in out.glob("data/*/*.parquet")} == {"questions"}
+    card = DatasetCard.load(by_config / "README.md").data
     assert not any("filters" in c for c in card["configs"])
-    shared_card = DatasetCard.load(shared / "README.md").data
+    shared_card = DatasetCard.load(out / "README.md").data
     multi = next(c for c in shared_card["configs"] if c["config_name"] == "multi_choice")
     assert multi["filters"] == [["question_type", "==", QUESTION_TYPES.index("multi_choice")]]
     for qtype in ("open_ended", "multi_choice"):
-        mine = load_dataset(str(out), qtype, split="test")
-        theirs = load_dataset(str(shared), qtype, split="test")
+        mine = load_dataset(str(by_config), qtype, split="test")
+        theirs = load_dataset(str(out), qtype, split="test")
         assert sorted(mine["question_id"]) == sorted(theirs["question_id"])
         assert mine.features == theirs.features
-    by_config = sum(p.stat().st_size for p in out.glob("data/*/*.parquet"))
-    assert by_config > 2 * sum(p.stat().st_size for p in shared.glob("data/*/*.parquet"))
+    local = sum(p.stat().st_size for p in by_config.glob("data/*/*.parquet"))
+    assert local > 2 * sum(p.stat().st_size for p in out.glob("data/*/*.parquet"))
 
 
 def test_reference_mode_points_at_the_users_files(gemex_release, tmp_path):

@@ -51,8 +51,8 @@ class BuildSettings:
 
     @property
     def shared_shards(self) -> bool:
-        """Whether every config reads one shared shard set per split (see `builders.build.shards`)."""
-        return self.shard_layout == "shared" or (self.shard_layout == "auto" and self.image_mode == "embed")
+        """Whether every config reads one shared shard set per split (see `builders.build.shards`): only when asked for."""
+        return self.shard_layout == "shared"
 
     def check(self) -> None:
         if self.image_mode not in IMAGE_MODES:

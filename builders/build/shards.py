@@ -12,14 +12,15 @@ dataset viewer.
 Two layouts (`SHARD_LAYOUTS`), both read by the same configs (`default`, one per
 question type or task):
 
-- `by-config`: one shard set per config (`<config>-*.parquet`), each config a glob over
-  its own files. An image with questions of k types is stored in k files.
+- `by-config` (`auto`, the default): one shard set per config (`<config>-*.parquet`), each
+  config a glob over its own files, so the Hub's dataset viewer (which reads a config's files
+  as they are, without `filters`) shows exactly the rows `load_dataset` returns. An image with
+  questions of k types is in k files; the Hub's Xet storage keeps one copy of the identical
+  bytes (see `benchmarks/hub_benchmark.py`).
 - `shared`: one shard set per split (`questions-*.parquet`); each config is the same glob
   with a Parquet filter on its class column, which `datasets` applies when loading.
-  Every image is stored once.
-
-`auto` (the default) is `shared` when images are embedded, where k copies of every image
-would be the bulk of the dataset, and `by-config` otherwise, where the files hold text only.
+  Every image is stored once locally, but the viewer shows every row under every config,
+  so `cxr-vqa validate` refuses it for the Hub (`viewer-rows`).
 """
 
 from __future__ import annotations

@@ -16,6 +16,8 @@ the rule it breaks, so a failure reads as one line:
 - `checksum`: every shard `build_report.json` lists is there with the sha256 the build wrote
   (a shard edited or replaced after the build is caught).
 - `missing-config`: the card still declares every config the build made.
+- `viewer-rows`: the viewer reads a config's data files as they are (no `filters`): their rows
+  must be the rows `load_dataset(folder, config)` returns, compared by count and `question_id`.
 """
 
 from __future__ import annotations
@@ -36,6 +38,8 @@ from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
 from builders.build.shards import count_rows, sha256
+
+ID_COLUMN = "question_id"
 
 VIEWER_ROW_GROUP_BYTES = 300_000_000
 """The dataset viewer refuses to read a row group larger than this uncompressed (about 286 MiB)."""
@@ -196,6 +200,33 @@ def check_build_report(folder: Path, configs: dict[str, dict]) -> list[Problem]:
     return problems
 
 
+def check_viewer_rows(folder: Path, name: str, config: dict) -> list[Problem]:
+    """The rows the viewer shows for a config (its files read whole with pyarrow) against `load_dataset`'s.
+
+    `load_dataset` streams only the id column, so this reads no image and writes no cache.
+    """
+    from datasets import load_dataset
+
+    problems = []
+    hint = "; the config uses `filters`, which the viewer ignores: build with --shard-layout by-config" if config.get("filters") else ""
+    for split, paths in config_shards(folder, config).items():
+        if not paths:
+            continue
+        names = pq.read_schema(paths[0]).names
+        column = ID_COLUMN if ID_COLUMN in names else names[0]
+        viewer = [value for path in paths for value in pq.read_table(path, columns=[column]).column(column).to_pylist()]
+        loaded = load_dataset(str(folder), name, split=split, streaming=True, columns=[column])
+        returned = [row[column] for row in loaded]
+        if sorted(map(str, viewer)) != sorted(map(str, returned)):
+            extra = next((v for v in viewer if v not in set(returned)), None)
+            problems.append(Problem(
+                _rel(folder, paths[0]), "viewer-rows",
+                f"config {name!r} split {split!r}: the viewer shows the files' {len(viewer)} rows, load_dataset returns {len(returned)}"
+                + (f" (e.g. {column} {extra!r} only in the viewer)" if extra is not None else "")
+                + hint))
+    return problems
+
+
 def validate(folder: Path) -> list[Problem]:
     """Every viewer-readiness problem of a built dataset folder; empty when it is ready."""
     folder = Path(folder)
@@ -215,6 +246,9 @@ def validate(folder: Path) -> list[Problem]:
         read |= {p for paths in config_shards(folder, config).values() for p in paths}
     for path in sorted(read - broken):
         problems += check_shard(folder, path)
+    if not problems:
+        for name, config in configs.items():
+            problems += check_viewer_rows(folder, name, config)
     for path in sorted((folder / "data").rglob("*.parquet")) if (folder / "data").is_dir() else []:
         if path not in read:
             problems.append(Problem(_rel(folder, path), "stray-file", "no config of the card reads this file"))

@@ -1,0 +1,60 @@
+"""The Hub's dataset viewer, emulated: for every config of both datasets, the rows of its data
+files read as they are (pyarrow, no `filters`, as the viewer links them) are the rows
+`load_dataset(folder, config)` returns."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+from datasets import load_dataset
+
+from builders.build.pipeline import BuildSettings
+from builders.hub.validate import card_configs, config_shards, validate
+from gemex_dataset.build import build_gemex
+from rexvqa_dataset.build import build_rexvqa
+from rexvqa_dataset.synthetic import generate as generate_rexvqa
+
+
+@pytest.fixture(scope="module")
+def rexvqa_release(tmp_path_factory) -> Path:
+    return generate_rexvqa(tmp_path_factory.mktemp("rexvqa-release"), num_studies=12, seed=3).root
+
+
+def build(dataset: str, source: Path, out: Path, layout: str, gemex_release=None) -> Path:
+    if dataset == "gemex":
+        build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root,
+                                  image_mode="embed", shard_layout=layout))
+    else:
+        build_rexvqa(BuildSettings(source=source, out=out, image_mode="embed", shard_layout=layout))
+    return out
+
+
+def viewer_rows(folder: Path, config: dict) -> dict[str, list[str]]:
+    """What the viewer shows per split: every row of the config's files, unfiltered."""
+    return {split: [i for path in paths for i in pq.read_table(path, columns=["question_id"]).column("question_id").to_pylist()]
+            for split, paths in config_shards(folder, config).items()}
+
+
+@pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
+def test_every_config_shows_in_the_viewer_what_load_dataset_returns(dataset, gemex_release, rexvqa_release, tmp_path):
+    out = build(dataset, rexvqa_release, tmp_path / dataset, "auto", gemex_release)
+    configs, _ = card_configs(out)
+    assert {"default", "sft"} < set(configs) and len(configs) > 3
+    for name, config in configs.items():
+        assert "filters" not in config
+        for split, shown in viewer_rows(out, config).items():
+            loaded = load_dataset(str(out), name, split=split)["question_id"]
+            assert sorted(shown) == sorted(loaded) and len(shown) == len(set(shown)), (name, split)
+    assert validate(out) == []
+
+
+@pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
+def test_validate_fails_a_layout_whose_configs_the_viewer_shows_wrong(dataset, gemex_release, rexvqa_release, tmp_path):
+    out = build(dataset, rexvqa_release, tmp_path / dataset, "shared", gemex_release)
+    problems = [p for p in validate(out) if p.rule == "viewer-rows"]
+    configs, _ = card_configs(out)
+    filtered = {name for name, config in configs.items() if config.get("filters")}
+    assert filtered and {p.detail.split("'")[1] for p in problems} == filtered
+    assert all("filters" in p.detail and "by-config" in p.detail for p in problems)
