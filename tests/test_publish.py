@@ -23,7 +23,7 @@ from huggingface_hub import DatasetCard, HfApi, constants
 from builders.build.pipeline import BuildSettings
 from builders.cli import main
 from builders.hub.preview import add_preview_config
-from builders.hub.publish import PublishRefused, inspect_build, plan_publish, publish
+from builders.hub.publish import PublishRefused, inspect_build, plan_publish, publish, upload_groups
 from publish_builds import built, copy_build
 
 TOKEN = "hf_recordingServerSecret0123456789"
@@ -285,11 +285,28 @@ def test_cli_refusal_is_one_line(root, capsys):
 # -- against the recording Hub ------------------------------------------------------------
 
 def assert_uploaded(hub, plan) -> None:
-    [commit] = hub.commits
-    assert commit["repo"] == plan.repo_id and commit["revision"] == plan.revision
-    assert sorted(commit["files"]) == sorted(path for path, _ in plan.files)
-    for path, content in commit["files"].items():
-        assert content == (plan.folder / path).read_bytes()
+    """Every planned file arrived, in publish's commits: one per config's shard set, then the card."""
+    assert [sorted(c["files"]) for c in hub.commits] == [sorted(group) for group in upload_groups(plan.files)]
+    for commit in hub.commits:
+        assert commit["repo"] == plan.repo_id and commit["revision"] == plan.revision
+        for path, content in commit["files"].items():
+            assert content == (plan.folder / path).read_bytes()
+
+
+def test_each_config_shard_set_is_a_commit_of_its_own_largest_first_card_last(root):
+    """Xet deduplicates against earlier uploads, not within one: the first (largest) shard set stores
+    the images, later ones reference them; the card comes when every file it names is there."""
+    plan = plan_publish(built("real-embed", root), "org/gemex", "private")
+    groups = upload_groups(plan.files)
+    sizes = dict(plan.files)
+    *shard_sets, rest = groups
+    assert sorted(rest) == sorted(p for p, _ in plan.files if not p.startswith("data/")) and "README.md" in rest
+    prefixes = [{p.rsplit("/", 1)[1].split("-")[0] for p in group} for group in shard_sets]
+    assert all(len(names) == 1 for names in prefixes) and len(prefixes) == 4
+    assert all(len({p.split("/")[1] for p in group}) == 3 for group in shard_sets)  # every split of the config
+    totals = [sum(sizes[p] for p in group) for group in shard_sets]
+    assert totals == sorted(totals, reverse=True)
+    assert sorted(p for g in groups for p in g) == sorted(p for p, _ in plan.files)
 
 
 def test_private_upload(root, hub, capsys, caplog):
@@ -316,7 +333,7 @@ def test_gated_upload_gates_before_uploading(root, hub, tmp_path):
     assert json.loads(hub.requests[settings]["body"]) == {"gated": "manual"}
     assert ("POST", "/api/datasets/org/demo/branch/v1") in paths
     assert hub.repos["org/demo"] == {"private": False, "gated": "manual"}
-    card = DatasetCard(hub.commits[0]["files"]["README.md"].decode())
+    card = DatasetCard(hub.commits[-1]["files"]["README.md"].decode())
     assert card.data["extra_gated_prompt"] and "checkbox" in card.data["extra_gated_fields"].values()
     assert_uploaded(hub, plan)
 
@@ -334,14 +351,15 @@ def test_public_synthetic_upload_with_preview(root, hub, tmp_path):
     plan = plan_publish(folder, "org/demo", "public", confirm_public=True)
     publish(plan, api(hub))
     assert hub.repos["org/demo"]["private"] is False
-    assert "preview.png" in hub.commits[0]["files"] and "data/test/preview-00000-of-00001.parquet" in hub.commits[0]["files"]
+    sent = {path for commit in hub.commits for path in commit["files"]}
+    assert "preview.png" in sent and "data/test/preview-00000-of-00001.parquet" in sent
 
 
 def test_rerun_resumes(root, hub):
     plan = plan_publish(built("real-embed", root), "org/gemex", "private")
     publish(plan, api(hub))
     publish(plan_publish(built("real-embed", root), "org/gemex", "private"), api(hub))
-    assert hub.repos["org/gemex"]["private"] is True and len(hub.commits) == 2
+    assert hub.repos["org/gemex"]["private"] is True and len(hub.commits) == 2 * len(upload_groups(plan.files))
 
 
 def test_cli_publish(root, hub, capsys):

@@ -9,6 +9,10 @@ the file carries the features' own Arrow schema (`ARROW:schema`, written by hand
 `store_schema=False`) rather than the dictionary-typed one it was written from. Row groups stay small for the Hub's
 dataset viewer.
 
+Pages are cut by content (`use_content_defined_chunking`): identical image bytes make identical
+pages even when the rows around them differ, so the Hub's Xet storage, which deduplicates
+content-defined chunks across files, keeps one copy of an image that several files hold.
+
 Two layouts (`SHARD_LAYOUTS`), both read by the same configs (`default`, one per
 question type or task):
 
@@ -112,6 +116,8 @@ class ShardWriter:
     """
 
     IN_FLIGHT = 1
+    CONTENT_DEFINED_CHUNKING = True
+    """Off only to measure what it buys (`benchmarks/hub_benchmark.py`)."""
 
     def __init__(self, folder: Path, config: str, features: Features, synthetic: Callable[[], bool] = lambda: False):
         self.folder, self.config = folder, config
@@ -141,7 +147,7 @@ class ShardWriter:
         writer = pq.ParquetWriter(
             path, schema, compression=self.compression, use_dictionary=True, dictionary_pagesize_limit=1 << 30,
             write_statistics=[c.name for c in self.schema if c.name not in self.image_fields], write_page_index=True,
-            store_schema=False,
+            store_schema=False, use_content_defined_chunking=self.CONTENT_DEFINED_CHUNKING,
         )
         declared = base64.b64encode(self.schema.serialize().to_pybytes()).decode()
         writer.add_key_value_metadata({"ARROW:schema": declared, **{k.decode(): v.decode() for k, v in (self.schema.metadata or {}).items()}})

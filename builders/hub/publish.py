@@ -24,8 +24,9 @@ touches the Hub:
 - a `--image-mode reference` build is never uploaded: its image column holds paths to files
   on the builder's machine.
 
-The folder must also pass `validate`. Uploading is `HfApi.create_repo` and
-`HfApi.upload_folder` (which skips what is already there, so a rerun resumes); before the
+The folder must also pass `validate`. Uploading is `HfApi.create_repo` and one
+`HfApi.upload_folder` commit per config's shard set, then one with the card and report
+(`upload_groups`); before the
 upload the repo's actual visibility is read back, since `create_repo(exist_ok=True)` leaves
 an existing repo's visibility as it was. The token comes from `huggingface_hub`'s usual
 places (`HF_TOKEN`, the saved login) and is never printed.
@@ -33,6 +34,7 @@ places (`HF_TOKEN`, the saved login) and is never printed.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -53,6 +55,7 @@ MIMIC_TEXT_COLUMNS = ("question", "reason")
 """GEMeX text written from MIMIC-CXR reports: credentialed unless the user names a licence that allows it."""
 CREDENTIALED_LICENCE_WORDS = ("physionet", "credentialed")
 PREVIEW_IMAGE = "preview.png"
+SHARD_NAME = re.compile(r"data/[^/]+/(?P<prefix>.+)-\d{5}-of-\d{5}\.parquet")
 
 
 class PublishRefused(ValueError):
@@ -222,7 +225,7 @@ class PublishPlan:
                        + (" [added to the card]" if self.card_fields else ""))
         for name, splits in self.configs.items():
             out.append(f"config {name}: " + ", ".join(f"{s} {n} rows" for s, n in splits.items()))
-        out.append(f"files: {len(self.files)}, {_size(total)}")
+        out.append(f"files: {len(self.files)}, {_size(total)}, in {len(upload_groups(self.files))} commits (one per shard set, then the card)")
         out += [f"  {path}  {_size(size)}" for path, size in self.files]
         out.append("token: " + ("found" if get_token() else "none found (set HF_TOKEN or run `hf auth login`)"))
         return out
@@ -244,6 +247,28 @@ def folder_files(folder: Path) -> list[tuple[str, int]]:
         if path.is_file() and not any(part.startswith(".") for part in rel.parts):
             files.append((rel.as_posix(), path.stat().st_size))
     return files
+
+
+def upload_groups(files: list[tuple[str, int]]) -> list[list[str]]:
+    """The planned files in the order and commits `publish` uploads them: one commit per config's
+    shard set (`data/*/<config>-*.parquet`), the largest first, then the rest (card, report, preview image).
+
+    The Hub stores files through Xet, which deduplicates content-defined chunks against what
+    earlier uploads stored but not among the files of one upload (measured with `hf_xet` into a
+    local store, `benchmarks/hub_benchmark.py`). Each config's files hold the images of its rows,
+    so the first shard set stores them and later ones mostly reference them. The card goes
+    last, so its configs name only files already in the repo.
+    """
+    sizes = dict(files)
+    shard_sets: dict[str, list[str]] = {}
+    rest = []
+    for path, _ in files:
+        if match := SHARD_NAME.fullmatch(path):
+            shard_sets.setdefault(match["prefix"], []).append(path)
+        else:
+            rest.append(path)
+    ordered = sorted(shard_sets.values(), key=lambda paths: -sum(sizes[p] for p in paths))
+    return ordered + ([rest] if rest else [])
 
 
 def plan_publish(folder: Path, repo_id: str, visibility: Visibility = "private", revision: str | None = None,
@@ -294,9 +319,10 @@ def publish(plan: PublishPlan, api: HfApi | None = None) -> str:
     check_remote_access(api, plan)
     if plan.revision != "main":
         api.create_branch(plan.repo_id, branch=plan.revision, repo_type="dataset", exist_ok=True)
-    commit = api.upload_folder(
-        repo_id=plan.repo_id, folder_path=plan.folder, repo_type="dataset", revision=plan.revision,
-        allow_patterns=[path for path, _ in plan.files],
-        commit_message=f"cxr-vqa publish: {plan.facts.dataset} ({plan.facts.image_mode}), {len(plan.files)} files",
-    )
+    groups = upload_groups(plan.files)
+    for k, group in enumerate(groups, 1):
+        commit = api.upload_folder(
+            repo_id=plan.repo_id, folder_path=plan.folder, repo_type="dataset", revision=plan.revision, allow_patterns=group,
+            commit_message=f"cxr-vqa publish: {plan.facts.dataset} ({plan.facts.image_mode}), part {k}/{len(groups)}: {len(group)} files",
+        )
     return commit.commit_url
