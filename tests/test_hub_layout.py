@@ -58,3 +58,29 @@ def test_validate_fails_a_layout_whose_configs_the_viewer_shows_wrong(dataset, g
     filtered = {name for name, config in configs.items() if config.get("filters")}
     assert filtered and {p.detail.split("'")[1] for p in problems} == filtered
     assert all("filters" in p.detail and "by-config" in p.detail for p in problems)
+
+
+def studies_per_row_group(path: Path) -> list[list[str]]:
+    parquet = pq.ParquetFile(path)
+    groups = []
+    for g in range(parquet.metadata.num_row_groups):
+        ids = parquet.read_row_group(g, columns=["study_id"]).column("study_id").to_pylist()
+        groups.append([s for k, s in enumerate(ids) if k == 0 or ids[k - 1] != s])
+    return groups
+
+
+def test_images_two_configs_share_lie_in_one_run_in_both_files(rexvqa_release, tmp_path):
+    """The Xet store deduplicates whole ~64 KiB chunks, about one image: the studies the second
+    largest config shares with the largest one must be one unbroken run in each file's row group,
+    in the same order, not scattered among the studies only one of them has."""
+    out = build("rexvqa", rexvqa_release, tmp_path / "rexvqa", "auto")
+    files = {p.name.split("-")[0]: p for p in (out / "data" / "train").glob("*.parquet")}
+    first, second = sorted(files, key=lambda c: -pq.ParquetFile(files[c]).metadata.num_rows)[:2]
+    for big, small in zip(studies_per_row_group(files[first]), studies_per_row_group(files[second])):
+        shared = set(big) & set(small)
+        assert shared and set(small) - shared and set(big) - shared  # the test means something
+        in_big = [k for k, s in enumerate(big) if s in shared]
+        in_small = [k for k, s in enumerate(small) if s in shared]
+        assert in_big == list(range(in_big[0], in_big[0] + len(shared)))
+        assert in_small == list(range(in_small[0], in_small[0] + len(shared)))
+        assert [big[k] for k in in_big] == [small[k] for k in in_small]
