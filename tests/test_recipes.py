@@ -224,6 +224,19 @@ def test_gemex_and_rexvqa_mix_by_weight_and_train(gemex_dir, rexvqa_dir, tmp_pat
     assert trainer.state.global_step == 2 and all(torch.isfinite(torch.tensor(h["loss"])) for h in trainer.state.log_history if "loss" in h)
 
 
+def test_streaming_run_trains_and_caches_nothing(gemex_dir, tmp_path, monkeypatch):
+    """`--streaming`: rows read as they train; the datasets cache gets no Arrow copy of the images."""
+    import datasets
+
+    cache = tmp_path / "cache"
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", cache)
+    vlm = tiny_models.tiny_vlm("qwen2_5_vl")
+    data_args = sft.DataArguments(gemex_path=str(gemex_dir), streaming=True)
+    trainer = sft.train(data_args, sft_config(tmp_path / "run", max_steps=2), ModelConfig(), vlm.model, vlm.processor)
+    assert trainer.state.global_step == 2
+    assert not list(cache.rglob("*.arrow"))
+
+
 def test_plain_trainer_trains_through_trls_vision_collator(gemex_dir, tmp_path):
     """The documented `transformers.Trainer` snippet (training_recipes/README.md)."""
     vlm = tiny_models.tiny_vlm("qwen2_5_vl")

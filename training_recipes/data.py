@@ -107,7 +107,7 @@ def conversational(dataset: Dataset, settings: ConversationSettings, with_answer
     return dataset.with_transform(transform)
 
 
-def conversational_stream(dataset: Dataset, settings: ConversationSettings, num_shards: int = 8) -> IterableDataset:
+def conversational_stream(dataset: Dataset | IterableDataset, settings: ConversationSettings, num_shards: int = 8) -> IterableDataset:
     """The split as a stream of `images` + `messages` with the images still encoded.
 
     Images pass through as their stored bytes (decoding off), so nothing is decoded and
@@ -117,7 +117,9 @@ def conversational_stream(dataset: Dataset, settings: ConversationSettings, num_
     column = "image" if kind == "gemex" else "images"
     undecoded = Image(decode=False) if kind == "gemex" else List(Image(decode=False))
     dataset = dataset.cast_column(column, undecoded)
-    stream = dataset.to_iterable_dataset(num_shards=min(num_shards, max(len(dataset), 1)))
+    if not isinstance(dataset, IterableDataset):  # a streamed split already is one
+        dataset = dataset.to_iterable_dataset(num_shards=min(num_shards, max(len(dataset), 1)))
+    stream = dataset
 
     def convert(row: dict) -> dict:
         images = [row["image"]] if kind == "gemex" else list(row["images"])

@@ -3,7 +3,9 @@
 Loss on the assistant's reply only (`assistant_only_loss`, with TRL's training chat template),
 LoRA (`--use_peft`) or full fine-tuning, bf16 and gradient checkpointing by default. With two
 datasets, training draws from each by its weight (`--gemex_weight`, `--rexvqa_weight`) and
-needs `--max_steps`.
+needs `--max_steps`. `--streaming` reads the rows as they train (`load_dataset(streaming=True)`):
+a non-streaming load writes an Arrow cache with one copy of an image per question (about 11x the
+images for GEMeX), a stream writes nothing; it also needs `--max_steps`.
 
     accelerate launch --config_file training_recipes/accelerate/single_gpu.yaml \\
         training_recipes/sft.py \\
@@ -20,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 import torch
-from datasets import Dataset, load_dataset
+from datasets import Dataset, IterableDataset, load_dataset
 from transformers import AutoModelForImageTextToText, AutoProcessor
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
@@ -40,6 +42,10 @@ class DataArguments:
     train_split: str = "train"
     eval_split: str | None = field(default=None, metadata={"help": "Split to evaluate the loss on (e.g. valid)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N rows per dataset."})
+    streaming: bool = field(
+        default=False,
+        metadata={"help": "Stream the rows (nothing cached on disk; a cached load holds an image copy per question). Needs --max_steps."},
+    )
     box_convention: str | None = field(
         default=None,
         metadata={"help": "pixels, qwen2.5-vl, norm1000 or frame224; by default from the model family."},
@@ -50,25 +56,28 @@ class DataArguments:
     )
 
 
-def load_split(path: str, config: str | None, split: str, max_samples: int | None = None) -> Dataset:
-    dataset = load_dataset(path, config, split=split)
+def load_split(path: str, config: str | None, split: str, max_samples: int | None = None,
+               streaming: bool = False) -> Dataset | IterableDataset:
+    dataset = load_dataset(path, config, split=split, streaming=streaming)
+    if streaming:
+        return dataset.take(max_samples) if max_samples is not None else dataset
     if max_samples is not None:
         dataset = dataset.select(range(min(max_samples, len(dataset))))
     return dataset
 
 
 def training_data(data_args: DataArguments, settings, split: str, seed: int, max_samples: int | None = None):
-    """One dataset: its lazy conversational split. Two: a weighted stream of both."""
+    """One dataset: its lazy conversational split. Two, or `streaming`: a (weighted) stream."""
     weighted = []
     if data_args.gemex_path:
-        gemex = load_split(data_args.gemex_path, data_args.gemex_config, split, max_samples)
+        gemex = load_split(data_args.gemex_path, data_args.gemex_config, split, max_samples, data_args.streaming)
         weighted.append((gemex, data_args.gemex_weight))
     if data_args.rexvqa_path:
-        rexvqa = load_split(data_args.rexvqa_path, data_args.rexvqa_config, split, max_samples)
+        rexvqa = load_split(data_args.rexvqa_path, data_args.rexvqa_config, split, max_samples, data_args.streaming)
         weighted.append((rexvqa, data_args.rexvqa_weight))
     if not weighted:
         raise ValueError("give --gemex_path, --rexvqa_path or both")
-    if len(weighted) == 1:
+    if len(weighted) == 1 and not data_args.streaming:
         return conversational(weighted[0][0], settings)
     return mix(weighted, settings, seed=seed)
 
