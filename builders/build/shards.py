@@ -200,6 +200,17 @@ class ShardWriter:
         self.shard_bytes += self.pending_bytes + table.nbytes // 4
         self.pending, self.pending_bytes = [], 0
 
+    def abort(self) -> None:
+        """Let go of the open shard after a failure elsewhere, quietly: its own close would fail
+        again (a full disk) and, left to the finaliser, print a second traceback."""
+        self.writing.shutdown(wait=True, cancel_futures=True)
+        if self.writer is not None:
+            try:
+                self.writer.close()
+            except OSError:
+                pass
+            self.writer.is_open = False
+
     def close(self) -> list[Path]:
         """Finish the last shard and give every shard its final `-NNNNN-of-MMMMM` name."""
         self.flush()
@@ -288,6 +299,17 @@ class SplitShards:
 
     def _cut(self) -> None:
         """Hand the row group's images to the writers, ordered by the configs they have, and close it."""
+        try:
+            self._write_group()
+        except BaseException:
+            self.abort()
+            raise
+
+    def abort(self) -> None:
+        for writer in self.writers.values():
+            writer.abort()
+
+    def _write_group(self) -> None:
         largest_first = sorted(self.configs, key=lambda c: -self.rows[c])
         self.pending.sort(key=lambda image: [config in image[0] for config in largest_first])
         for by_config, image_bytes in self.pending:
@@ -300,7 +322,11 @@ class SplitShards:
     def close(self) -> list[Path]:
         """Every shard written, under its final name."""
         self._cut()
-        return [path for writer in self.writers.values() for path in writer.close()]
+        try:
+            return [path for writer in self.writers.values() for path in writer.close()]
+        except BaseException:
+            self.abort()
+            raise
 
 
 def count_rows(paths: list[Path], filters: list | None = None) -> tuple[int, int]:
