@@ -72,9 +72,10 @@ def rexvqa_release(tmp_path: Path) -> tuple[Path, dict[str, dict]]:
     return metadata, {p.name: json.loads(p.read_text()) for p in sorted(metadata.glob("*.json"))}
 
 
-def build_rexvqa(tmp_path: Path, source: Path) -> dict:
+def build_report(dataset: str, tmp_path: Path, source: Path) -> dict:
+    """Build the text columns and return the report, whose counts must add up."""
     out = tmp_path / "out"
-    assert main(["build", "rexvqa", "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"]) == 0
+    assert main(["build", dataset, "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"]) == 0
     report = json.loads((out / "build_report.json").read_text())
     assert report["records_read"] == report["rows_written"] + report["rejected"]
     return report
@@ -93,7 +94,7 @@ def test_rexvqa_bad_token_in_record_2_costs_only_record_2(tmp_path):
     records = files["train_vqa_data.json"]
     second = list(records)[1]
     spoil(metadata / "train_vqa_data.json", records, second, b'"question": "', b'"question": oops "')
-    report = build_rexvqa(tmp_path, metadata)
+    report = build_report("rexvqa", tmp_path, metadata)
     total = sum(len(r) for r in files.values())
     assert report["records_read"] == total and report["rows_written"] == total - 1
     [reject] = report["rejects"]
@@ -105,7 +106,7 @@ def test_rexvqa_bad_utf8_in_the_last_record_costs_only_it(tmp_path):
     records = files["test_vqa_data.json"]
     last = list(records)[-1]
     spoil(metadata / "test_vqa_data.json", records, last, b'"question": "', b'"question": "\xff\xfe')
-    report = build_rexvqa(tmp_path, metadata)
+    report = build_report("rexvqa", tmp_path, metadata)
     total = sum(len(r) for r in files.values())
     assert report["rows_written"] == total - 1
     [reject] = report["rejects"]
@@ -119,7 +120,7 @@ def test_rexvqa_truncated_file_keeps_the_records_before_the_cut(tmp_path):
     third = list(records)[2]
     text = path.read_bytes()
     path.write_bytes(text[:text.index(json.dumps(third).encode() + b": {") + 40])
-    report = build_rexvqa(tmp_path, metadata)
+    report = build_report("rexvqa", tmp_path, metadata)
     [reject] = report["rejects"]
     assert reject["record"] == third and "ends inside this record" in reject["reason"]
     assert report["rows_written"] == sum(len(r) for r in files.values()) - len(records) + 2
@@ -130,7 +131,7 @@ def test_rexvqa_deep_nesting_is_one_reject(tmp_path):
     records = files["valid_vqa_data.json"]
     first = list(records)[0]
     spoil(metadata / "valid_vqa_data.json", records, first, b'"question": ', f'"deep": {DEEP}, "question": '.encode())
-    report = build_rexvqa(tmp_path, metadata)
+    report = build_report("rexvqa", tmp_path, metadata)
     [reject] = report["rejects"]
     assert reject["record"] == first and "nested too deeply" in reject["reason"]
     assert report["rows_written"] == sum(len(r) for r in files.values()) - 1
@@ -140,7 +141,7 @@ def test_rexvqa_bom_at_the_start_of_every_file_is_accepted(tmp_path):
     metadata, files = rexvqa_release(tmp_path)
     for name in files:
         (metadata / name).write_bytes(b"\xef\xbb\xbf" + (metadata / name).read_bytes())
-    report = build_rexvqa(tmp_path, metadata)
+    report = build_report("rexvqa", tmp_path, metadata)
     assert report["rejected"] == 0 and report["rows_written"] == sum(len(r) for r in files.values())
 
 
@@ -150,7 +151,7 @@ def test_rexvqa_question_id_in_two_splits_keeps_the_first(tmp_path):
     shared = list(train)[0]
     test[shared] = next(iter(test.values()))
     (metadata / "test_vqa_data.json").write_text(json.dumps(test, indent=1, allow_nan=True))
-    report = build_rexvqa(tmp_path, metadata)
+    report = build_report("rexvqa", tmp_path, metadata)
     [reject] = report["rejects"]
     assert (reject["record"], reject["field"], reject["reason"]) == (shared, "question_id", "duplicate_question_id")
     assert reject["file"].endswith("test_vqa_data.json") and report["reject_reasons"] == {"duplicate_question_id": 1}
@@ -166,14 +167,6 @@ def gemex_raw(tmp_path_factory):
     return generate_gemex(tmp_path_factory.mktemp("gemex-raw"), num_images=6, seed=3, images=False)
 
 
-def build_gemex(tmp_path: Path, source: Path) -> dict:
-    out = tmp_path / "out"
-    assert main(["build", "gemex", "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"]) == 0
-    report = json.loads((out / "build_report.json").read_text())
-    assert report["records_read"] == report["rows_written"] + report["rejected"]
-    return report
-
-
 def llava_copy(gemex_raw, tmp_path: Path) -> tuple[Path, list[dict]]:
     path = gemex_raw.root / "llava" / "train" / "train_conversations.json"
     copy = tmp_path / "release" / path.relative_to(gemex_raw.root / "llava")
@@ -186,7 +179,7 @@ def test_gemex_truncated_llava_keeps_every_record_before_the_cut(gemex_raw, tmp_
     path, records = llava_copy(gemex_raw, tmp_path)
     text = path.read_bytes()
     path.write_bytes(text[:len(text) * 2 // 3])
-    report = build_gemex(tmp_path, tmp_path / "release")
+    report = build_report("gemex", tmp_path, tmp_path / "release")
     [reject] = report["rejects"]
     cut_at = int(reject["record"].removeprefix("index "))
     assert "ends inside this record" in reject["reason"] and cut_at > len(records) // 2
@@ -201,7 +194,7 @@ def test_gemex_llava_bad_utf8_and_bad_token_cost_their_records(gemex_raw, tmp_pa
     row_ids = text.split(b'"row_id": ')
     text = b'"row_id": '.join(row_ids[:7] + [b"oops " + row_ids[7]] + row_ids[8:])
     path.write_bytes(text)
-    report = build_gemex(tmp_path, tmp_path / "release")
+    report = build_report("gemex", tmp_path, tmp_path / "release")
     assert {(r["record"], r["reason"].split(" at ")[0]) for r in report["rejects"]} == {("index 2", "not valid UTF-8"), ("index 6", "malformed JSON")}
     assert report["records_read"] == len(records) and report["rows_written"] == len(records) - 2
 
@@ -221,7 +214,7 @@ def test_gemex_deep_nesting_and_bom(gemex_raw, tmp_path):
     lines = path.read_text().split("\n")
     path.write_bytes(b"\xef\xbb\xbf" + "\n".join([lines[0], DEEP] + lines[1:]).encode())
     expected = sum(len(p.read_text().split("\n")) for p in folder.iterdir())
-    report = build_gemex(tmp_path, tmp_path / "release")
+    report = build_report("gemex", tmp_path, tmp_path / "release")
     [reject] = report["rejects"]
     assert reject["record"] == "line 2" and "nested too deeply" in reject["reason"]
     assert report["records_read"] == expected and report["rows_written"] == expected - 1
