@@ -76,6 +76,8 @@ def main() -> None:
     args = parser.parse_args()
     runs = [("gemex", n, args.gemex_downscale) for n in sorted(args.gemex)] + [("rexvqa", n, args.rexvqa_downscale) for n in sorted(args.rexvqa)]
     rows = []
+    if args.work:
+        args.work.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=args.work) as work:
         for dataset, scale, downscale in runs:
             rows.append(run(dataset, scale, downscale, args.num_proc, Path(work)))
