@@ -119,13 +119,12 @@ def conversational_stream(dataset: Dataset | IterableDataset, settings: Conversa
     dataset = dataset.cast_column(column, undecoded)
     if not isinstance(dataset, IterableDataset):  # a streamed split already is one
         dataset = dataset.to_iterable_dataset(num_shards=min(num_shards, max(len(dataset), 1)))
-    stream = dataset
 
     def convert(row: dict) -> dict:
         images = [row["image"]] if kind == "gemex" else list(row["images"])
         return {"images": images, "messages": to_messages(row, kind, settings)}
 
-    return stream.map(convert, remove_columns=dataset.column_names, features=TRL_FEATURES)
+    return dataset.map(convert, remove_columns=dataset.column_names, features=TRL_FEATURES)
 
 
 def mix(
