@@ -7,7 +7,7 @@ from builders.build.pipeline import Staging
 
 def test_sorted_batches_are_stable_and_never_cut_a_run_of_one_key(tmp_path):
     staging = Staging(tmp_path, pa.schema([("image_path", pa.string()), ("n", pa.int64())]))
-    staging.BATCH, staging.SPILL, staging.BUCKET_ROWS = 7, 5, 20
+    staging.BATCH, staging.SPILL, staging.BUCKET_ROWS, staging.GROUP_ROWS = 7, 5, 20, 12
     rng = random.Random(0)
     rows = [{"image_path": f"p{rng.randrange(30):02d}.jpg", "n": i} for i in range(500)]
     for row in rows:

@@ -168,6 +168,10 @@ class Staging:
     """Rows per staged batch."""
     BUCKET_ROWS = 16_384
     """Rows of one sort bucket, read whole: about 15 MB of GEMeX text."""
+    GROUP_ROWS = 32_768
+    """Staged rows handed out to the buckets at a time. Release order and image order are unrelated,
+    so every group sends rows to every bucket: one write per bucket and group, where a staged
+    batch at a time made (rows / SPILL) x buckets tiny writes, a cost growing with the square of the split."""
 
     def __init__(self, folder: Path, schema: pa.Schema):
         self.folder, self.schema = folder, schema
@@ -196,11 +200,11 @@ class Staging:
     def sorted_batches(self, split: str, key: str) -> Iterator[pa.Table]:
         """The split's rows sorted by `key` (stable), in chunks that never cut a run of equal keys.
 
-        An external sort in two sequential passes, so time grows with the rows and memory with
-        `BUCKET_ROWS`, whatever the split's size or order: only the key column (mapped) and the
-        sort order are held; each staged batch is read once and its rows sent to the bucket of
-        consecutive chunks they belong to (an Arrow file each); then each bucket is read whole,
-        put in order and cut into its chunks.
+        An external sort in two sequential passes, so memory grows with `BUCKET_ROWS` and
+        `GROUP_ROWS`, not with the split, whatever its order: only the key column and the sort
+        order are held. Each staged row is read once and sent, `GROUP_ROWS` at a time, to the
+        bucket of consecutive chunks it belongs to (an Arrow file each); then each bucket is read
+        whole, put in order and cut into its chunks.
         """
         if self.buffers[split]:
             self._spill(split)
@@ -220,18 +224,19 @@ class Staging:
         buckets: dict[int, pa.ipc.RecordBatchFileWriter] = {}
         ranks: dict[int, list[np.ndarray]] = {}
         with pa.OSFile(str(path)) as source:
-            reader = pa.ipc.open_file(source)
             start = 0
-            for b in range(reader.num_record_batches):
-                batch = reader.get_batch(b)
-                mine = bucket_of_row[start:start + batch.num_rows]
-                for bucket in np.unique(mine):
-                    rows = np.flatnonzero(mine == bucket)
+            for group in self._batch_groups(pa.ipc.open_file(source)):
+                mine = bucket_of_row[start:start + group.num_rows]
+                order = np.argsort(mine, kind="stable")
+                group = group.take(pa.array(order))
+                found, firsts, counts = np.unique(mine[order], return_index=True, return_counts=True)
+                for bucket, first, count in zip(found.tolist(), firsts.tolist(), counts.tolist()):
                     if bucket not in buckets:
                         buckets[bucket] = pa.ipc.new_file(self.folder / f"{split}.bucket-{bucket}.arrow", self.schema)
-                    buckets[bucket].write_batch(batch.take(pa.array(rows)))
-                    ranks.setdefault(bucket, []).append(rank[start + rows])
-                start += batch.num_rows
+                    buckets[bucket].write_table(group.slice(first, count))
+                    ranks.setdefault(bucket, []).append(rank[start + order[first:first + count]])
+                start += group.num_rows
+                del group
         path.unlink()
         del rank, bucket_of_row
         for writer in buckets.values():
@@ -247,6 +252,18 @@ class Staging:
                 yield table.slice(int(begin - bounds[0]), int(end - begin))
             del table
             bucket_path.unlink()
+
+    def _batch_groups(self, reader: pa.ipc.RecordBatchFileReader) -> Iterator[pa.Table]:
+        """The staged batches, in order, joined into tables of at least `GROUP_ROWS` rows."""
+        batches, rows = [], 0
+        for b in range(reader.num_record_batches):
+            batches.append(reader.get_batch(b))
+            rows += batches[-1].num_rows
+            if rows >= self.GROUP_ROWS:
+                yield pa.Table.from_batches(batches, self.schema).combine_chunks()
+                batches, rows = [], 0
+        if batches:
+            yield pa.Table.from_batches(batches, self.schema).combine_chunks()
 
     def _key_column(self, path: Path, key: str, group: int = 16) -> pa.ChunkedArray:
         """The staged file's `key` column, copied out `group` batches at a time.
