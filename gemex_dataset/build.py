@@ -8,12 +8,12 @@ image's pixels, drops repeated questions, and writes one shard set per question 
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterator
-from itertools import repeat
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from builders.box_frame import frame224_to_pixels
@@ -23,7 +23,9 @@ from builders.images import ImageError, StoredImage
 from builders.build.report import BuildError, BuildReport, RecordError, Reject
 from gemex_dataset.features import COLUMN_DOCS, QUESTION_TYPES, features
 from gemex_dataset.prompts import to_messages
-from gemex_dataset.readers import RawQuestion, find_source_files, read_file
+from gemex_dataset import per_type_columns
+from gemex_dataset.anatomy import REGIONS
+from gemex_dataset.readers import RawQuestion, find_source_files
 from gemex_dataset.rows import question_row
 
 IMAGE_COLUMNS = ("question_id", "image", "image_width", "image_height", "boxes", "messages")
@@ -48,7 +50,10 @@ class GemexBuild(DatasetBuild):
         for src in tqdm(files, desc="reading annotations", unit="file", disable=len(files) < 4):
             for path in (src.path, src.csv) if src.csv else (src.path,):
                 self.provenance.annotation_file(path)
-            for item in read_file(src):
+            for item in per_type_columns.read(src):
+                if isinstance(item, pa.Table):
+                    self.stage_questions(staging, src.split, item)
+                    continue
                 self.report.records_read += 1
                 if isinstance(item, Reject):
                     self.reject(item)
@@ -70,8 +75,17 @@ class GemexBuild(DatasetBuild):
         row["_file"], row["_record"] = raw.file, raw.record
         staging.add(raw.split, row)
 
-    def attach_images(self, rows: list[dict]) -> Iterator[tuple[list[dict], StoredImage | ImageError | None]]:
-        """Rows grouped by image, each group with its loaded image (None without an image root).
+    def stage_questions(self, staging: Staging, split: str, table: pa.Table) -> None:
+        """Stage rows already checked and converted a column at a time (`per_type_columns`)."""
+        self.report.records_read += table.num_rows
+        regions = pc.list_flatten(table["regions"])
+        unknown = regions.filter(pc.invert(pc.is_in(regions, pa.array(sorted(REGIONS)))))
+        for item in pc.value_counts(unknown).to_pylist():
+            self.report.count_unknown("region", item["values"], item["counts"])
+        staging.add_table(split, table)
+
+    def attach_images(self, rows: list[dict]) -> Iterator[tuple[list[dict], StoredImage | ImageError]]:
+        """Rows grouped by image, each group with its loaded image.
 
         Images load ahead in the background (`ImageSource.load_ahead`) and each group is let go
         once yielded, so memory holds a few images, not a whole chunk's.
@@ -81,11 +95,28 @@ class GemexBuild(DatasetBuild):
             groups.setdefault(row["image_path"], []).append(row)
         rows.clear()  # a group's rows get its image bytes: hold them only until the group is written
         paths = list(groups)
-        for path, image in zip(paths, self.images.load_ahead(paths) if self.images else repeat(None)):
+        for path, image in zip(paths, self.images.load_ahead(paths)):
             yield groups.pop(path), image
 
-    def image_group(self, split: str, rows: list[dict], image: StoredImage | ImageError | None) -> list[dict]:
-        """The final rows of one image: ids, image columns and pixel boxes; repeats and image failures rejected."""
+    def first_questions(self, split: str, table: pa.Table) -> pa.Table:
+        """A chunk's rows (whole images, sorted by image) less repeated questions, each given its question id.
+
+        The same question twice on one image (type, question, choices and answer) is rejected,
+        the first kept. The id is `<split>/<dicom_id>/<question_type>/<n>`, n counting the image's
+        questions of that type in release order.
+        """
+        repeat_of = repeated_questions(table)
+        kept = table.filter(pa.array(repeat_of < 0)) if (repeat_of >= 0).any() else table
+        kept = kept.append_column("question_id", question_ids(split, kept))
+        if (repeat_of >= 0).any():
+            first_id = dict(zip(np.flatnonzero(repeat_of < 0).tolist(), kept["question_id"].to_pylist()))
+            for row in np.flatnonzero(repeat_of >= 0).tolist():
+                self.reject(Reject(table["_file"][row].as_py(), table["_record"][row].as_py(), "question",
+                                   f"the same question twice on one image (first kept as {first_id[int(repeat_of[row])]})"))
+        return kept
+
+    def image_group(self, rows: list[dict], image: StoredImage | ImageError | None) -> list[dict]:
+        """The final rows of one image: image columns and pixel boxes; rows of an image that fails rejected."""
         if isinstance(image, ImageError):
             if self.settings.image_mode != "none":
                 for row in rows:
@@ -93,25 +124,12 @@ class GemexBuild(DatasetBuild):
                 return []
             self.report.notices["images unreadable in --image-mode none (boxes left in the 224 frame only)"] += 1
             image = None
-        seen: dict[tuple, str] = {}
-        ordinals: Counter = Counter()
-        out = []
         for row in rows:
-            qtype = QUESTION_TYPES[row["question_type"]]
-            content = (qtype, row["question"], tuple(row["choices"]), row["answer"])
-            if content in seen:
-                self.reject(Reject(row.pop("_file"), row.pop("_record"), "question", f"the same question twice on one image (first kept as {seen[content]})"))
-                continue
-            key = row["dicom_id"] or row["image_path"].rsplit(".", 1)[0]
-            row["question_id"] = f"{split}/{key}/{qtype}/{ordinals[qtype]}"
-            ordinals[qtype] += 1
-            seen[content] = row["question_id"]
             del row["_file"], row["_record"]
             self.add_image_columns(row, image)
             if "messages" in self.features:
                 row["messages"] = to_messages(row)
-            out.append(row)
-        return out
+        return rows
 
     def add_image_columns(self, row: dict, image: StoredImage | None) -> None:
         if image is None:
@@ -133,11 +151,16 @@ class GemexBuild(DatasetBuild):
         images = 0
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
             for table in staging.sorted_batches(split, "image_path"):
+                bar.update(table.num_rows)
+                table = self.first_questions(split, table)
+                if self.images is None:
+                    images += pc.count_distinct(table["image_path"]).as_py()
+                    shards.add_text_table(without_images(table), table["question_type"].to_numpy())
+                    continue
                 for rows, image in self.attach_images(table.to_pylist()):
-                    final = self.image_group(split, rows, image)
+                    final = self.image_group(rows, image)
                     images += bool(final)
                     shards.add_image_rows(final, len(image.bytes) if isinstance(image, StoredImage) and image.bytes else 0)
-                    bar.update(len(rows))
         self.finish_split(shards, split, out)
         self.report.images[split] = images
 
@@ -154,6 +177,59 @@ class GemexBuild(DatasetBuild):
                            images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report, sft="sft" in configs,
                            columns=list(self.features), column_docs=COLUMN_DOCS)
         card.save(out / "README.md")
+
+
+def repeated_questions(table: pa.Table) -> np.ndarray:
+    """For each row, the earlier row of the same image it repeats (type, question, choices, answer), or -1.
+
+    Arrow groups the rows on everything but the choices; only the rare groups of more than one
+    row are compared in full.
+    """
+    repeat_of = np.full(table.num_rows, -1, dtype=np.int64)
+    keys = ["image_path", "question_type", "question", "answer"]
+    groups = (table.select(keys).append_column("_row", pa.array(np.arange(table.num_rows)))
+              .group_by(keys, use_threads=False).aggregate([("_row", "list")]))
+    for rows in groups.filter(pc.greater(pc.list_value_length(groups["_row_list"]), 1))["_row_list"].to_pylist():
+        first: dict[tuple, int] = {}
+        rows.sort()
+        for row, choices in zip(rows, table["choices"].take(rows).to_pylist()):
+            earlier = first.setdefault(tuple(choices), row)
+            if earlier != row:
+                repeat_of[row] = earlier
+    return repeat_of
+
+
+def question_ids(split: str, table: pa.Table) -> pa.Array:
+    """`<split>/<dicom_id>/<question_type>/<n>` for rows sorted by image: n counts the image's questions of the type in order.
+
+    An image path that is not MIMIC-CXR's names the image by the path less its extension.
+    """
+    n = table.num_rows
+    if n == 0:
+        return pa.array([], pa.string())
+    paths = table["image_path"].combine_chunks()
+    new_image = np.ones(n, dtype=bool)
+    new_image[1:] = pc.not_equal(paths.slice(1), paths.slice(0, n - 1)).to_numpy(zero_copy_only=False)
+    qtype = table["question_type"].to_numpy().astype(np.int64)
+    group = np.cumsum(new_image) * len(QUESTION_TYPES) + qtype
+    order = np.argsort(group, kind="stable")
+    in_order = group[order]
+    starts = np.flatnonzero(np.r_[True, in_order[1:] != in_order[:-1]])
+    ordinal = np.empty(n, dtype=np.int64)
+    ordinal[order] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
+    stem = pc.list_element(pc.split_pattern(paths, ".", max_splits=1, reverse=True), 0)
+    key = pc.if_else(pc.is_valid(table["dicom_id"]), table["dicom_id"], stem)
+    names = pa.array(QUESTION_TYPES).take(pa.array(qtype))
+    return pc.binary_join_element_wise(pa.scalar(split), key, names, pc.cast(pa.array(ordinal), pa.string()), "/")
+
+
+def without_images(table: pa.Table) -> pa.Table:
+    """Rows of a build with no image root: no image sizes, boxes only in the 224 frame."""
+    nulls = pa.nulls(table.num_rows)
+    return (table.drop_columns(["_file", "_record"])
+            .append_column(pa.field("image_width", pa.int32()), nulls.cast(pa.int32()))
+            .append_column(pa.field("image_height", pa.int32()), nulls.cast(pa.int32()))
+            .append_column(pa.field("boxes", pa.list_(pa.list_(pa.float32(), 4))), nulls.cast(pa.list_(pa.list_(pa.float32(), 4)))))
 
 
 GATED_PROMPT = (

@@ -80,21 +80,27 @@ def find_source_files(source: Path, split: str | None = None) -> list[SourceFile
     return found
 
 
+def json_line(file: str, number: int, raw: bytes) -> dict | Reject | None:
+    """The object on one line, or a reject saying why there is none; None for a blank line."""
+    if not raw.removeprefix(codecs.BOM_UTF8).strip():
+        return None
+    try:
+        value = loads_line(raw)
+    except LineError as err:
+        return Reject(file, f"line {number}", None, str(err))
+    if not isinstance(value, dict):
+        return Reject(file, f"line {number}", None, f"expected a JSON object, got {type(value).__name__}")
+    return value
+
+
 def _json_lines(path: Path) -> Iterator[tuple[int, dict | Reject]]:
     """(line number, object or reject) for every non-blank line; each line stands alone, so a bad one costs only itself."""
     file = str(path)
     with open(path, "rb") as f:
         for number, raw in enumerate(f, start=1):
-            if not raw.removeprefix(codecs.BOM_UTF8).strip():
-                continue
-            try:
-                value = loads_line(raw)
-            except LineError as err:
-                yield number, Reject(file, f"line {number}", None, str(err))
-                continue
-            if not isinstance(value, dict):
-                value = Reject(file, f"line {number}", None, f"expected a JSON object, got {type(value).__name__}")
-            yield number, value
+            value = json_line(file, number, raw)
+            if value is not None:
+                yield number, value
 
 
 def _schema_error(name: str, record: object) -> tuple[str | None, str] | None:
@@ -104,17 +110,21 @@ def _schema_error(name: str, record: object) -> tuple[str | None, str] | None:
         return None, "JSON nested too deeply to check"
 
 
+def per_type_question(src: SourceFile, number: int, value: dict | Reject) -> RawQuestion | Reject:
+    """One line of a per-type file as a question, once its object passes the schema."""
+    if isinstance(value, Reject):
+        return value
+    error = _schema_error("gemex_per_type", value)
+    if error:
+        return Reject(str(src.path), f"line {number}", error[0], error[1])
+    return RawQuestion(str(src.path), f"line {number}", "per_type", src.split, PER_TYPE_FILES[src.path.name], value)
+
+
 def read_per_type(src: SourceFile) -> Iterator[RawQuestion | Reject]:
-    qtype = PER_TYPE_FILES[src.path.name]
+    """The questions of one per-type file, a record at a time (the whole-column reader is
+    `gemex_dataset.per_type_columns`; this one is what it falls back on)."""
     for number, value in _json_lines(src.path):
-        if isinstance(value, Reject):
-            yield value
-            continue
-        error = _schema_error("gemex_per_type", value)
-        if error:
-            yield Reject(str(src.path), f"line {number}", error[0], error[1])
-        else:
-            yield RawQuestion(str(src.path), f"line {number}", "per_type", src.split, qtype, value)
+        yield per_type_question(src, number, value)
 
 
 _HUMAN = re.compile(r"^<image>\n(?P<question>[\s\S]*?)(?: <choices>: \[(?P<choices>[\s\S]*)\])?$")

@@ -23,7 +23,9 @@ from gemex_dataset.synthetic import LLAVA_Q_TYPES
 FAR_OUTSIDE = 22
 """Pixels (10% of the 224 frame) a box may reach past the frame before it is rejected rather than clipped."""
 
-_PATH = re.compile(r"^p(?P<group>\d{2})/p(?P<subject>\d+)/s(?P<study>\d+)/(?P<dicom>[^/]+)\.(?:jpg|jpeg|png|dcm)$", re.I)
+PATH_PATTERN = r"^p(?P<group>[0-9]{2})/p(?P<subject>[0-9]+)/s(?P<study>[0-9]+)/(?P<dicom>[^/]+)\.(?:jpg|jpeg|png|dcm)$"
+"""A MIMIC-CXR-JPG image path, case aside; written for both Python's `re` and Arrow's RE2 (`per_type_columns`)."""
+_PATH = re.compile(PATH_PATTERN, re.I)
 _CHOICE = re.compile(r"^(?P<letter>[A-Z]): (?P<text>[\s\S]*)$")
 _KNOWN_REGIONS = frozenset(REGIONS)
 

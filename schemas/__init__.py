@@ -33,12 +33,16 @@ def _compiled(name: str) -> Callable[[object], object]:
     return fastjsonschema.compile(schema(name))
 
 
-def is_valid(name: str, record: object) -> bool:
+def _compiled_error(name: str, record: object) -> fastjsonschema.JsonSchemaValueException | None:
     try:
         _compiled(name)(record)
-    except fastjsonschema.JsonSchemaException:
-        return False
-    return True
+    except fastjsonschema.JsonSchemaValueException as err:
+        return err
+    return None
+
+
+def is_valid(name: str, record: object) -> bool:
+    return _compiled_error(name, record) is None
 
 
 def first_error(name: str, record: object) -> tuple[str, str] | None:
@@ -47,9 +51,15 @@ def first_error(name: str, record: object) -> tuple[str, str] | None:
     `field` is the JSON path of the offending value (`visual_locations[1]`), or the missing
     key's name when a required key is absent.
     """
-    if is_valid(name, record):
+    compiled = _compiled_error(name, record)
+    if compiled is None:
         return None
     error = best_match(validator(name).iter_errors(record))
+    if error is None:
+        # The two disagree only on a `pattern` with `$`: Python's `re` (jsonschema) lets a final newline
+        # through, ECMA-262's (the standard's, and fastjsonschema's) does not. The standard decides.
+        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in compiled.path[1:]).lstrip(".")
+        return field or "(record)", compiled.message.removeprefix(f"{compiled.name} ")
     field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
     if error.validator == "required":
         missing = [key for key in error.validator_value if key not in error.instance]

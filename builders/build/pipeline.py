@@ -187,10 +187,21 @@ class Staging:
         if len(buffer) >= self.SPILL:
             self._spill(split)
 
-    def _spill(self, split: str) -> None:
+    def add_table(self, split: str, table: pa.Table) -> None:
+        """Stage many rows at once, after the rows added before them (release order is kept)."""
+        if not self.buffers:
+            stop_point("reading")
+        if self.buffers.setdefault(split, []):
+            self._spill(split)
+        self._writer(split).write_table(table.select(self.schema.names).cast(self.schema))
+
+    def _writer(self, split: str) -> pa.ipc.RecordBatchFileWriter:
         if split not in self.writers:
             self.writers[split] = pa.ipc.new_file(self.folder / f"{split}.arrow", self.schema)
-        self.writers[split].write_batch(pa.RecordBatch.from_pylist(self.buffers[split], schema=self.schema))
+        return self.writers[split]
+
+    def _spill(self, split: str) -> None:
+        self._writer(split).write_batch(pa.RecordBatch.from_pylist(self.buffers[split], schema=self.schema))
         self.buffers[split] = []
 
     def splits(self) -> list[str]:

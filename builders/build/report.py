@@ -60,8 +60,8 @@ class BuildReport:
     def reject(self, item: Reject) -> None:
         self.rejects.append(item)
 
-    def count_unknown(self, kind: str, value: str) -> None:
-        self.unknown_values.setdefault(kind, Counter())[value] += 1
+    def count_unknown(self, kind: str, value: str, times: int = 1) -> None:
+        self.unknown_values.setdefault(kind, Counter())[value] += times
 
     @property
     def rejected(self) -> int:

@@ -37,6 +37,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from functools import partial
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from datasets import Features
@@ -130,6 +131,7 @@ class ShardWriter:
         # Encoded images do not compress: zstd on them costs time and saves nothing.
         self.compression = {column: "zstd" for column in _leaf_columns(self.schema)} | {c: "none" for c in self.image_columns}
         self.pending: list[dict] = []
+        self.pending_tables: list[pa.Table] = []
         self.pending_bytes = 0
         self.shard_bytes = 0
         self.writer: pq.ParquetWriter | None = None
@@ -172,6 +174,13 @@ class ShardWriter:
         self.pending.extend(rows)
         self.pending_bytes += image_bytes
 
+    def add_text_table(self, table: pa.Table) -> None:
+        """Add rows that hold no image bytes, already in Arrow (a build without images)."""
+        if self.pending:
+            self.pending_tables.append(self._table(self.pending))
+            self.pending = []
+        self.pending_tables.append(table.select(self.text_schema.names).cast(self.text_schema))
+
     def _close_shard(self) -> None:
         """Close the open shard, its footer stamped with its provenance (`builders.provenance`).
 
@@ -187,18 +196,19 @@ class ShardWriter:
 
     def flush(self) -> None:
         """Write what is pending as one row group."""
-        if not self.pending:
+        if not (self.pending or self.pending_tables):
             return
-        table = self._table(self.pending)
+        pieces = self.pending_tables + ([self._table(self.pending)] if self.pending else [])
+        table = pa.concat_tables(pieces).combine_chunks() if len(pieces) > 1 else pieces[0]
         if self.writer is None or self.shard_bytes >= BYTES_PER_SHARD:
             if self.writer is not None:
                 self._close_shard()
             self.writer = self._open(table.schema)
         self.content.update(table)
         self._submit(partial(self.writer.write_table, row_group_size=table.num_rows), table)
-        self.rows += len(self.pending)
+        self.rows += table.num_rows
         self.shard_bytes += self.pending_bytes + table.nbytes // 4
-        self.pending, self.pending_bytes = [], 0
+        self.pending, self.pending_tables, self.pending_bytes = [], [], 0
 
     def abort(self) -> None:
         """Let go of the open shard after a failure elsewhere, quietly: its own close would fail
@@ -254,11 +264,20 @@ class RowGroupPlan:
         text_only = not (self.bytes or image_bytes)
         full = self.rows + rows > ROWS_PER_TEXT_GROUP if text_only else self.images >= IMAGES_PER_GROUP
         if self.images and (full or self.bytes + image_bytes > BYTES_PER_GROUP):
-            self.cut()
-            self.images, self.bytes, self.rows = 0, 0, 0
+            self._cut()
         self.images += 1
         self.bytes += image_bytes
         self.rows += rows
+
+    def after_text_rows(self, rows: int) -> None:
+        """Rows with no image added at once (a build without images): cut once the group holds `ROWS_PER_TEXT_GROUP`."""
+        self.rows += rows
+        if self.rows >= ROWS_PER_TEXT_GROUP:
+            self._cut()
+
+    def _cut(self) -> None:
+        self.cut()
+        self.images, self.bytes, self.rows = 0, 0, 0
 
 
 class SplitShards:
@@ -296,6 +315,20 @@ class SplitShards:
                 self.writers[SHARED_PREFIX].add_image_rows(rows, image_bytes)
             return
         self.pending.append((by_config, image_bytes))
+
+    def add_text_table(self, table: pa.Table, config_index: np.ndarray) -> None:
+        """Add rows that hold no image bytes (a build without images), all at once: each row's config
+        is `configs[config_index[row]]`. A row group is cut at `ROWS_PER_TEXT_GROUP` rows."""
+        counts = np.bincount(config_index, minlength=len(self.configs))
+        for config, count in zip(self.configs, counts.tolist()):
+            self.rows[config] += count
+        if self.shared:
+            self.writers[SHARED_PREFIX].add_text_table(table)
+        else:
+            for k, config in enumerate(self.configs):
+                if counts[k]:
+                    self.writers[config].add_text_table(table.filter(pa.array(config_index == k)))
+        self.plan.after_text_rows(table.num_rows)
 
     def _cut(self) -> None:
         """Hand the row group's images to the writers, ordered by the configs they have, and close it."""
