@@ -20,7 +20,7 @@ import pyarrow.json as pj
 
 BLOCK_BYTES = 16 << 20
 """Bytes of whole lines parsed at a time: large enough for Arrow's threads, small enough for flat memory."""
-_BLANK_LINE = re.compile(rb"(?:^|\n)[ \t\r]*\n")
+_BLANK_AFTER_A_LINE = re.compile(rb"\n[ \t\r]*\n")
 
 
 @dataclass
@@ -61,10 +61,17 @@ def line_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[LineBloc
         yield LineBlock(carry, first_line)
 
 
+def _has_blank_line(data: bytes) -> bool:
+    """Whether a line (other than an unended last one) holds only JSON whitespace: Arrow skips such lines."""
+    first_end = data.find(b"\n")
+    blank_first = first_end >= 0 and not data[:first_end].strip(b" \t\r")
+    return blank_first or _BLANK_AFTER_A_LINE.search(data) is not None
+
+
 def read_block(block: LineBlock, schema: pa.Schema) -> pa.Table | None:
     """The block's records as columns of `schema` (other keys ignored), one row per line; None where
     Arrow refuses the block or its rows are not one per line."""
-    if _BLANK_LINE.search(block.data):
+    if _has_blank_line(block.data):
         return None
     try:
         table = pj.read_json(pa.BufferReader(block.data),
