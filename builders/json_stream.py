@@ -46,6 +46,15 @@ def bad_utf8_at(text: str, start: int = 0, end: int | None = None) -> int | None
     return None if match is None else match.start() - start
 
 
+def _has_bad_bytes(text: str) -> bool:
+    """Whether `text` holds undecodable bytes: they alone (lone surrogates) fail a strict encoding, which runs in C."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return True
+    return False
+
+
 class LineError(ValueError):
     """A JSON Lines line that cannot be read; the message is the reject's reason."""
 
@@ -83,6 +92,7 @@ class RecordStream:
     def __init__(self, file: TextIO, kind: Literal["object", "array"], block: int = 1 << 20):
         self.file, self.kind, self.block = file, kind, block
         self.text, self.pos, self.consumed, self.eof = "", 0, 0, False
+        self.holds_bad_bytes = False  # whether the text held may have undecodable bytes: only then is a record searched for them
         self.record_start: re.Pattern | None = None
         self.key: str | None = None  # the id of the record being read, once its key has parsed
 
@@ -96,12 +106,17 @@ class RecordStream:
             self.eof = True
             return False
         self.text += data
+        self.holds_bad_bytes = self.holds_bad_bytes or _has_bad_bytes(data)
         return True
 
     def _forget_read(self) -> None:
-        """Drop the text before the current position; called only between records so positions stay valid within one."""
+        """Drop the text before the current position once it is a block's worth (copying what is left after
+        every record cost a buffer's copy per record); called only between records so positions stay valid within one."""
+        if self.pos < self.block:
+            return
         self.consumed += self.pos
         self.text, self.pos = self.text[self.pos:], 0
+        self.holds_bad_bytes = self.holds_bad_bytes and _has_bad_bytes(self.text)
 
     def _peek(self) -> str:
         while True:
@@ -227,7 +242,7 @@ class RecordStream:
                 yield Damage(label, reason)
                 index += 1
                 continue
-            bad = bad_utf8_at(self.text, start, self.pos)
+            bad = bad_utf8_at(self.text, start, self.pos) if self.holds_bad_bytes else None
             if bad is not None:
                 yield Damage(printable(label), f"not valid UTF-8 at character {self.consumed + start + bad}")
             else:

@@ -17,7 +17,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging
@@ -97,19 +99,15 @@ class RexvqaBuild(DatasetBuild):
         rows.clear()  # a study's rows get its image bytes: hold them only until the study is written
         paths_of = {study: list(dict.fromkeys(p for row in study_rows for p in row["image_paths"]))
                     for study, study_rows in groups.items()}
-        loaded = self.images.load_ahead(p for paths in paths_of.values() for p in paths) if self.images else None
+        loaded = self.images.load_ahead(p for paths in paths_of.values() for p in paths)
         for study, paths in paths_of.items():
-            yield groups.pop(study), {path: next(loaded) for path in paths} if loaded else {}
+            yield groups.pop(study), {path: next(loaded) for path in paths}
 
     def study_rows(self, rows: list[dict], images: dict[str, StoredImage | ImageError]) -> list[dict]:
         """The final rows of one study, image columns attached; rows without a usable image rejected."""
         out = []
         for row in rows:
             file = row.pop("_file")
-            if self.settings.image_mode == "none":
-                row.update(missing_images=[], image_widths=None, image_heights=None)
-                out.append(row)
-                continue
             loaded = [(path, images[path]) for path in row["image_paths"]]
             escaped = next((img for _, img in loaded if isinstance(img, ImageError) and img.reason == "path_escape"), None)
             usable = [(path, img) for path, img in loaded if isinstance(img, StoredImage)]
@@ -138,6 +136,11 @@ class RexvqaBuild(DatasetBuild):
         images: set[str] = set()
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
             for table in staging.sorted_batches(split, "study_id"):
+                if self.images is None:
+                    config_index = pc.if_else(pc.less(table["task_name"], 0), len(TASK_CONFIGS), table["task_name"])
+                    shards.add_text_table(without_images(table), config_index.to_numpy())
+                    bar.update(table.num_rows)
+                    continue
                 for rows, loaded in self.studies(table.to_pylist()):
                     final = self.study_rows(rows, loaded)
                     used = {p for row in final for p in row["image_paths"] if isinstance(loaded.get(p), StoredImage)}
@@ -177,6 +180,14 @@ class RexvqaBuild(DatasetBuild):
             for item in pc.value_counts(table.column("category")).to_pylist():
                 counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
         return sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+
+
+def without_images(table: pa.Table) -> pa.Table:
+    """Rows of an `--image-mode none` build: no image read, so none missing and no sizes."""
+    sizes = pa.nulls(table.num_rows, pa.list_(pa.int32()))
+    no_paths = pa.ListArray.from_arrays(pa.array(np.zeros(table.num_rows + 1, dtype=np.int32)), pa.array([], pa.string()))
+    return (table.drop_columns(["_file"]).append_column("missing_images", no_paths)
+            .append_column("image_widths", sizes).append_column("image_heights", sizes))
 
 
 GATED_PROMPT = (

@@ -149,9 +149,14 @@ def same_value(a: object, b: object) -> bool:
     return a == b
 
 
+def _same_text(a: object, b: object) -> bool:
+    """`same_value` for the common case, two equal strings, at the cost of one comparison."""
+    return type(a) is str and type(b) is str and a == b
+
+
 def record_differences(record: dict, rebuilt: dict) -> dict:
     """What `extra` must hold for `rebuilt` (the record as the columns give it back) to become `record`."""
-    extra = {key: value for key, value in record.items() if key not in rebuilt or not same_value(value, rebuilt[key])}
+    extra = {key: value for key, value in record.items() if key not in rebuilt or not _same_text(value, rebuilt[key]) and not same_value(value, rebuilt[key])}
     absent = [key for key in rebuilt if key not in record]
     if absent:
         extra[ABSENT_KEY] = absent
