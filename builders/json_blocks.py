@@ -13,6 +13,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import pyarrow as pa
@@ -39,7 +40,7 @@ class LineBlock:
             yield number, self.data[start:end]
             start, number = end, number + 1
 
-    @property
+    @cached_property
     def line_count(self) -> int:
         return self.data.count(b"\n") + (not self.data.endswith(b"\n"))
 

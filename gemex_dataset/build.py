@@ -150,10 +150,11 @@ class GemexBuild(DatasetBuild):
         shards = self.split_shards(out, split, list(QUESTION_TYPES), self.features, lambda row: QUESTION_TYPES[row["question_type"]])
         images = 0
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
-            for table in staging.sorted_batches(split, "image_path"):
+            text_only = self.images is None  # then a chunk is processed whole, in Arrow: larger chunks cost less
+            for table in staging.sorted_batches(split, "image_path", staging.BUCKET_ROWS if text_only else None):
                 bar.update(table.num_rows)
                 table = self.first_questions(split, table)
-                if self.images is None:
+                if text_only:
                     images += pc.count_distinct(table["image_path"]).as_py()
                     shards.add_text_table(without_images(table), table["question_type"].to_numpy())
                     continue
@@ -189,11 +190,13 @@ def repeated_questions(table: pa.Table) -> np.ndarray:
     keys = ["image_path", "question_type", "question", "answer"]
     groups = (table.select(keys).append_column("_row", pa.array(np.arange(table.num_rows)))
               .group_by(keys, use_threads=False).aggregate([("_row", "list")]))
-    for rows in groups.filter(pc.greater(pc.list_value_length(groups["_row_list"]), 1))["_row_list"].to_pylist():
+    candidates = groups.filter(pc.greater(pc.list_value_length(groups["_row_list"]), 1))["_row_list"].to_pylist()
+    rows = sorted(row for group in candidates for row in group)
+    choices = dict(zip(rows, map(tuple, table["choices"].take(pa.array(rows, pa.int64())).to_pylist())))
+    for group in candidates:
         first: dict[tuple, int] = {}
-        rows.sort()
-        for row, choices in zip(rows, table["choices"].take(rows).to_pylist()):
-            earlier = first.setdefault(tuple(choices), row)
+        for row in sorted(group):
+            earlier = first.setdefault(choices[row], row)
             if earlier != row:
                 repeat_of[row] = earlier
     return repeat_of

@@ -135,8 +135,9 @@ class RexvqaBuild(DatasetBuild):
         shards = self.split_shards(out, split, list(CONFIGS), self.features, config_of)
         images: set[str] = set()
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
-            for table in staging.sorted_batches(split, "study_id"):
-                if self.images is None:
+            text_only = self.images is None  # then a chunk is processed whole, in Arrow: larger chunks cost less
+            for table in staging.sorted_batches(split, "study_id", staging.BUCKET_ROWS if text_only else None):
+                if text_only:
                     config_index = pc.if_else(pc.less(table["task_name"], 0), len(TASK_CONFIGS), table["task_name"])
                     shards.add_text_table(without_images(table), config_index.to_numpy())
                     bar.update(table.num_rows)

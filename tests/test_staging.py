@@ -18,3 +18,19 @@ def test_sorted_batches_are_stable_and_never_cut_a_run_of_one_key(tmp_path):
     assert all(not (a & b) for a, b in zip(keys, keys[1:]))
     longest_run = max(sum(r["image_path"] == key for r in rows) for key in {r["image_path"] for r in rows})
     assert all(len(chunk) < 7 + longest_run for chunk in chunks)
+
+
+def test_tables_and_rows_staged_together_keep_release_order_and_chunks_can_be_larger(tmp_path):
+    staging = Staging(tmp_path, pa.schema([("image_path", pa.string()), ("n", pa.int64())]))
+    staging.BATCH, staging.SPILL, staging.BUCKET_ROWS, staging.GROUP_ROWS = 7, 5, 40, 12
+    rng = random.Random(1)
+    rows = [{"image_path": f"p{rng.randrange(30):02d}.jpg", "n": i} for i in range(500)]
+    for start in range(0, len(rows), 50):  # rows one at a time and tables, alternately
+        if start % 100:
+            staging.add_table("train", pa.Table.from_pylist(rows[start:start + 50]).select(["n", "image_path"]))
+        else:
+            for row in rows[start:start + 50]:
+                staging.add("train", row)
+    chunks = list(staging.sorted_batches("train", "image_path", chunk_rows=40))
+    assert [r for chunk in chunks for r in chunk.to_pylist()] == sorted(rows, key=lambda r: r["image_path"])
+    assert max(len(chunk) for chunk in chunks) > 20

@@ -164,6 +164,7 @@ class Staging:
     """
 
     BATCH = 2048
+    """Rows of a sorted chunk by default: few enough images in flight for a build that loads them."""
     SPILL = 512
     """Rows per staged batch."""
     BUCKET_ROWS = 16_384
@@ -208,8 +209,8 @@ class Staging:
         order = {"train": 0, "validation": 1, "test": 2}
         return sorted(self.buffers, key=lambda s: (order.get(s, 3), s))
 
-    def sorted_batches(self, split: str, key: str) -> Iterator[pa.Table]:
-        """The split's rows sorted by `key` (stable), in chunks that never cut a run of equal keys.
+    def sorted_batches(self, split: str, key: str, chunk_rows: int | None = None) -> Iterator[pa.Table]:
+        """The split's rows sorted by `key` (stable), in chunks of about `chunk_rows` (`BATCH`) that never cut a run of equal keys.
 
         An external sort in two sequential passes, so memory grows with `BUCKET_ROWS` and
         `GROUP_ROWS`, not with the split, whatever its order: only the key column and the sort
@@ -217,6 +218,7 @@ class Staging:
         bucket of consecutive chunks it belongs to (an Arrow file each); then each bucket is read
         whole, put in order and cut into its chunks.
         """
+        chunk_rows = chunk_rows or self.BATCH
         if self.buffers[split]:
             self._spill(split)
         self.writers.pop(split).close()
@@ -225,12 +227,12 @@ class Staging:
         order = pc.sort_indices(keys).to_numpy().astype(np.int64)
         codes = pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False)[order]
         del keys
-        chunk_starts = self._chunk_starts(codes)
+        chunk_starts = self._chunk_starts(codes, chunk_rows)
         chunk_ends = np.append(chunk_starts, len(codes))
         rank = np.empty_like(order)
         rank[order] = np.arange(len(order))
         del order, codes
-        chunks_per_bucket = max(1, self.BUCKET_ROWS // self.BATCH)
+        chunks_per_bucket = max(1, self.BUCKET_ROWS // chunk_rows)
         bucket_of_row = (np.searchsorted(chunk_starts, rank, side="right") - 1) // chunks_per_bucket
         buckets: dict[int, pa.ipc.RecordBatchFileWriter] = {}
         ranks: dict[int, list[np.ndarray]] = {}
@@ -291,13 +293,14 @@ class Staging:
                 pieces.append(pa.concat_arrays([reader.get_batch(b).column(0) for b in range(first, min(first + group, count))]))
         return pa.chunked_array(pieces, self.schema.field(key).type)
 
-    def _chunk_starts(self, codes: np.ndarray) -> np.ndarray:
-        """Where each chunk of about `BATCH` sorted rows starts, a run of equal keys never cut."""
+    @staticmethod
+    def _chunk_starts(codes: np.ndarray, chunk_rows: int) -> np.ndarray:
+        """Where each chunk of about `chunk_rows` sorted rows starts, a run of equal keys never cut."""
         run_starts = np.flatnonzero(codes[1:] != codes[:-1]) + 1
         starts, start = [], 0
         while start < len(codes):
             starts.append(start)
-            end = min(start + self.BATCH, len(codes))
+            end = min(start + chunk_rows, len(codes))
             if end < len(codes) and codes[end] == codes[end - 1]:
                 after = np.searchsorted(run_starts, end, side="right")
                 end = int(run_starts[after]) if after < len(run_starts) else len(codes)

@@ -34,7 +34,6 @@ import hashlib
 from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -186,10 +185,10 @@ class ShardWriter:
 
         The stamp is taken now, when the rows of every image the shard holds have been read.
         """
-        writer, stamp = self.writer, shard_stamp(self.content, self.synthetic())
+        writer, content, synthetic = self.writer, self.content, self.synthetic()
 
         def finish() -> None:
-            writer.add_key_value_metadata(stamp)
+            writer.add_key_value_metadata(shard_stamp(content, synthetic))
             writer.close()
 
         self._submit(finish)
@@ -204,11 +203,16 @@ class ShardWriter:
             if self.writer is not None:
                 self._close_shard()
             self.writer = self._open(table.schema)
-        self.content.update(table)
-        self._submit(partial(self.writer.write_table, row_group_size=table.num_rows), table)
+        self._submit(self._write_group, self.writer, self.content, table)
         self.rows += table.num_rows
         self.shard_bytes += self.pending_bytes + table.nbytes // 4
         self.pending, self.pending_tables, self.pending_bytes = [], [], 0
+
+    @staticmethod
+    def _write_group(writer: pq.ParquetWriter, content: ContentHash, table: pa.Table) -> None:
+        """On the writing thread: hash the rows for the shard's stamp (in order, as they are queued) and write them."""
+        content.update(table)
+        writer.write_table(table, row_group_size=table.num_rows)
 
     def abort(self) -> None:
         """Let go of the open shard after a failure elsewhere, quietly: its own close would fail
