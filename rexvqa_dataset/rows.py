@@ -210,7 +210,7 @@ def raw_record(row: dict) -> dict:
     record.update({"PatientID": row["patient_id"], "AccessionNumber": row["accession_number"],
                    "StudyInstanceUid": row["study_instance_uid"], "StudyDate": row["study_date"],
                    "ImageModality": row["image_modality"], "validation_code": row["validation_code"]})
-    extra = json.loads(row["extra"] or "{}")
+    extra = json.loads(row["extra"]) if row["extra"] not in (None, "", "{}") else {}
     for key in extra.pop(ABSENT_KEY, []):
         record.pop(key, None)
     record.update(extra)
