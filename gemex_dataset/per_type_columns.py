@@ -189,14 +189,14 @@ def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa
     if qtype in CHOICE_TYPES:
         choice_texts = pa.ListArray.from_arrays(_offsets(choices), pc.utf8_slice_codeunits(pc.list_flatten(choices), 3))
     else:
-        choice_texts = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()))
+        choice_texts = _empty_lists(n)
     if qtype == "multi_choice":
         letters = answer
         answer = pc.binary_join_element_wise('["', pc.binary_join(answer, '", "'), '"]', "")
     elif qtype == "single_choice":
         letters = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), answer)
     else:
-        letters = pa.ListArray.from_arrays(pa.array(np.zeros(n + 1, dtype=np.int32)), pa.array([], pa.string()))
+        letters = _empty_lists(n)
     boxes = table["visual_locations"]
     corners = np.rint(pc.list_flatten(pc.list_flatten(boxes)).to_numpy()).astype(np.int32)
     boxes_224 = pa.ListArray.from_arrays(_offsets(boxes), pa.FixedSizeListArray.from_arrays(pa.array(corners), 4))
@@ -228,6 +228,10 @@ def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa
     })
 
 
-def _offsets(lists: pa.Array) -> np.ndarray:
+def _empty_lists(rows: int) -> pa.Array:
+    return pa.ListArray.from_arrays(pa.array(np.zeros(rows + 1, dtype=np.int32)), pa.array([], pa.string()))
+
+
+def _offsets(lists: pa.Array) -> pa.Array:
     """Offsets of `lists` (no nulls) from zero, for a list array over its flattened items."""
     return pa.array(np.r_[0, np.cumsum(pc.list_value_length(lists).to_numpy())].astype(np.int32))
