@@ -106,11 +106,12 @@ class GemexBuild(DatasetBuild):
         questions of that type in release order.
         """
         repeat_of = repeated_questions(table)
-        kept = table.filter(pa.array(repeat_of < 0)) if (repeat_of >= 0).any() else table
+        repeats = np.flatnonzero(repeat_of >= 0).tolist()
+        kept = table.filter(pa.array(repeat_of < 0)) if repeats else table
         kept = kept.append_column("question_id", question_ids(split, kept))
-        if (repeat_of >= 0).any():
+        if repeats:
             first_id = dict(zip(np.flatnonzero(repeat_of < 0).tolist(), kept["question_id"].to_pylist()))
-            for row in np.flatnonzero(repeat_of >= 0).tolist():
+            for row in repeats:
                 self.reject(Reject(table["_file"][row].as_py(), table["_record"][row].as_py(), "question",
                                    f"the same question twice on one image (first kept as {first_id[int(repeat_of[row])]})"))
         return kept

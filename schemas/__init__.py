@@ -7,7 +7,7 @@ Python by `fastjsonschema` for the yes/no answer; `jsonschema` explains the reco
 from __future__ import annotations
 
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from functools import cache
 from importlib import resources
 
@@ -41,8 +41,9 @@ def _compiled_error(name: str, record: object) -> fastjsonschema.JsonSchemaValue
     return None
 
 
-def is_valid(name: str, record: object) -> bool:
-    return _compiled_error(name, record) is None
+def _json_path(parts: Iterable[str | int]) -> str:
+    """['visual_locations', 1] -> 'visual_locations[1]'."""
+    return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in parts).lstrip(".")
 
 
 def first_error(name: str, record: object) -> tuple[str, str] | None:
@@ -58,9 +59,8 @@ def first_error(name: str, record: object) -> tuple[str, str] | None:
     if error is None:
         # The two disagree only on a `pattern` with `$`: Python's `re` (jsonschema) lets a final newline
         # through, ECMA-262's (the standard's, and fastjsonschema's) does not. The standard decides.
-        field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in compiled.path[1:]).lstrip(".")
-        return field or "(record)", compiled.message.removeprefix(f"{compiled.name} ")
-    field = "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in error.absolute_path).lstrip(".")
+        return _json_path(compiled.path[1:]) or "(record)", compiled.message.removeprefix(f"{compiled.name} ")
+    field = _json_path(error.absolute_path)
     if error.validator == "required":
         missing = [key for key in error.validator_value if key not in error.instance]
         field = ".".join(filter(None, [field, missing[0]])) if missing else field

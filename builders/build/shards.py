@@ -174,10 +174,7 @@ class ShardWriter:
         self.pending_bytes += image_bytes
 
     def add_text_table(self, table: pa.Table) -> None:
-        """Add rows that hold no image bytes, already in Arrow (a build without images)."""
-        if self.pending:
-            self.pending_tables.append(self._table(self.pending))
-            self.pending = []
+        """Add rows that hold no image bytes, already in Arrow (a build without images, which adds no rows as dicts)."""
         self.pending_tables.append(table.select(self.text_schema.names).cast(self.text_schema))
 
     def _close_shard(self) -> None:
