@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Literal, TextIO
 
 _BAD_BYTE = re.compile("[\udc80-\udcff]")
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 _SPACE = re.compile(r"\s*")
 _KEY = re.compile(r'"((?:[^"\\\n]|\\.)*)"')
 _DECODER = json.JSONDecoder()
@@ -36,8 +37,35 @@ def open_text(path: Path) -> TextIO:
 
 
 def printable(text: str) -> str:
-    """`text` with undecodable bytes shown as `\\xNN`, for a reject's record or reason."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """`text` with undecodable bytes shown as `\\xNN` (other lone surrogates as `\\udNNN`), for a reject's record or reason."""
+    try:
+        return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def lone_surrogate(value: object, where: str = "$") -> str | None:
+    """Where `value` holds a string (a key or a value) with a lone surrogate, or None.
+
+    Python's json turns an escape such as `\\ud800` that is half of no pair into a lone
+    surrogate, which no UTF-8 column can store; such a record is damaged, not crashed on.
+    """
+    if isinstance(value, str):
+        return where if _has_bad_bytes(value) else None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            found = f"{where}.{printable(key)}" if _has_bad_bytes(key) else lone_surrogate(item, f"{where}.{key}")
+            if found:
+                return found
+    elif isinstance(value, list):
+        for k, item in enumerate(value):
+            if found := lone_surrogate(item, f"{where}[{k}]"):
+                return found
+    return None
+
+
+def lone_surrogate_reason(where: str) -> str:
+    return f"a \\u escape with no pair (a lone surrogate, which UTF-8 cannot store) at {where}"
 
 
 def bad_utf8_at(text: str, start: int = 0, end: int | None = None) -> int | None:
@@ -66,11 +94,14 @@ def loads_line(raw: bytes) -> object:
     except UnicodeDecodeError as err:
         raise LineError(f"not valid UTF-8 (byte {err.start} of the line)") from None
     try:
-        return json.loads(text)
+        value = json.loads(text)
     except json.JSONDecodeError as err:
         raise LineError(f"malformed JSON: {err.msg} at column {err.colno}") from None
     except RecursionError:
         raise LineError("JSON nested too deeply to read") from None
+    if _SURROGATE_ESCAPE.search(text) and (where := lone_surrogate(value)):
+        raise LineError(lone_surrogate_reason(where))
+    return value
 
 
 @dataclass
@@ -243,8 +274,13 @@ class RecordStream:
                 index += 1
                 continue
             bad = bad_utf8_at(self.text, start, self.pos) if self.holds_bad_bytes else None
+            lone = None
+            if _SURROGATE_ESCAPE.search(self.text, start, self.pos):
+                lone = "the record id" if _has_bad_bytes(label) else lone_surrogate(value)
             if bad is not None:
                 yield Damage(printable(label), f"not valid UTF-8 at character {self.consumed + start + bad}")
+            elif lone:
+                yield Damage(printable(label), lone_surrogate_reason(lone))
             else:
                 yield label, value
             index += 1

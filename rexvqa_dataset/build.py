@@ -28,10 +28,12 @@ from builders.images import ImageError, StoredImage
 from builders.build.report import BuildError, BuildReport, RecordError, Reject
 from rexvqa_dataset.features import COLUMN_DOCS, IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
 from rexvqa_dataset.prompts import to_messages
-from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder, read_file
+from rexvqa_dataset import record_columns
+from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder
 from rexvqa_dataset.rows import drop_missing_views, question_row
 
 CONFIGS = (*TASK_CONFIGS, OTHER_TASK)
+KEPT_IN_EXTRA = "{} kept as released in extra (not representable in its column)"
 
 
 def config_of(row: dict) -> str:
@@ -63,15 +65,34 @@ class RexvqaBuild(DatasetBuild):
         first_file: dict[str, str] = {}  # question id -> the file it was first read from
         for path, split in files:
             self.provenance.annotation_file(path)
-            for item in tqdm(read_file(path, split), desc=f"reading {path.name}", unit="question", disable=None):
-                self.report.records_read += 1
-                if isinstance(item, Reject):
-                    self.reject(item)
-                elif (earlier := first_file.setdefault(item.question_id, item.file)) != item.file:
-                    self.reject(Reject(item.file, item.question_id, "question_id", "duplicate_question_id"))
-                    self.report.notices[f"question ids also in {Path(earlier).name} rejected as duplicate_question_id (first kept)"] += 1
-                else:
-                    self.stage_question(staging, item)
+            with tqdm(desc=f"reading {path.name}", unit="question", disable=None) as bar:
+                for item in record_columns.read(path, split):
+                    count = item.num_rows if isinstance(item, pa.Table) else 1
+                    self.report.records_read += count
+                    bar.update(count)
+                    if isinstance(item, Reject):
+                        self.reject(item)
+                    elif isinstance(item, pa.Table):
+                        repeated = self.repeated_ids(item["question_id"].to_pylist(), str(path), first_file)
+                        self.stage_questions(staging, split, item.filter(pa.array(~np.isin(np.arange(count), repeated))) if repeated else item)
+                    elif not self.repeated_ids([item.question_id], item.file, first_file):
+                        self.stage_question(staging, item)
+
+    def repeated_ids(self, ids: list[str], file: str, first_file: dict[str, str]) -> list[int]:
+        """Positions of the ids an earlier file had, each rejected as duplicate_question_id (the first kept)."""
+        earlier = [first_file.setdefault(question_id, file) for question_id in ids]
+        repeated = [k for k, first in enumerate(earlier) if first != file]
+        for k in repeated:
+            self.reject(Reject(file, ids[k], "question_id", "duplicate_question_id"))
+            self.report.notices[f"question ids also in {Path(earlier[k]).name} rejected as duplicate_question_id (first kept)"] += 1
+        return repeated
+
+    def stage_questions(self, staging: Staging, split: str, table: pa.Table) -> None:
+        """Stage rows already checked and converted a column at a time (`record_columns`)."""
+        views_kept = pc.sum(table[record_columns.VIEWS_KEPT]).as_py() or 0
+        if views_kept:
+            self.report.notices[KEPT_IN_EXTRA.format("ImageViewPosition")] += views_kept
+        staging.add_table(split, table)
 
     def stage_question(self, staging: Staging, raw: RawRecord) -> None:
         try:
@@ -87,7 +108,7 @@ class RexvqaBuild(DatasetBuild):
         for age in notes.odd_ages:
             self.report.count_unknown("PatientAge", age)
         for key in notes.kept_in_extra:
-            self.report.notices[f"{key} kept as released in extra (not representable in its column)"] += 1
+            self.report.notices[KEPT_IN_EXTRA.format(key)] += 1
         row["_file"] = raw.file
         staging.add(raw.split, row)
 

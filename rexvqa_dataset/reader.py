@@ -57,18 +57,27 @@ def read_file(path: Path, split: str) -> Iterator[RawRecord | Reject]:
     file, seen = str(path), set()
     with open_text(path) as f:
         for item in RecordStream(f, "object"):
-            if isinstance(item, Damage):
-                yield Reject(file, item.record, None, item.reason)
-            else:
-                yield _checked(file, *item, split, seen)
+            yield stream_reject(file, item, seen) or checked_record(file, *item, split)
 
 
-def _checked(file: str, question_id: object, record: object, split: str, seen: set[str]) -> RawRecord | Reject:
+def stream_reject(file: str, item: Damage | tuple[str, object], seen: set[str]) -> Reject | None:
+    """The reject of a stream item that is no record to check (damage, not an object, an id the file already had), else None.
+
+    A question id is remembered in `seen` once it names an object.
+    """
+    if isinstance(item, Damage):
+        return Reject(file, item.record, None, item.reason)
+    question_id, record = item
     if not isinstance(record, dict):
         return Reject(file, str(question_id), None, f"expected a JSON object, got {type(record).__name__}")
     if question_id in seen:
         return Reject(file, str(question_id), None, "the same question id twice in one file (first kept)")
     seen.add(question_id)
+    return None
+
+
+def checked_record(file: str, question_id: str, record: dict, split: str) -> RawRecord | Reject:
+    """The record checked against the schema: a `RawRecord`, or a reject naming the first field that fails."""
     try:
         error = first_error("rexvqa_record", record)
     except RecursionError:

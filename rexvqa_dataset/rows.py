@@ -36,7 +36,7 @@ NAMED_KEYS = frozenset([*TEXT_FIELDS, *REPORT_FIELDS, "options", "correct_answer
 
 _OPTION = re.compile(r"^(?P<letter>[A-D])\. (?P<text>[\s\S]*)$")
 _AGE = re.compile(r"^(?P<number>\d{3})(?P<unit>[DWMY])$")
-_YEARS_PER_UNIT = {"D": 1 / 365.25, "W": 7 / 365.25, "M": 1 / 12, "Y": 1.0}
+YEARS_PER_UNIT = {"D": 1 / 365.25, "W": 7 / 365.25, "M": 1 / 12, "Y": 1.0}
 
 
 @dataclass
@@ -66,7 +66,7 @@ def option_texts(options: list[str]) -> list[str]:
 def age_in_years(age: str | None) -> float | None:
     """The DICOM age string as years: '058Y' -> 58.0, '007M' -> 0.583, '002D', '003W'; None if not one."""
     match = _AGE.match(age) if isinstance(age, str) else None
-    return int(match["number"]) * _YEARS_PER_UNIT[match["unit"]] if match else None
+    return int(match["number"]) * YEARS_PER_UNIT[match["unit"]] if match else None
 
 
 def _text(value: object) -> str | None:

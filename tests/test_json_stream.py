@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from builders.cli import main
-from builders.json_stream import Damage, RecordStream
+from builders.json_stream import Damage, LineError, RecordStream, loads_line
 from gemex_dataset.synthetic import generate as generate_gemex
 from rexvqa_dataset.synthetic import generate as generate_rexvqa
 
@@ -29,6 +29,18 @@ def test_records_match_json_load_whatever_the_block_size(block, indent):
     assert math.isnan(read["q1"]["nan"])
     array = list(RecordStream(io.StringIO(json.dumps(list(records.values()), indent=indent)), "array", block=block))
     assert [label for label, _ in array] == ["index 0", "index 1", "index 2"]
+
+
+def test_an_escape_that_is_half_a_pair_costs_its_record_and_a_whole_pair_does_not():
+    """`\\ud800` alone decodes to a lone surrogate that no UTF-8 column can store: it was a crash at staging."""
+    text = '{"a": {"q": "\\ud83d\\ude00"}, "b": {"q": ["x", {"deep": "\\ud800"}]}, "c\\ud801": {"q": 1}, "d": {"q": 2}}'
+    items = list(RecordStream(io.StringIO(text), "object"))
+    assert items[0] == ("a", {"q": "\U0001f600"})
+    assert isinstance(items[1], Damage) and items[1].record == "b" and items[1].reason.endswith("at $.q[1].deep")
+    assert isinstance(items[2], Damage) and items[2].record == "c\\ud801" and items[2].reason.endswith("at the record id")
+    assert items[3] == ("d", {"q": 2})
+    with pytest.raises(LineError, match=r"lone surrogate.* at \$\.question"):
+        loads_line(b'{"question": "\\uDBFFx"}')
 
 
 def test_empty_containers():

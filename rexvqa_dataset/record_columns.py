@@ -1,0 +1,241 @@
+"""ReXVQA records checked and converted a batch at a time: one Arrow array per raw key, then whole-column checks.
+
+The release is one pretty-printed JSON object keyed by question id, which Arrow's JSON
+reader cannot split, so records are still parsed one at a time (`builders.json_stream`).
+What follows the parse is columnar: each raw key of a batch becomes one typed Arrow array
+(`RAW_TYPES`), `clean_rows` asks of every row what the schema and
+`rexvqa_dataset.rows.question_row` ask, and `staged_rows` builds the columns
+`question_row` would give. Both are deliberately stricter than the record path: a record
+they cannot vouch for goes through `reader.checked_record` and `question_row` instead,
+which keep or reject it with its file, question id and field. Rows come out in file order
+either way.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Sequence
+from functools import lru_cache
+from operator import itemgetter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from builders.build.report import Reject
+from builders.json_stream import RecordStream, open_text
+from rexvqa_dataset.features import LETTERS, TASKS
+from rexvqa_dataset.reader import RawRecord, checked_record, stream_reject
+from rexvqa_dataset.rows import NAMED_KEYS, REPORT_FIELDS, TEXT_FIELDS, YEARS_PER_UNIT, aligned_views
+
+BATCH_RECORDS = 8192
+LIST_KEYS = ("options", "ImagePath", "ImageViewPosition", "ImageModality")
+RAW_TYPES: dict[str, pa.DataType] = {key: pa.string() for key in (*TEXT_FIELDS, *REPORT_FIELDS, "correct_answer", "task_name")}
+RAW_TYPES |= {key: pa.list_(pa.string()) for key in LIST_KEYS} | {"validation_code": pa.int64()}
+REQUIRED = ("question", "options", "correct_answer", "correct_answer_explanation", "task_name", "category", "subcategory", "study_id", "ImagePath")
+VIEWS_KEPT = "_views_kept_in_extra"
+"""A column of the yielded tables (not staged): rows whose views went to `extra`, for the build report's notice."""
+_RAW_VALUES = itemgetter(*RAW_TYPES)
+_EXTRA_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=True)
+"""What `json.dumps(..., ensure_ascii=False, allow_nan=True)` writes (`rows.question_row`), without a new encoder per row."""
+OPTION_PREFIXES = pa.array([f"{letter}. " for letter in LETTERS])
+_AGE_RE2 = r"^(?P<number>\d{3})(?P<unit>[DWMY])$"
+
+
+def read(path: Path, split: str, batch_records: int = BATCH_RECORDS) -> Iterator[pa.Table | RawRecord | Reject]:
+    """The questions of one `*_vqa_data.json` file in file order: staged rows as tables, the rest as `reader.read_file` gives them."""
+    file, seen = str(path), set()
+    pending: list[tuple[str, dict] | RawRecord | Reject] = []
+    with open_text(path) as f:
+        for item in RecordStream(f, "object"):
+            reject = stream_reject(file, item, seen)
+            pending.append(reject or (item if _plain(item[1]) else checked_record(file, *item, split)))
+            if len(pending) >= batch_records:
+                yield from _in_file_order(file, split, pending)
+                pending = []
+    yield from _in_file_order(file, split, pending)
+
+
+def _plain(record: dict) -> bool:
+    """Whether a record may be converted a column at a time: every named key present, lists and the code of their JSON type.
+
+    Arrow would read a string as a list of its characters, and a float as a truncated integer.
+    """
+    return (record.keys() >= NAMED_KEYS and all(type(record[key]) is list for key in LIST_KEYS)
+            and (record["validation_code"] is None or type(record["validation_code"]) is int))
+
+
+def _in_file_order(file: str, split: str, pending: list) -> Iterator[pa.Table | RawRecord | Reject]:
+    """The batch's candidates converted; runs of clean rows as tables, and between them the other items."""
+    at = [k for k, item in enumerate(pending) if type(item) is tuple]
+    if not at:
+        yield from pending
+        return
+    candidates = [pending[k] for k in at]
+    columns, unconvertible = raw_columns([record for _, record in candidates])
+    ids, bad_ids = _column([question_id for question_id, _ in candidates], pa.string())
+    clean = clean_rows(columns) & ~unconvertible & ~bad_ids
+    views_kept = views_not_one_per_image(columns)
+    extra, bad_extra = _column([_extra(record, keep_views) if ok else None
+                                for (_, record), ok, keep_views in zip(candidates, clean.tolist(), views_kept.tolist())], pa.string())
+    clean &= ~bad_extra & _valid(extra)
+    keep = pa.array(clean)
+    staged = staged_rows({key: column.filter(keep) for key, column in columns.items()}, ids.filter(keep), extra.filter(keep), split, file)
+    staged = staged.append_column(VIEWS_KEPT, pa.array(views_kept[clean]))
+    for k, ok in zip(at, clean.tolist()):
+        if not ok:
+            pending[k] = checked_record(file, *pending[k], split)
+    start = 0
+    for k, item in enumerate(pending):
+        if type(item) is tuple:
+            continue
+        clean_before = sum(1 for j in range(start, k) if type(pending[j]) is tuple)
+        if clean_before:
+            yield staged.slice(0, clean_before)
+            staged = staged.slice(clean_before)
+        yield item
+        start = k + 1
+    if staged.num_rows:
+        yield staged
+
+
+def _column(values: Sequence, type_: pa.DataType, from_pandas: bool = False) -> tuple[pa.Array, np.ndarray]:
+    """`values` as one Arrow array, and which of them could not be converted (null in the array)."""
+    try:
+        return pa.array(values, type_, from_pandas=from_pandas), np.zeros(len(values), dtype=bool)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        bad = np.array([not _converts(value, type_, from_pandas) for value in values], dtype=bool)
+        return pa.array([None if b else v for v, b in zip(values, bad)], type_, from_pandas=from_pandas), bad
+
+
+def _converts(value: object, type_: pa.DataType, from_pandas: bool) -> bool:
+    try:
+        pa.array([value], type_, from_pandas=from_pandas)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
+        return False
+    return True
+
+
+def raw_columns(records: list[dict]) -> tuple[dict[str, pa.Array], np.ndarray]:
+    """One array per named raw key (report NaN read as null), and the rows with a value that does not fit its array.
+
+    A JSON null in a report field is marked too: it is not the NaN the row gives back.
+    """
+    columns, unconvertible = {}, np.zeros(len(records), dtype=bool)
+    for (key, type_), values in zip(RAW_TYPES.items(), zip(*map(_RAW_VALUES, records))):
+        columns[key], bad = _column(values, type_, from_pandas=key in REPORT_FIELDS)
+        unconvertible |= bad
+        if key in REPORT_FIELDS and None in values:
+            unconvertible |= np.array([value is None for value in values], dtype=bool)
+    return columns, unconvertible
+
+
+def views_not_one_per_image(columns: dict[str, pa.Array]) -> np.ndarray:
+    """Rows whose `ImageViewPosition` is not one view per `ImagePath`: stored aligned, and kept as released in `extra`."""
+    return ~_true(pc.equal(pc.list_value_length(columns["ImageViewPosition"]), pc.list_value_length(columns["ImagePath"])))
+
+
+def _extra(record: dict, keep_views: bool) -> str | None:
+    """`extra` of a clean row: the keys the schema does not name, in release order (`rows.record_differences`); None if too deep."""
+    try:
+        return _EXTRA_JSON.encode({key: record[key] for key in _extra_keys(tuple(record), keep_views)})
+    except RecursionError:
+        return None
+
+
+@lru_cache(maxsize=256)
+def _extra_keys(keys: tuple[str, ...], keep_views: bool) -> tuple[str, ...]:
+    """The keys of a record with these keys that go to `extra` (a release has few key layouts, so this is cached)."""
+    return tuple(key for key in keys if key not in NAMED_KEYS or keep_views and key == "ImageViewPosition")
+
+
+def _valid(array: pa.Array) -> np.ndarray:
+    return pc.is_valid(array).to_numpy(zero_copy_only=False)
+
+
+def _true(array: pa.Array) -> np.ndarray:
+    return pc.fill_null(array, False).to_numpy(zero_copy_only=False)
+
+
+def _rows_with(lists: pa.Array, bad_items: np.ndarray) -> np.ndarray:
+    """Per row of `lists`, whether any of its items is flagged in `bad_items` (parallel to the flattened items)."""
+    out = np.zeros(len(lists), dtype=bool)
+    out[pc.list_parent_indices(lists).to_numpy()[bad_items]] = True
+    return out
+
+
+def clean_rows(columns: dict[str, pa.Array]) -> np.ndarray:
+    """Whether each row certainly passes the schema and `question_row` with nothing for `extra` or the report to note.
+
+    Stricter on purpose: an unknown task or an odd age sends the row to the record path, which
+    notes them.
+    """
+    ok = np.ones(len(columns["question"]), dtype=bool)
+    for key in REQUIRED:
+        ok &= _valid(columns[key])
+    for key in ("question", "task_name", "study_id"):
+        ok &= _true(pc.greater(pc.binary_length(columns[key]), 0))
+    ok &= _options_ok(columns["options"])
+    ok &= _true(pc.is_in(columns["correct_answer"], pa.array(list(LETTERS))))
+    ok &= _true(pc.is_in(columns["task_name"], pa.array(TASKS)))
+    paths = columns["ImagePath"]
+    ok &= _true(pc.greater(pc.list_value_length(paths), 0))
+    ok &= ~_rows_with(paths, ~_true(pc.greater(pc.binary_length(pc.list_flatten(paths)), 0)))
+    age = columns["PatientAge"]
+    ok &= ~_valid(age) | _true(pc.match_substring_regex(age, _AGE_RE2))
+    code = columns["validation_code"]
+    ok &= ~_valid(code) | _true(pc.and_(pc.greater_equal(code, -(2**31)), pc.less(code, 2**31)))
+    return ok
+
+
+def _options_ok(options: pa.Array) -> np.ndarray:
+    """Four options, the k-th starting `<k-th letter>. ` (Python's `^[A-D]\\. [\\s\\S]*$` matches any rest)."""
+    ok = _true(pc.equal(pc.list_value_length(options), len(LETTERS)))
+    items = pc.list_flatten(options)
+    parents = pc.list_parent_indices(options).to_numpy()
+    position = np.arange(len(parents)) - np.searchsorted(parents, parents)
+    expected = OPTION_PREFIXES.take(pa.array(np.minimum(position, len(LETTERS) - 1)))
+    return ok & ~_rows_with(options, ~_true(pc.equal(pc.utf8_slice_codeunits(items, 0, 3), expected)))
+
+
+def _aligned_views(views: pa.Array, paths: pa.Array) -> pa.Array:
+    """`rows.aligned_views` of each row: its views padded with null (or cut) to one per image."""
+    counts = pc.list_value_length(paths).to_numpy()
+    if np.array_equal(pc.list_value_length(views).to_numpy(), counts):
+        return views
+    return pa.array([aligned_views(v, n) for v, n in zip(views.to_pylist(), counts.tolist())], views.type)
+
+
+def staged_rows(columns: dict[str, pa.Array], ids: pa.Array, extra: pa.Array, split: str, file: str) -> pa.Table:
+    """The staged columns of rows that passed `clean_rows`, as `question_row` makes them."""
+    n = len(ids)
+    options = columns["options"]
+    texts = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * len(LETTERS)),
+                                     pc.utf8_slice_codeunits(pc.list_flatten(options), 3))
+    age = pc.extract_regex(columns["PatientAge"], _AGE_RE2)
+    years_per_unit = pc.index_in(pc.struct_field(age, "unit"), pa.array(list(YEARS_PER_UNIT)))
+    factor = np.array(list(YEARS_PER_UNIT.values()))[pc.fill_null(years_per_unit, 0).to_numpy()]
+    number = pc.cast(pc.struct_field(age, "number"), pa.int64()).to_numpy(zero_copy_only=False)
+    years = pa.array(number * factor, mask=~_valid(age))
+
+    def constant(value: str) -> pa.Array:
+        return pa.array([value]).take(pa.array(np.zeros(n, dtype=np.int32)))
+
+    return pa.table({
+        "question_id": ids,
+        "image_paths": columns["ImagePath"],
+        "view_positions": _aligned_views(columns["ImageViewPosition"], columns["ImagePath"]),
+        "options": texts,
+        "answer": columns["correct_answer"],
+        "answer_index": pc.index_in(columns["correct_answer"], pa.array(list(LETTERS))),
+        "task_name": pc.index_in(columns["task_name"], pa.array(TASKS)),
+        "task_name_raw": columns["task_name"],
+        "patient_age_years": years,
+        "image_modality": columns["ImageModality"],
+        "validation_code": columns["validation_code"],
+        "split": constant(split),
+        **{column: columns[key] for key, column in (TEXT_FIELDS | REPORT_FIELDS).items()},
+        "extra": extra,
+        "_file": constant(file),
+    })
