@@ -23,6 +23,8 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 FRAME = 224
 Box = Sequence[float]
 BOX_CONVENTIONS = ("pixels", "qwen2.5-vl", "norm1000", "frame224")
@@ -42,11 +44,24 @@ def frame224_to_pixels(box: Box, width: int, height: int) -> tuple[list[float], 
     A box reaching into the letterbox padding lands outside the image and is clipped
     to it (formats.md: "clip to the image and count it").
     """
-    r, left, top = letterbox(width, height)
-    x1, y1, x2, y2 = ((box[0] - left) / r, (box[1] - top) / r, (box[2] - left) / r, (box[3] - top) / r)
-    clipped = [min(max(x1, 0.0), width), min(max(y1, 0.0), height), min(max(x2, 0.0), width), min(max(y2, 0.0), height)]
-    was_clipped = any(abs(a - b) > 1e-6 for a, b in zip(clipped, (x1, y1, x2, y2)))
-    return [round(v, 2) for v in clipped], was_clipped
+    pixels, clipped = frame224_to_pixels_many(np.asarray([box], dtype=np.float64), np.asarray([width]), np.asarray([height]))
+    return pixels[0].tolist(), bool(clipped[0])
+
+
+def frame224_to_pixels_many(boxes: np.ndarray, width: np.ndarray, height: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """`frame224_to_pixels` of n boxes at once: `boxes` (n, 4) in the 224 frame, each with its image's width and height.
+
+    Returns the boxes in pixels, clipped to the image and rounded to 2 decimals, and which were clipped.
+    """
+    width, height = np.asarray(width, dtype=np.float64), np.asarray(height, dtype=np.float64)
+    r = FRAME / np.maximum(width, height)
+    left = (FRAME - np.floor(width * r)) // 2
+    top = (FRAME - np.floor(height * r)) // 2
+    offset = np.stack([left, top, left, top], axis=1)
+    pixels = (boxes - offset) / r[:, None]
+    limits = np.stack([width, height, width, height], axis=1)
+    clipped = np.minimum(np.maximum(pixels, 0.0), limits)
+    return np.round(clipped, 2), (np.abs(clipped - pixels) > 1e-6).any(axis=1)
 
 
 def pixels_to_frame224(box: Box, width: int, height: int) -> list[int]:

@@ -58,7 +58,7 @@ import os
 import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import BinaryIO, Literal
 
@@ -119,6 +119,8 @@ _DICOM_MAGIC_OFFSET = 128
 _HEAD_BYTES = _DICOM_MAGIC_OFFSET + len(_DICOM_MAGIC)
 # Some encoders pad a file after its end marker; the marker must lie within this many last bytes.
 _TAIL_BYTES = 64
+_HEADER_BYTES = 1 << 16
+"""Read for a header: a JPEG's or PNG's markers and metadata fit in it (a longer header is parsed from the file)."""
 _PIL_FORMAT = {"jpeg": "JPEG", "png": "PNG"}
 
 
@@ -150,6 +152,7 @@ class StoredImage:
     height: int
     source_width: int  # width of the source file's pixels
     source_height: int
+    tag: str | None = None  # the metadata comment that carries a synthetic release's mark (`builders.provenance`)
 
 
 @dataclass(frozen=True)
@@ -185,14 +188,14 @@ def resolve_image_path(
     """
     if not relative or "\x00" in relative:
         raise ImageError(repr(relative), "empty or malformed image path", "path_escape")
-    base = Path(os.path.abspath(root))
-    allowed = Path(os.path.abspath(allowed_root)) if allowed_root is not None else base
-    resolved = Path(os.path.normpath(base / relative))
-    if resolved == allowed or not resolved.is_relative_to(allowed):
+    base = os.path.abspath(root)
+    allowed = os.path.abspath(allowed_root) if allowed_root is not None else base
+    resolved = os.path.normpath(os.path.join(base, relative))
+    if resolved == allowed or not resolved.startswith(allowed.rstrip(os.sep) + os.sep):  # lexical, as `Path.is_relative_to`, on strings
         raise ImageError(relative, f"image path resolves outside {allowed}", "path_escape")
     if image_ext:
-        resolved = resolved.with_suffix("." + image_ext.lstrip("."))
-    return resolved
+        return Path(resolved).with_suffix("." + image_ext.lstrip("."))
+    return Path(resolved)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,17 +226,36 @@ def reference_image(path: str | os.PathLike[str]) -> StoredImage:
     cheaply. A DICOM file must hold pixel data that an installed plugin can decode.
     """
     path = Path(path)
-    image_format = sniff_format(path)
+    head, tail = _read_head_and_tail(path)
+    image_format = _format_from_head(path, head[:_HEAD_BYTES])
     if image_format == "dicom":
         # defer_size: large values (the pixel data) are skipped over, not read.
         dataset = _read_dicom(path, path, defer_size="64 KB")
         width, height = _dicom_size(path, dataset)
-    else:
-        _check_complete(path, image_format, _read_tail(path))
-        with _decoding(path, "read the image header"):
-            with Image.open(path, formats=[_PIL_FORMAT[image_format]]) as image:
-                width, height = image.size
-    return StoredImage(_absolute(path), None, width, height, width, height)
+        return StoredImage(_absolute(path), None, width, height, width, height, _dicom_tag(dataset))
+    _check_complete(path, image_format, tail)
+    with _decoding(path, "read the image header"):
+        try:
+            image = Image.open(io.BytesIO(head), formats=[_PIL_FORMAT[image_format]])
+        except Exception:  # noqa: BLE001 - a header longer than the bytes read: parse the whole file
+            image = Image.open(path, formats=[_PIL_FORMAT[image_format]])
+        with image:
+            width, height = image.size
+            tag = metadata_tag(image.info)
+    return StoredImage(_absolute(path), None, width, height, width, height, tag)
+
+
+def metadata_tag(info: dict) -> str | None:
+    """The comment Pillow read from a JPEG (COM segment) or PNG (text chunk) header, where synthetic releases carry their mark."""
+    from builders.provenance import IMAGE_TAG_KEY
+
+    tag = info.get("comment") or info.get(IMAGE_TAG_KEY)
+    return tag.decode("latin-1") if isinstance(tag, bytes) else tag
+
+
+def _dicom_tag(dataset: Dataset) -> str | None:
+    comments = dataset.get("ImageComments")
+    return str(comments) if comments else None
 
 
 def embed_image(
@@ -253,16 +275,17 @@ def embed_image(
         dataset = _read_dicom(path, io.BytesIO(data))
         source_width, source_height = _dicom_size(path, dataset)
         pixels = _dicom_display_pixels(path, dataset, keep_16bit)
-        return _stored(path, pixels, (source_width, source_height), max_side, "PNG")
+        return replace(_stored(path, pixels, (source_width, source_height), max_side, "PNG"), tag=_dicom_tag(dataset))
 
     _check_complete(path, image_format, data[-_TAIL_BYTES:])
     with _decoding(path, "read the image header"):
         image = Image.open(io.BytesIO(data), formats=[_PIL_FORMAT[image_format]])
     with image:
         width, height = image.size
+        tag = metadata_tag(image.info)
         target = stored_size(width, height, max_side)
         if target == (width, height) and _is_storable_as_is(image, keep_16bit):
-            return StoredImage(_absolute(path), data, width, height, width, height)
+            return StoredImage(_absolute(path), data, width, height, width, height, tag)
         if image.format == "JPEG" and target != (width, height):
             # libjpeg decodes at 1/2, 1/4 or 1/8 scale, never below the asked size: the
             # Lanczos resize then starts from far fewer pixels.
@@ -271,7 +294,7 @@ def embed_image(
     if not (keep_16bit and pixels.dtype == np.uint16):
         pixels = to_8bit(pixels)
     encoding = "JPEG" if image_format == "jpeg" and pixels.dtype == np.uint8 else "PNG"
-    return _stored(path, pixels, (width, height), max_side, encoding)
+    return replace(_stored(path, pixels, (width, height), max_side, encoding), tag=tag)
 
 
 def read_pixels(path: str | os.PathLike[str]) -> np.ndarray:
@@ -426,11 +449,20 @@ def _read_file(path: Path, size: int = -1) -> bytes:
     return data
 
 
-def _read_tail(path: Path) -> bytes:
+def _read_head_and_tail(path: Path) -> tuple[bytes, bytes]:
+    """The first `_HEADER_BYTES` of ``path`` and its last `_TAIL_BYTES`, with one open (as ImageError if it cannot be used)."""
     with _open_regular(path) as file:
-        file.seek(0, os.SEEK_END)
-        file.seek(max(0, file.tell() - _TAIL_BYTES))
-        return file.read()
+        try:
+            head = file.read(_HEADER_BYTES)
+            size = os.fstat(file.fileno()).st_size
+            if size > len(head):
+                file.seek(max(0, size - _TAIL_BYTES))
+                return head, file.read()
+        except OSError as err:
+            raise ImageError(path, f"cannot read the file: {err.strerror or err}", "missing") from None
+    if not head:
+        raise ImageError(path, "empty file (0 bytes)", "empty")
+    return head, head[-_TAIL_BYTES:]
 
 
 def _format_from_head(path: Path, head: bytes) -> ImageFormat:

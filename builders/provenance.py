@@ -88,6 +88,8 @@ def read_image_tag(path: Path) -> str | None:
     """The synthetic tag in an image file's metadata, or None (also for a file that cannot be parsed)."""
     from PIL import Image
 
+    from builders.images import metadata_tag
+
     path = Path(path)
     try:
         with open(path, "rb") as f:
@@ -98,10 +100,9 @@ def read_image_tag(path: Path) -> str | None:
             comments = pydicom.dcmread(path, stop_before_pixels=True).get("ImageComments")
             return str(comments) if comments else None
         with Image.open(path) as image:
-            tag = image.info.get("comment") or image.info.get(IMAGE_TAG_KEY)
+            return metadata_tag(image.info)
     except Exception:  # noqa: BLE001 - a file no reader can parse carries no tag; the build reports its own problems
         return None
-    return tag.decode("latin-1") if isinstance(tag, bytes) else tag
 
 
 class Provenance:
@@ -151,12 +152,13 @@ class Provenance:
             self._manifests[path] = files if isinstance(files, dict) else {}
         return self._manifests[path]
 
-    def image(self, path: Path) -> None:
+    def image(self, path: Path, tag: str | None = None) -> None:
+        """Count an image read, and check its mark: `tag` as its reader found it, or (None) read from the file."""
         with self._lock:
             self.images += 1
             if self.unmarked is not None:
                 return
-        if read_image_tag(path) != image_tag(Path(path).name):
+        if (tag or read_image_tag(path)) != image_tag(Path(path).name):
             self._real(f"{path}: the image carries no synthetic tag")
 
     def summary(self) -> dict:

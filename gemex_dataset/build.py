@@ -16,13 +16,13 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from builders.box_frame import frame224_to_pixels
+from builders.box_frame import frame224_to_pixels, frame224_to_pixels_many
 from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging
 from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
 from builders.build.report import BuildError, BuildReport, RecordError, Reject
 from gemex_dataset.features import COLUMN_DOCS, QUESTION_TYPES, features
-from gemex_dataset.prompts import to_messages
+from gemex_dataset.prompts import messages_array, to_messages
 from gemex_dataset import per_type_columns
 from gemex_dataset.anatomy import REGIONS
 from gemex_dataset.readers import RawQuestion, find_source_files
@@ -116,6 +116,46 @@ class GemexBuild(DatasetBuild):
                                    f"the same question twice on one image (first kept as {first_id[int(repeat_of[row])]})"))
         return kept
 
+    def with_image_columns(self, table: pa.Table) -> tuple[pa.Table, int]:
+        """A chunk's rows (sorted by image) with their image columns, made a column at a time; and how many images they show.
+
+        `image_group` does the same a row at a time for embedded images. Rows of an image that
+        cannot be read are rejected, except in `--image-mode none`, where they keep no sizes.
+        """
+        if self.images is None:
+            return without_images(table), pc.count_distinct(table["image_path"]).as_py()
+        paths = pc.unique(table["image_path"])
+        loaded = list(self.images.load_ahead(paths.to_pylist()))
+        usable = np.array([isinstance(image, StoredImage) for image in loaded], dtype=bool)
+        image_of_row = pc.index_in(table["image_path"], paths).to_numpy()
+        if not usable.all() and self.settings.image_mode != "none":
+            lost = ~usable[image_of_row]
+            for row in np.flatnonzero(lost).tolist():
+                image = loaded[image_of_row[row]]
+                self.reject(Reject(table["_file"][row].as_py(), table["_record"][row].as_py(), "image_path", f"{image.problem}: {image.path}"))
+            table, image_of_row = table.filter(pa.array(~lost)), image_of_row[~lost]
+        elif not usable.all():
+            self.report.notices["images unreadable in --image-mode none (boxes left in the 224 frame only)"] += int((~usable).sum())
+        sizes = np.array([(image.width, image.height) if ok else (1, 1) for image, ok in zip(loaded, usable)], dtype=np.int64).reshape(-1, 2)
+        sized = usable[image_of_row]
+        width, height = sizes[image_of_row, 0], sizes[image_of_row, 1]
+        boxes_224 = table["boxes_224"].combine_chunks()
+        box_row = pc.list_parent_indices(boxes_224).to_numpy()
+        corners = pc.list_flatten(pc.list_flatten(boxes_224)).to_numpy().reshape(-1, 4).astype(np.float64)
+        pixels, clipped = frame224_to_pixels_many(corners, width[box_row], height[box_row])
+        if sized[box_row].any():
+            self.report.notices["boxes clipped to the image"] += int(clipped[sized[box_row]].sum())
+        offsets = pa.array(np.r_[0, np.cumsum(pc.list_value_length(boxes_224).to_numpy())].astype(np.int32))
+        boxes = pa.ListArray.from_arrays(offsets, pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel(), pa.float32()), 4), mask=pa.array(~sized))
+        table = (table.append_column("image_width", pa.array(width, pa.int32(), mask=~sized))
+                 .append_column("image_height", pa.array(height, pa.int32(), mask=~sized)).append_column("boxes", boxes))
+        if self.settings.image_mode == "reference":
+            stored = pa.array([image.path if ok else None for image, ok in zip(loaded, usable)], pa.string()).take(pa.array(image_of_row))
+            table = table.append_column("image", pa.StructArray.from_arrays([pa.nulls(table.num_rows, pa.binary()), stored], names=["bytes", "path"]))
+        if "messages" in self.features:
+            table = table.append_column("messages", messages_array(table, pixels))
+        return table, int(usable.sum()) if self.settings.image_mode != "none" else len(loaded)
+
     def image_group(self, rows: list[dict], image: StoredImage | ImageError | None) -> list[dict]:
         """The final rows of one image: image columns and pixel boxes; rows of an image that fails rejected."""
         if isinstance(image, ImageError):
@@ -151,13 +191,14 @@ class GemexBuild(DatasetBuild):
         shards = self.split_shards(out, split, list(QUESTION_TYPES), self.features, lambda row: QUESTION_TYPES[row["question_type"]])
         images = 0
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
-            text_only = self.images is None  # then a chunk is processed whole, in Arrow: larger chunks cost less
-            for table in staging.sorted_batches(split, "image_path", staging.BUCKET_ROWS if text_only else None):
+            by_image = self.settings.image_mode == "embed"  # image bytes are handed over an image's rows at a time
+            for table in staging.sorted_batches(split, "image_path", None if by_image else staging.BUCKET_ROWS):
                 bar.update(table.num_rows)
                 table = self.first_questions(split, table)
-                if text_only:
-                    images += pc.count_distinct(table["image_path"]).as_py()
-                    shards.add_text_table(without_images(table), table["question_type"].to_numpy())
+                if not by_image:
+                    table, chunk_images = self.with_image_columns(table)
+                    images += chunk_images
+                    shards.add_table(table, table["question_type"].to_numpy())
                     continue
                 for rows, image in self.attach_images(table.to_pylist()):
                     final = self.image_group(rows, image)

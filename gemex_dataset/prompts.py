@@ -23,8 +23,12 @@ import json
 import string
 from collections.abc import Sequence
 
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
 from builders.box_frame import to_model_frame
-from builders.build.sft import chat_messages
+from builders.build.sft import chat_messages, chat_messages_array
 from gemex_dataset.features import QUESTION_TYPES
 
 TYPE_PROMPTS: dict[str, str] = {
@@ -114,3 +118,63 @@ def to_messages(
     """
     target = target_text(row, box_convention, **resize_kwargs) if with_answer else None
     return chat_messages(type_prompt(row["question_type"]), question_text(row), 1, target, fold_system)
+
+
+def messages_array(rows: pa.Table, pixel_boxes: np.ndarray) -> pa.Array:
+    """`to_messages` of every row at once (pixels convention, with the answer).
+
+    `rows` holds the staged columns; `pixel_boxes` (one per item of `boxes_224`, in order) are
+    the rows' boxes in the stored image's pixels.
+    """
+    rows = rows.combine_chunks()
+    qtype = rows["question_type"].to_numpy()
+    instruction = pa.array([type_prompt(k) for k in range(len(QUESTION_TYPES))]).take(pa.array(qtype))
+    is_choice = np.isin(qtype, [QUESTION_TYPES.index(name) for name in CHOICE_TYPES])
+    question = _with_choices(rows["question"].combine_chunks(), rows["choices"].combine_chunks(), is_choice)
+    target = pc.binary_join_element_wise("<answer> ", _answers(rows, qtype), " <reason> ", rows["reason"], " <location> ",
+                                         _locations(rows["boxes_224"].combine_chunks(), pixel_boxes), "")
+    return chat_messages_array(instruction, question, np.ones(len(qtype), dtype=np.int64), target)
+
+
+def _join_lists(items: pa.Array, lengths: np.ndarray, open_: str, separator: str, close: str) -> pa.Array:
+    """Per row, its run of `items` (lengths given) written `open_ item, item close`."""
+    offsets = pa.array(np.r_[0, np.cumsum(lengths)].astype(np.int32))
+    return pc.binary_join_element_wise(open_, pc.binary_join(pa.ListArray.from_arrays(offsets, items), separator), close, "")
+
+
+def _with_choices(question: pa.Array, choices: pa.Array, is_choice: np.ndarray) -> pa.Array:
+    """`question_text`: choice questions with non-empty choices get `` <choices>: [A: x, B: y]``."""
+    items = pc.list_flatten(choices)
+    parents = pc.list_parent_indices(choices).to_numpy()
+    position = np.arange(len(parents)) - np.searchsorted(parents, parents)
+    letters = pa.array(list(string.ascii_uppercase)).take(pa.array(np.minimum(position, 25)))
+    keep = pa.array(position < len(string.ascii_uppercase))  # format_choices zips with the 26 letters
+    lettered = pc.binary_join_element_wise(letters, items, ": ").filter(keep)
+    lengths = np.minimum(pc.list_value_length(choices).fill_null(0).to_numpy(), len(string.ascii_uppercase))
+    written = pc.binary_join_element_wise(question, _join_lists(lettered, lengths, " <choices>: [", ", ", "]"), "")
+    return pc.if_else(pa.array(is_choice & (lengths > 0)), written, question)
+
+
+def _answers(rows: pa.Table, qtype: np.ndarray) -> pa.Array:
+    """`answer_text`: multi-choice letters as a Python list repr, a single choice's letter, else the answer as stored."""
+    letters, answer = rows["answer_letters"].combine_chunks(), rows["answer"].combine_chunks()
+    count = pc.list_value_length(letters).fill_null(0).to_numpy()
+    multi, single = qtype == QUESTION_TYPES.index("multi_choice"), qtype == QUESTION_TYPES.index("single_choice")
+    flat = pc.list_flatten(letters)
+    quoted = pc.binary_join_element_wise("'", flat, "'", "")
+    first = flat.take(pa.array(np.r_[0, np.cumsum(count)][:-1], mask=count == 0)) if len(flat) else pa.nulls(len(count), pa.string())
+    written = pc.if_else(pa.array(multi), _join_lists(quoted, count, "[", ", ", "]"), pc.if_else(pa.array(single & (count > 0)), first, answer))
+    unlettered = np.flatnonzero(multi & (count == 0))
+    if len(unlettered):  # no answer letters staged: read them from the answer text, as `answer_text` does
+        fixed = written.to_pylist()
+        for k in unlettered.tolist():
+            fixed[k] = answer_text({"question_type": int(qtype[k]), "answer_letters": [], "answer": answer[k].as_py()})
+        written = pa.array(fixed, pa.string())
+    return written
+
+
+def _locations(boxes_224: pa.Array, pixel_boxes: np.ndarray) -> pa.Array:
+    """`location_text` in pixels: ``[[x1, y1, x2, y2], ...]`` of integers (Python's round, half to even)."""
+    corners = pc.cast(pa.array(np.rint(pixel_boxes).astype(np.int64).ravel()), pa.string())
+    boxes = _join_lists(corners, np.full(len(pixel_boxes), 4), "[", ", ", "]")
+    return _join_lists(boxes, pc.list_value_length(boxes_224).fill_null(0).to_numpy(), "[", ", ", "]")

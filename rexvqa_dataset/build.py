@@ -160,7 +160,7 @@ class RexvqaBuild(DatasetBuild):
             for table in staging.sorted_batches(split, "study_id", staging.BUCKET_ROWS if text_only else None):
                 if text_only:
                     config_index = pc.if_else(pc.less(table["task_name"], 0), len(TASK_CONFIGS), table["task_name"])
-                    shards.add_text_table(without_images(table), config_index.to_numpy())
+                    shards.add_table(without_images(table), config_index.to_numpy())
                     bar.update(table.num_rows)
                     continue
                 for rows, loaded in self.studies(table.to_pylist()):

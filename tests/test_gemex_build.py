@@ -221,3 +221,30 @@ def test_card_documents_every_column(gemex_embed):
     card = (gemex_embed[0] / "README.md").read_text()
     assert set(features("embed")) <= set(COLUMN_DOCS)
     assert all(f"- `{name}`: {COLUMN_DOCS[name]}" in card for name in features("embed"))
+
+
+def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_made_a_row_at_a_time(tmp_path):
+    """Only `embed` attaches images row by row (`image_group`); the other modes attach them column-wise."""
+    from gemex_dataset.prompts import to_messages
+    from gemex_dataset.synthetic import generate
+
+    release = generate(tmp_path / "release", num_images=12, seed=3)
+    missing = sorted(release.image_root.rglob("*.jpg"))[4]
+    missing.unlink()
+    builds = {mode: build(release, tmp_path / mode, image_mode=mode) for mode in ("embed", "reference", "none")}
+
+    def rows(mode: str) -> list[dict]:
+        table = pq.read_table(sorted((tmp_path / mode / "data").rglob("*.parquet")))
+        return sorted(table.drop_columns([c for c in ("image",) if c in table.column_names]).to_pylist(), key=lambda r: r["question_id"])
+
+    embed, reference, none = rows("embed"), rows("reference"), rows("none")
+    assert reference == embed and len(embed) > 50
+    assert any(row["boxes"] for row in reference) and all(row["messages"] == to_messages(row) for row in reference)
+    assert builds["reference"].rejected == builds["embed"].rejected > 0
+    assert sorted(map(str, builds["reference"].rejects)) == sorted(map(str, builds["embed"].rejects))
+    assert builds["reference"].notices == builds["embed"].notices
+    lost = {row["question_id"] for row in none} - {row["question_id"] for row in embed}
+    assert lost and all(row["image_width"] is None and row["boxes"] is None for row in none if row["question_id"] in lost)
+    by_id = {row["question_id"]: row for row in embed}
+    kept = [row for row in none if row["question_id"] not in lost]
+    assert kept and all(row == {k: by_id[row["question_id"]][k] for k in row} for row in kept)

@@ -117,7 +117,7 @@ class ImageSource:
                 image = StoredImage(str(path), None, width, height, width, height)
         except ImageError as err:
             return err
-        self.provenance.image(path)
+        self.provenance.image(path, image.tag)
         return image
 
     def prefetch(self, relative: str) -> None:

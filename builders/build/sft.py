@@ -10,10 +10,13 @@ copy of any image: it names the same files as `default`.
 
 from __future__ import annotations
 
-from datasets import List, Value
+import numpy as np
+import pyarrow as pa
+from datasets import Features, List, Value
 
 MESSAGES = List({"role": Value("string"), "content": List({"type": Value("string"), "text": Value("string")})})
 """Chat turns; every content part has both keys (`text` is null for an image part), so the column is one Arrow type."""
+MESSAGES_ARROW = Features({"messages": MESSAGES}).arrow_schema.field("messages").type
 
 
 def chat_messages(instruction: str, question: str, images: int, target: str | None, fold_system: bool = False) -> list[dict]:
@@ -35,3 +38,27 @@ def chat_messages(instruction: str, question: str, images: int, target: str | No
 
 def _text(text: str) -> dict:
     return {"type": "text", "text": text}
+
+
+def chat_messages_array(instruction: pa.Array, question: pa.Array, images: np.ndarray, target: pa.Array) -> pa.Array:
+    """`chat_messages` of every row at once, as the Arrow type of `MESSAGES`: row i has `images[i]` image parts."""
+    n = len(question)
+    images = np.asarray(images, dtype=np.int64)
+    parts_per_row = images + 3  # the instruction; the images and the question; the target
+    row_start = np.r_[0, np.cumsum(parts_per_row)]
+    # Each row's parts in order: instruction, images..., question, target (a run of the concatenated columns).
+    source = np.full(row_start[-1], -1, dtype=np.int64)  # -1: an image part
+    rows = np.arange(n)
+    source[row_start[:-1]] = rows
+    source[row_start[1:] - 2] = n + rows
+    source[row_start[1:] - 1] = 2 * n + rows
+    texts = pa.concat_arrays([pa.array(instruction, pa.string()), pa.array(question, pa.string()), pa.array(target, pa.string())])
+    is_image = source < 0
+    text = texts.take(pa.array(np.where(is_image, 0, source), mask=is_image))
+    kinds = pa.DictionaryArray.from_arrays(pa.array(is_image.astype(np.int8)), pa.array(["text", "image"])).cast(pa.string())
+    parts = pa.StructArray.from_arrays([kinds, text], names=["type", "text"])
+    message_start = np.stack([row_start[:-1], row_start[:-1] + 1, row_start[1:] - 1], axis=1).ravel()
+    content = pa.ListArray.from_arrays(pa.array(np.r_[message_start, row_start[-1]].astype(np.int32)), parts)
+    roles = pa.array(["system", "user", "assistant"] * n, pa.string())
+    messages = pa.StructArray.from_arrays([roles, content], names=["role", "content"])
+    return pa.ListArray.from_arrays(pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32)), messages).cast(MESSAGES_ARROW)

@@ -173,9 +173,9 @@ class ShardWriter:
         self.pending.extend(rows)
         self.pending_bytes += image_bytes
 
-    def add_text_table(self, table: pa.Table) -> None:
-        """Add rows that hold no image bytes, already in Arrow (a build without images, which adds no rows as dicts)."""
-        self.pending_tables.append(table.select(self.text_schema.names).cast(self.text_schema))
+    def add_table(self, table: pa.Table) -> None:
+        """Add rows already in Arrow that hold no image bytes (`none` and `reference` builds, which add no rows as dicts)."""
+        self.pending_tables.append(table.select(self.schema.names).cast(self.schema))
 
     def _close_shard(self) -> None:
         """Close the open shard, its footer stamped with its provenance (`builders.provenance`).
@@ -317,18 +317,18 @@ class SplitShards:
             return
         self.pending.append((by_config, image_bytes))
 
-    def add_text_table(self, table: pa.Table, config_index: np.ndarray) -> None:
-        """Add rows that hold no image bytes (a build without images), all at once: each row's config
+    def add_table(self, table: pa.Table, config_index: np.ndarray) -> None:
+        """Add rows that hold no image bytes (`none` and `reference` builds), all at once: each row's config
         is `configs[config_index[row]]`. A row group is cut at `ROWS_PER_TEXT_GROUP` rows."""
         counts = np.bincount(config_index, minlength=len(self.configs))
         for config, count in zip(self.configs, counts.tolist()):
             self.rows[config] += count
         if self.shared:
-            self.writers[SHARED_PREFIX].add_text_table(table)
+            self.writers[SHARED_PREFIX].add_table(table)
         else:
             for k, config in enumerate(self.configs):
                 if counts[k]:
-                    self.writers[config].add_text_table(table.filter(pa.array(config_index == k)))
+                    self.writers[config].add_table(table.filter(pa.array(config_index == k)))
         self.plan.after_text_rows(table.num_rows)
 
     def _cut(self) -> None:
