@@ -126,7 +126,6 @@ def messages_array(rows: pa.Table, pixel_boxes: np.ndarray) -> pa.Array:
     `rows` holds the staged columns; `pixel_boxes` (one per item of `boxes_224`, in order) are
     the rows' boxes in the stored image's pixels.
     """
-    rows = rows.combine_chunks()
     qtype = rows["question_type"].to_numpy()
     instruction = pa.array([type_prompt(k) for k in range(len(QUESTION_TYPES))]).take(pa.array(qtype))
     is_choice = np.isin(qtype, [QUESTION_TYPES.index(name) for name in CHOICE_TYPES])
@@ -144,15 +143,19 @@ def _join_lists(items: pa.Array, lengths: np.ndarray, open_: str, separator: str
 
 def _with_choices(question: pa.Array, choices: pa.Array, is_choice: np.ndarray) -> pa.Array:
     """`question_text`: choice questions with non-empty choices get `` <choices>: [A: x, B: y]``."""
+    written = pc.binary_join_element_wise(question, " <choices>: ", format_choices_array(choices), "")
+    return pc.if_else(pa.array(is_choice & (pc.list_value_length(choices).fill_null(0).to_numpy() > 0)), written, question)
+
+
+def format_choices_array(choices: pa.Array) -> pa.Array:
+    """`format_choices` of every row's list at once: ``[A: x, B: y]`` (at most 26 lettered)."""
     items = pc.list_flatten(choices)
     parents = pc.list_parent_indices(choices).to_numpy()
     position = np.arange(len(parents)) - np.searchsorted(parents, parents)
     letters = pa.array(list(string.ascii_uppercase)).take(pa.array(np.minimum(position, 25)))
-    keep = pa.array(position < len(string.ascii_uppercase))  # format_choices zips with the 26 letters
-    lettered = pc.binary_join_element_wise(letters, items, ": ").filter(keep)
+    lettered = pc.binary_join_element_wise(letters, items, ": ").filter(pa.array(position < len(string.ascii_uppercase)))
     lengths = np.minimum(pc.list_value_length(choices).fill_null(0).to_numpy(), len(string.ascii_uppercase))
-    written = pc.binary_join_element_wise(question, _join_lists(lettered, lengths, " <choices>: [", ", ", "]"), "")
-    return pc.if_else(pa.array(is_choice & (lengths > 0)), written, question)
+    return _join_lists(lettered, lengths, "[", ", ", "]")
 
 
 def _answers(rows: pa.Table, qtype: np.ndarray) -> pa.Array:

@@ -27,7 +27,7 @@ from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
 from builders.build.report import BuildError, BuildReport, RecordError, Reject
 from rexvqa_dataset.features import COLUMN_DOCS, IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
-from rexvqa_dataset.prompts import to_messages
+from rexvqa_dataset.prompts import messages_array, to_messages
 from rexvqa_dataset import record_columns
 from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder
 from rexvqa_dataset.rows import drop_missing_views, question_row
@@ -152,23 +152,72 @@ class RexvqaBuild(DatasetBuild):
             out.append(row)
         return out
 
+    def with_image_columns(self, table: pa.Table) -> tuple[pa.Table, set[str]]:
+        """A chunk's rows with their image columns, made a column at a time for rows whose every image loads;
+        and the paths of the images they show.
+
+        The rows with an image that does not load go through `study_rows`, a row at a time, which
+        keeps them with their other images or rejects them; rows keep their order.
+        """
+        if self.images is None:
+            return without_images(table), set()
+        paths = table["image_paths"].combine_chunks()
+        flat = pc.list_flatten(paths)
+        unique = pc.unique(flat)
+        loaded = list(self.images.load_ahead(unique.to_pylist()))
+        usable = np.array([isinstance(image, StoredImage) for image in loaded], dtype=bool)
+        image_of_item = pc.index_in(flat, unique).to_numpy()
+        whole = np.ones(table.num_rows, dtype=bool)
+        whole[pc.list_parent_indices(paths).to_numpy()[~usable[image_of_item]]] = False
+        clean = table.filter(pa.array(whole))
+        items = image_of_item[whole[pc.list_parent_indices(paths).to_numpy()]]
+        counts = pc.list_value_length(clean["image_paths"]).to_numpy()
+        offsets = pa.array(np.r_[0, np.cumsum(counts)].astype(np.int32))
+
+        def per_image(values: list, type_: pa.DataType) -> pa.Array:
+            return pa.ListArray.from_arrays(offsets, pa.array(values, type_).take(pa.array(items)))
+
+        clean = (clean.append_column("missing_images", pa.ListArray.from_arrays(pa.array(np.zeros(len(counts) + 1, np.int32)), pa.array([], pa.string())))
+                 .append_column("image_widths", per_image([image.width if ok else None for image, ok in zip(loaded, usable)], pa.int32()))
+                 .append_column("image_heights", per_image([image.height if ok else None for image, ok in zip(loaded, usable)], pa.int32())))
+        if self.settings.image_mode == "reference":
+            stored = [{"bytes": None, "path": image.path} if ok else None for image, ok in zip(loaded, usable)]
+            clean = clean.append_column("images", per_image(stored, self.features.arrow_schema.field("images").type.value_type))
+        if "messages" in self.features:
+            clean = clean.append_column("messages", messages_array(clean, counts))
+        used = set(unique.filter(pa.array(usable)).to_pylist()) if whole.all() else set(pc.unique(pc.list_flatten(clean["image_paths"])).to_pylist())
+        if whole.all():
+            return clean, used
+        schema = self.features.arrow_schema
+        rows = table.filter(pa.array(~whole)).to_pylist()
+        for position, row in zip(np.flatnonzero(~whole).tolist(), rows):
+            row["_position"] = position
+        by_path = dict(zip(unique.to_pylist(), loaded))
+        final = self.study_rows(rows, {path: by_path[path] for row in rows for path in row["image_paths"]})
+        used |= {p for row in final for p in row["image_paths"] if isinstance(by_path[p], StoredImage)}
+        position = np.r_[np.flatnonzero(whole), [row["_position"] for row in final]].astype(np.int64)
+        rest = pa.Table.from_pylist(final, schema=schema)
+        merged = pa.concat_tables([clean.select(schema.names).cast(schema), rest])
+        return merged.take(pa.array(np.argsort(position, kind="stable"))), used
+
     def write_split(self, staging: Staging, split: str, out: Path) -> None:
         shards = self.split_shards(out, split, list(CONFIGS), self.features, config_of)
         images: set[str] = set()
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
-            text_only = self.images is None  # then a chunk is processed whole, in Arrow: larger chunks cost less
-            for table in staging.sorted_batches(split, "study_id", staging.BUCKET_ROWS if text_only else None):
-                if text_only:
+            by_study = self.settings.image_mode == "embed"  # image bytes are handed over a study's rows at a time
+            for table in staging.sorted_batches(split, "study_id", None if by_study else staging.BUCKET_ROWS):
+                bar.update(table.num_rows)
+                if not by_study:
+                    table, used = self.with_image_columns(table)
+                    images.update(used)
                     config_index = pc.if_else(pc.less(table["task_name"], 0), len(TASK_CONFIGS), table["task_name"])
-                    shards.add_table(without_images(table), config_index.to_numpy())
-                    bar.update(table.num_rows)
+                    shards.add_table(table, config_index.to_numpy())
                     continue
                 for rows, loaded in self.studies(table.to_pylist()):
                     final = self.study_rows(rows, loaded)
                     used = {p for row in final for p in row["image_paths"] if isinstance(loaded.get(p), StoredImage)}
                     images.update(used)
                     shards.add_image_rows(final, sum(len(loaded[p].bytes or b"") for p in used))
-                    bar.update(len(rows))
         self.finish_split(shards, split, out)
         self.report.images[split] = len(images)
 

@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import string
 
-from builders.build.sft import chat_messages
-from gemex_dataset.prompts import format_choices
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from builders.build.sft import chat_messages, chat_messages_array
+from gemex_dataset.prompts import format_choices, format_choices_array
 
 INSTRUCTION = (
     "Input a chest X-ray study and a multiple-choice question, and the assistant will output the letter of "
@@ -60,3 +64,12 @@ def to_messages(
     """A ReXVQA row as TRL's conversational vision format: one image part per study image."""
     target = target_text(row, box_convention, **resize_kwargs) if with_answer else None
     return chat_messages(INSTRUCTION, question_text(row), image_count(row), target, fold_system)
+
+
+def messages_array(rows: pa.Table, image_counts: np.ndarray) -> pa.Array:
+    """`to_messages` of every row at once (with the answer); row i has `image_counts[i]` images."""
+    question = pc.binary_join_element_wise(rows["question"].combine_chunks(), " <choices>: ", format_choices_array(rows["options"].combine_chunks()), "")
+    target = [target_text({"answer": answer, "answer_index": index, "explanation": explanation})
+              for answer, index, explanation in zip(*(rows[c].to_pylist() for c in ("answer", "answer_index", "explanation")))]
+    instruction = pa.array([INSTRUCTION]).take(pa.array(np.zeros(len(question), dtype=np.int64)))
+    return chat_messages_array(instruction, question, image_counts, pa.array(target, pa.string()))

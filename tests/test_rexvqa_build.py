@@ -283,3 +283,33 @@ def test_cli_build_and_synthesize(tmp_path, capsys):
     assert max(rows(tmp_path / "out")[0]["images"][0].size) == 64
     assert main(["build", "rexvqa", "--source", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 1
     assert "no such file or folder" in capsys.readouterr().err
+
+
+def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_made_a_row_at_a_time(tmp_path):
+    """Only `embed` attaches images a study at a time (`study_rows`); `reference` attaches them column-wise,
+    falling back to `study_rows` for the rows with an image that does not load (`none` reads no image)."""
+    import pyarrow.parquet as pq
+
+    from rexvqa_dataset.prompts import to_messages
+
+    release = generate(tmp_path / "release", num_studies=40, seed=5)
+    records = json.loads((release.metadata / "train_vqa_data.json").read_text())
+    several = next(r for r in records.values() if len(r["ImagePath"]) > 1)
+    (release.metadata / several["ImagePath"][1]).unlink()  # a study keeps its other images
+    alone = next(r for r in records.values() if len(r["ImagePath"]) == 1)
+    (release.metadata / alone["ImagePath"][0]).unlink()  # a study loses its only image
+    builds = {mode: build_rexvqa(BuildSettings(source=release.root, out=tmp_path / mode, image_mode=mode, images=release.metadata))
+              for mode in ("embed", "reference")}
+
+    def rows(mode: str) -> list[dict]:
+        table = pq.read_table(sorted((tmp_path / mode / "data").rglob("*.parquet")))
+        return sorted(table.drop_columns([c for c in ("images",) if c in table.column_names]).to_pylist(), key=lambda r: r["question_id"])
+
+    embed, reference = rows("embed"), rows("reference")
+    assert reference == embed and len(embed) > 100
+    assert all(row["messages"] == to_messages({**row, "images": row["image_widths"]}) for row in reference)  # one part per stored image
+    assert any(row["missing_images"] for row in reference)
+    assert builds["reference"].rejected == builds["embed"].rejected > 0
+    assert sorted(map(str, builds["reference"].rejects)) == sorted(map(str, builds["embed"].rejects))
+    assert builds["reference"].notices == builds["embed"].notices
+    assert dict(builds["reference"].images) == dict(builds["embed"].images)
