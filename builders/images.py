@@ -415,7 +415,14 @@ def dicom_to_8bit(dataset: Dataset, values: np.ndarray) -> np.ndarray:
 
 
 def _open_regular(path: Path) -> BinaryIO:
-    """``path`` opened for reading, as ImageError unless it is a regular file.
+    """``path`` opened for reading, as ImageError unless it is a regular file (see `_open_regular_fd`)."""
+    fd, _ = _open_regular_fd(path)
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
+def _open_regular_fd(path: Path) -> tuple[int, int]:
+    """A descriptor of ``path`` opened for reading, and the file's size; ImageError unless it is a regular file.
 
     Opened non-blocking, so a FIFO with no writer (or a device) is refused at once instead of
     hanging the build; the check is on the opened file, so it cannot be swapped in between.
@@ -426,15 +433,14 @@ def _open_regular(path: Path) -> BinaryIO:
         raise ImageError(path, "file not found", "missing") from None
     except OSError as err:
         raise ImageError(path, f"cannot read the file: {err.strerror or err}", "missing") from None
-    mode = os.fstat(fd).st_mode
-    if not stat.S_ISREG(mode):
+    status = os.fstat(fd)
+    if not stat.S_ISREG(status.st_mode):
         os.close(fd)
-        if stat.S_ISDIR(mode):
+        if stat.S_ISDIR(status.st_mode):
             raise ImageError(path, "is a folder, not an image file", "missing")
-        kind = "a FIFO" if stat.S_ISFIFO(mode) else "a socket" if stat.S_ISSOCK(mode) else "a device"
+        kind = "a FIFO" if stat.S_ISFIFO(status.st_mode) else "a socket" if stat.S_ISSOCK(status.st_mode) else "a device"
         raise ImageError(path, f"not a regular file ({kind})", "not_a_file")
-    os.set_blocking(fd, True)
-    return os.fdopen(fd, "rb")
+    return fd, status.st_size
 
 
 def _read_file(path: Path, size: int = -1) -> bytes:
@@ -451,18 +457,17 @@ def _read_file(path: Path, size: int = -1) -> bytes:
 
 def _read_head_and_tail(path: Path) -> tuple[bytes, bytes]:
     """The first `_HEADER_BYTES` of ``path`` and its last `_TAIL_BYTES`, with one open (as ImageError if it cannot be used)."""
-    with _open_regular(path) as file:
-        try:
-            head = file.read(_HEADER_BYTES)
-            size = os.fstat(file.fileno()).st_size
-            if size > len(head):
-                file.seek(max(0, size - _TAIL_BYTES))
-                return head, file.read()
-        except OSError as err:
-            raise ImageError(path, f"cannot read the file: {err.strerror or err}", "missing") from None
+    fd, size = _open_regular_fd(path)
+    try:
+        head = os.read(fd, _HEADER_BYTES)  # a regular file: O_NONBLOCK has no effect on it
+        tail = os.pread(fd, _TAIL_BYTES, max(0, size - _TAIL_BYTES)) if size > len(head) else head[-_TAIL_BYTES:]
+    except OSError as err:
+        raise ImageError(path, f"cannot read the file: {err.strerror or err}", "missing") from None
+    finally:
+        os.close(fd)
     if not head:
         raise ImageError(path, "empty file (0 bytes)", "empty")
-    return head, head[-_TAIL_BYTES:]
+    return head, tail
 
 
 def _format_from_head(path: Path, head: bytes) -> ImageFormat:

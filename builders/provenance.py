@@ -24,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import json
+import os
 import threading
 from pathlib import Path
 
@@ -158,7 +159,7 @@ class Provenance:
             self.images += 1
             if self.unmarked is not None:
                 return
-        if (tag or read_image_tag(path)) != image_tag(Path(path).name):
+        if (tag or read_image_tag(path)) != image_tag(os.path.basename(path)):
             self._real(f"{path}: the image carries no synthetic tag")
 
     def summary(self) -> dict:
