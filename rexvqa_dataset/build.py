@@ -62,29 +62,37 @@ class RexvqaBuild(DatasetBuild):
         files = find_source_files(Path(self.settings.source), self.settings.split)
         if not files:
             raise BuildError(f"no ReXVQA files under {self.settings.source} (expected metadata/{{train,valid,test}}_vqa_data.json)")
-        first_file: dict[str, str] = {}  # question id -> the file it was first read from
+        earlier: dict[str, set[str]] = {}  # file -> the question ids read from it
         for path, split in files:
             self.provenance.annotation_file(path)
+            seen: set[str] = set()
             with tqdm(desc=f"reading {path.name}", unit="question", disable=None) as bar:
-                for item in record_columns.read(path, split):
+                for item in record_columns.read(path, split, seen=seen):
                     count = item.num_rows if isinstance(item, pa.Table) else 1
                     self.report.records_read += count
                     bar.update(count)
                     if isinstance(item, Reject):
                         self.reject(item)
                     elif isinstance(item, pa.Table):
-                        repeated = self.repeated_ids(item["question_id"].to_pylist(), str(path), first_file)
+                        repeated = self.repeated_ids(item["question_id"].to_pylist(), str(path), earlier)
                         self.stage_questions(staging, split, item.filter(pa.array(~np.isin(np.arange(count), repeated))) if repeated else item)
-                    elif not self.repeated_ids([item.question_id], item.file, first_file):
+                    elif not self.repeated_ids([item.question_id], item.file, earlier):
                         self.stage_question(staging, item)
+            earlier[str(path)] = seen
 
-    def repeated_ids(self, ids: list[str], file: str, first_file: dict[str, str]) -> list[int]:
-        """Positions of the ids an earlier file had, each rejected as duplicate_question_id (the first kept)."""
-        earlier = [first_file.setdefault(question_id, file) for question_id in ids]
-        repeated = [k for k, first in enumerate(earlier) if first != file]
-        for k in repeated:
-            self.reject(Reject(file, ids[k], "question_id", "duplicate_question_id"))
-            self.report.notices[f"question ids also in {Path(earlier[k]).name} rejected as duplicate_question_id (first kept)"] += 1
+    def repeated_ids(self, ids: list[str], file: str, earlier: dict[str, set[str]]) -> list[int]:
+        """Positions of the ids an earlier file had, each rejected as duplicate_question_id (the first kept).
+
+        The files' own id sets are all that is kept of the ids (one string per question, not two),
+        so an id counts as read even where its earlier record was rejected.
+        """
+        repeated = []
+        for k, question_id in enumerate(ids):
+            first = next((other for other, other_ids in earlier.items() if question_id in other_ids), None)
+            if first is not None:
+                repeated.append(k)
+                self.reject(Reject(file, question_id, "question_id", "duplicate_question_id"))
+                self.report.notices[f"question ids also in {Path(first).name} rejected as duplicate_question_id (first kept)"] += 1
         return repeated
 
     def stage_questions(self, staging: Staging, split: str, table: pa.Table) -> None:

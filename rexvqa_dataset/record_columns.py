@@ -43,9 +43,12 @@ OPTION_PREFIXES = pa.array([f"{letter}. " for letter in LETTERS])
 _AGE_RE2 = r"^(?P<number>\d{3})(?P<unit>[DWMY])$"
 
 
-def read(path: Path, split: str, batch_records: int = BATCH_RECORDS) -> Iterator[pa.Table | RawRecord | Reject]:
-    """The questions of one `*_vqa_data.json` file in file order: staged rows as tables, the rest as `reader.read_file` gives them."""
-    file, seen = str(path), set()
+def read(path: Path, split: str, batch_records: int = BATCH_RECORDS, seen: set[str] | None = None) -> Iterator[pa.Table | RawRecord | Reject]:
+    """The questions of one `*_vqa_data.json` file in file order: staged rows as tables, the rest as `reader.read_file` gives them.
+
+    `seen` (empty) is filled with the file's question ids, for the caller to find them in later files.
+    """
+    file, seen = str(path), set() if seen is None else seen
     pending: list[tuple[str, dict] | RawRecord | Reject] = []
     with open_text(path) as f:
         for item in RecordStream(f, "object"):
