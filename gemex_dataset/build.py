@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from builders.box_frame import frame224_to_pixels, frame224_to_pixels_many
+from builders.box_frame import frame224_to_pixels_many
 from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging
 from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
@@ -139,14 +139,7 @@ class GemexBuild(DatasetBuild):
         sizes = np.array([(image.width, image.height) if ok else (1, 1) for image, ok in zip(loaded, usable)], dtype=np.int64).reshape(-1, 2)
         sized = usable[image_of_row]
         width, height = sizes[image_of_row, 0], sizes[image_of_row, 1]
-        boxes_224 = table["boxes_224"].combine_chunks()
-        box_row = pc.list_parent_indices(boxes_224).to_numpy()
-        corners = pc.list_flatten(pc.list_flatten(boxes_224)).to_numpy().reshape(-1, 4).astype(np.float64)
-        pixels, clipped = frame224_to_pixels_many(corners, width[box_row], height[box_row])
-        if sized[box_row].any():
-            self.report.notices["boxes clipped to the image"] += int(clipped[sized[box_row]].sum())
-        offsets = pa.array(np.r_[0, np.cumsum(pc.list_value_length(boxes_224).to_numpy())].astype(np.int32))
-        boxes = pa.ListArray.from_arrays(offsets, pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel(), pa.float32()), 4), mask=pa.array(~sized))
+        boxes, pixels = self.pixel_box_column(table["boxes_224"].combine_chunks(), width, height, sized)
         table = (table.append_column("image_width", pa.array(width, pa.int32(), mask=~sized))
                  .append_column("image_height", pa.array(height, pa.int32(), mask=~sized)).append_column("boxes", boxes))
         if self.settings.image_mode == "reference":
@@ -156,36 +149,39 @@ class GemexBuild(DatasetBuild):
             table = table.append_column("messages", messages_array(table, pixels))
         return table, int(usable.sum()) if self.settings.image_mode != "none" else len(loaded)
 
-    def image_group(self, rows: list[dict], image: StoredImage | ImageError | None) -> list[dict]:
-        """The final rows of one image: image columns and pixel boxes; rows of an image that fails rejected."""
+    def pixel_box_column(self, boxes_224: pa.Array, width: np.ndarray, height: np.ndarray, sized: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+        """`boxes` of each row (null where not `sized`) from its `boxes_224` and its image's size; and the pixel boxes flat."""
+        box_row = pc.list_parent_indices(boxes_224).to_numpy()
+        corners = pc.list_flatten(pc.list_flatten(boxes_224)).to_numpy().reshape(-1, 4).astype(np.float64)
+        pixels = np.zeros_like(corners)
+        in_image = sized[box_row]
+        pixels[in_image] = self.to_pixels(corners[in_image], width[box_row][in_image], height[box_row][in_image])
+        offsets = pa.array(np.r_[0, np.cumsum(pc.list_value_length(boxes_224).to_numpy())].astype(np.int32))
+        corners_32 = pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel(), pa.float32()), 4)
+        return pa.ListArray.from_arrays(offsets, corners_32, mask=pa.array(~sized)), pixels
+
+    def to_pixels(self, corners: np.ndarray, width: np.ndarray, height: np.ndarray) -> np.ndarray:
+        """Boxes (n, 4) from the 224 frame into their images' pixels, the clipped ones counted in the report."""
+        pixels, clipped = frame224_to_pixels_many(corners, width, height)
+        if len(corners):
+            self.report.notices["boxes clipped to the image"] += int(clipped.sum())
+        return pixels
+
+    def image_group(self, rows: list[dict], image: StoredImage | ImageError) -> list[dict]:
+        """The final rows of one image in an embed build, a row at a time: image columns and pixel boxes; rows of an image that fails rejected."""
         if isinstance(image, ImageError):
-            if self.settings.image_mode != "none":
-                for row in rows:
-                    self.reject(Reject(row["_file"], row["_record"], "image_path", f"{image.problem}: {image.path}"))
-                return []
-            self.report.notices["images unreadable in --image-mode none (boxes left in the 224 frame only)"] += 1
-            image = None
+            for row in rows:
+                self.reject(Reject(row["_file"], row["_record"], "image_path", f"{image.problem}: {image.path}"))
+            return []
+        corners = np.array([box for row in rows for box in row["boxes_224"]], dtype=np.float64).reshape(-1, 4)
+        pixels = iter(self.to_pixels(corners, np.full(len(corners), image.width), np.full(len(corners), image.height)).tolist())
         for row in rows:
             del row["_file"], row["_record"]
-            self.add_image_columns(row, image)
+            row.update(image_width=image.width, image_height=image.height, boxes=[next(pixels) for _ in row["boxes_224"]],
+                       image={"bytes": image.bytes, "path": row["image_path"]})
             if "messages" in self.features:
                 row["messages"] = to_messages(row)
         return rows
-
-    def add_image_columns(self, row: dict, image: StoredImage | None) -> None:
-        if image is None:
-            row.update(image_width=None, image_height=None, boxes=None)
-        else:
-            boxes = []
-            for box in row["boxes_224"]:
-                pixels, clipped = frame224_to_pixels(box, image.width, image.height)
-                self.report.notices["boxes clipped to the image"] += clipped
-                boxes.append(pixels)
-            row.update(image_width=image.width, image_height=image.height, boxes=boxes)
-        if self.settings.image_mode == "embed":
-            row["image"] = {"bytes": image.bytes, "path": row["image_path"]}
-        elif self.settings.image_mode == "reference":
-            row["image"] = {"bytes": None, "path": image.path}
 
     def write_split(self, staging: Staging, split: str, out: Path) -> None:
         shards = self.split_shards(out, split, list(QUESTION_TYPES), self.features, lambda row: QUESTION_TYPES[row["question_type"]])
