@@ -161,11 +161,11 @@ class RexvqaBuild(DatasetBuild):
         return out
 
     def with_image_columns(self, table: pa.Table) -> tuple[pa.Table, set[str]]:
-        """A chunk's rows with their image columns, made a column at a time for rows whose every image loads;
-        and the paths of the images they show.
+        """A chunk's rows with their image columns, and the paths of the images they show.
 
-        The rows with an image that does not load go through `study_rows`, a row at a time, which
-        keeps them with their other images or rejects them; rows keep their order.
+        Rows whose every image loads get theirs a column at a time (`attach_loaded`); the others
+        go through `study_rows`, a row at a time, which keeps them with their other images or
+        rejects them. Rows keep their order.
         """
         if self.images is None:
             return without_images(table), set()
@@ -174,39 +174,42 @@ class RexvqaBuild(DatasetBuild):
         unique = pc.unique(flat)
         loaded = list(self.images.load_ahead(unique.to_pylist()))
         usable = np.array([isinstance(image, StoredImage) for image in loaded], dtype=bool)
-        image_of_item = pc.index_in(flat, unique).to_numpy()
+        image_of_item, row_of_item = pc.index_in(flat, unique).to_numpy(), pc.list_parent_indices(paths).to_numpy()
         whole = np.ones(table.num_rows, dtype=bool)
-        whole[pc.list_parent_indices(paths).to_numpy()[~usable[image_of_item]]] = False
-        clean = table.filter(pa.array(whole))
-        items = image_of_item[whole[pc.list_parent_indices(paths).to_numpy()]]
-        counts = pc.list_value_length(clean["image_paths"]).to_numpy()
-        offsets = pa.array(np.r_[0, np.cumsum(counts)].astype(np.int32))
-
-        def per_image(values: list, type_: pa.DataType) -> pa.Array:
-            return pa.ListArray.from_arrays(offsets, pa.array(values, type_).take(pa.array(items)))
-
-        clean = (clean.append_column("missing_images", pa.ListArray.from_arrays(pa.array(np.zeros(len(counts) + 1, np.int32)), pa.array([], pa.string())))
-                 .append_column("image_widths", per_image([image.width if ok else None for image, ok in zip(loaded, usable)], pa.int32()))
-                 .append_column("image_heights", per_image([image.height if ok else None for image, ok in zip(loaded, usable)], pa.int32())))
-        if self.settings.image_mode == "reference":
-            stored = [{"bytes": None, "path": image.path} if ok else None for image, ok in zip(loaded, usable)]
-            clean = clean.append_column("images", per_image(stored, self.features.arrow_schema.field("images").type.value_type))
-        if "messages" in self.features:
-            clean = clean.append_column("messages", messages_array(clean, counts))
-        used = set(unique.filter(pa.array(usable)).to_pylist()) if whole.all() else set(pc.unique(pc.list_flatten(clean["image_paths"])).to_pylist())
+        whole[row_of_item[~usable[image_of_item]]] = False
+        clean = self.attach_loaded(table.filter(pa.array(whole)), loaded, image_of_item[whole[row_of_item]])
+        used = set(pc.unique(pc.list_flatten(clean["image_paths"])).to_pylist())
         if whole.all():
             return clean, used
-        schema = self.features.arrow_schema
         rows = table.filter(pa.array(~whole)).to_pylist()
         for position, row in zip(np.flatnonzero(~whole).tolist(), rows):
             row["_position"] = position
         by_path = dict(zip(unique.to_pylist(), loaded))
         final = self.study_rows(rows, {path: by_path[path] for row in rows for path in row["image_paths"]})
         used |= {p for row in final for p in row["image_paths"] if isinstance(by_path[p], StoredImage)}
+        schema = self.features.arrow_schema
+        merged = pa.concat_tables([clean.select(schema.names).cast(schema), pa.Table.from_pylist(final, schema=schema)])
         position = np.r_[np.flatnonzero(whole), [row["_position"] for row in final]].astype(np.int64)
-        rest = pa.Table.from_pylist(final, schema=schema)
-        merged = pa.concat_tables([clean.select(schema.names).cast(schema), rest])
         return merged.take(pa.array(np.argsort(position, kind="stable"))), used
+
+    def attach_loaded(self, rows: pa.Table, loaded: list[StoredImage | ImageError], image_of_item: np.ndarray) -> pa.Table:
+        """The image columns of rows whose every image loaded: the rows' k-th path (flattened) is `loaded[image_of_item[k]]`."""
+        counts = pc.list_value_length(rows["image_paths"]).to_numpy()
+        offsets = pa.array(np.r_[0, np.cumsum(counts)].astype(np.int32))
+        stored = [image if isinstance(image, StoredImage) else None for image in loaded]
+
+        def per_image(values: list, type_: pa.DataType) -> pa.Array:
+            return pa.ListArray.from_arrays(offsets, pa.array(values, type_).take(pa.array(image_of_item)))
+
+        rows = (rows.append_column("missing_images", pa.ListArray.from_arrays(pa.array(np.zeros(len(counts) + 1, np.int32)), pa.array([], pa.string())))
+                .append_column("image_widths", per_image([image and image.width for image in stored], pa.int32()))
+                .append_column("image_heights", per_image([image and image.height for image in stored], pa.int32())))
+        if self.settings.image_mode == "reference":
+            references = [image and {"bytes": None, "path": image.path} for image in stored]
+            rows = rows.append_column("images", per_image(references, self.features.arrow_schema.field("images").type.value_type))
+        if "messages" in self.features:
+            rows = rows.append_column("messages", messages_array(rows, counts))
+        return rows
 
     def write_split(self, staging: Staging, split: str, out: Path) -> None:
         shards = self.split_shards(out, split, list(CONFIGS), self.features, config_of)
