@@ -18,6 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.build.report import Reject
+from builders.columns import positions, rows_with, true, valid
 from builders.json_blocks import BLOCK_BYTES, LineBlock, line_blocks, read_block
 from gemex_dataset.features import QUESTION_TYPES
 from gemex_dataset.readers import PER_TYPE_FILES, RawQuestion, SourceFile, json_line, per_type_question, read_file
@@ -94,69 +95,46 @@ def _in_release_order(src: SourceFile, block: LineBlock, staged: pa.Table, clean
         yield staged.slice(start - len(dirty))
 
 
-def _rows_with(lists: pa.Array, bad_items: np.ndarray) -> np.ndarray:
-    """Per row of `lists`, whether any of its items is flagged in `bad_items` (parallel to the flattened items)."""
-    out = np.zeros(len(lists), dtype=bool)
-    out[pc.list_parent_indices(lists).to_numpy()[bad_items]] = True
-    return out
-
-
-def _positions(lists: pa.Array) -> np.ndarray:
-    """Each flattened item's index within its own list."""
-    parents = pc.list_parent_indices(lists).to_numpy()
-    index = np.arange(len(parents))
-    first = np.r_[True, parents[1:] != parents[:-1]] if len(parents) else np.zeros(0, dtype=bool)
-    return index - np.maximum.accumulate(np.where(first, index, 0))
-
-
-def _valid(array: pa.Array) -> np.ndarray:
-    return pc.is_valid(array).to_numpy(zero_copy_only=False)
-
-
-def _true(array: pa.Array) -> np.ndarray:
-    return pc.fill_null(array, False).to_numpy(zero_copy_only=False)
-
-
 def clean_rows(table: pa.RecordBatch, question_type: str) -> np.ndarray:
     """Whether each row certainly passes the schema and `question_row`, with no note beyond unknown regions."""
     ok = np.ones(table.num_rows, dtype=bool)
     for name in REQUIRED:
-        ok &= _valid(table[name])
-    ok &= _true(pc.greater(pc.binary_length(table["question"]), 0))
-    ok &= _true(pc.match_substring_regex(table["row_id"], "^row_[0-9]+$"))
+        ok &= valid(table[name])
+    ok &= true(pc.greater(pc.binary_length(table["question"]), 0))
+    ok &= true(pc.match_substring_regex(table["row_id"], "^row_[0-9]+$"))
     ok &= _image_paths_ok(table["image_path"])
     ok &= _choices_and_answers_ok(table, question_type)
     boxes_ok, box_counts = _boxes_ok(table["visual_locations"])
     ok &= boxes_ok
     regions = table["visual_regions"]
-    ok &= ~_rows_with(regions, ~_valid(pc.list_flatten(regions)))
+    ok &= ~rows_with(regions, ~valid(pc.list_flatten(regions)))
     ok &= pc.list_value_length(regions).fill_null(-1).to_numpy() == box_counts
     return ok
 
 
 def _image_paths_ok(paths: pa.Array) -> np.ndarray:
     """Non-empty, ASCII and one line: where Python's `re` and Arrow's RE2 read `PATH_PATTERN` alike."""
-    return (_true(pc.greater(pc.binary_length(paths), 0)) & _true(pc.string_is_ascii(paths))
-            & ~_true(pc.match_substring(paths, "\n")))
+    return (true(pc.greater(pc.binary_length(paths), 0)) & true(pc.string_is_ascii(paths))
+            & ~true(pc.match_substring(paths, "\n")))
 
 
 def _choices_and_answers_ok(table: pa.RecordBatch, question_type: str) -> np.ndarray:
     choices, answer = table["choices"], table["answer"]
     if question_type not in CHOICE_TYPES:
-        ok = ~_valid(choices)
-        return ok & (_true(pc.is_in(answer, pa.array(["Yes.", "No."]))) if question_type == "closed_ended" else _valid(answer))
+        ok = ~valid(choices)
+        return ok & (true(pc.is_in(answer, pa.array(["Yes.", "No."]))) if question_type == "closed_ended" else valid(answer))
     count = pc.list_value_length(choices).fill_null(0).to_numpy()
     ok = (count >= 2) & (count <= len(LETTERS))
     items = pc.list_flatten(choices)
-    expected = CHOICE_PREFIXES.take(pa.array(np.minimum(_positions(choices), len(LETTERS) - 1)))
-    ok &= ~_rows_with(choices, ~_true(pc.equal(pc.utf8_slice_codeunits(items, 0, 3), expected)))
+    expected = CHOICE_PREFIXES.take(pa.array(np.minimum(positions(choices), len(LETTERS) - 1)))
+    ok &= ~rows_with(choices, ~true(pc.equal(pc.utf8_slice_codeunits(items, 0, 3), expected)))
     if question_type == "single_choice":
         letter = pc.index_in(answer, LETTERS)
-        return ok & _valid(letter) & (pc.fill_null(letter, 99).to_numpy() < count)
+        return ok & valid(letter) & (pc.fill_null(letter, 99).to_numpy() < count)
     letters = pc.list_flatten(answer)
     parents = pc.list_parent_indices(answer).to_numpy()
     index = pc.fill_null(pc.index_in(letters, LETTERS), 99).to_numpy().astype(np.int64)
-    ok &= ~_rows_with(answer, (index >= count[parents]))
+    ok &= ~rows_with(answer, (index >= count[parents]))
     seen = np.zeros(table.num_rows, dtype=np.int64)
     np.bitwise_or.at(seen, parents, np.left_shift(1, np.minimum(index, 62)))
     length = pc.list_value_length(answer).fill_null(0).to_numpy()
@@ -167,8 +145,8 @@ def _boxes_ok(boxes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     """(rows whose boxes are all four finite numbers, x2 > x1, y2 > y1, not far outside the 224 frame; boxes per row)."""
     counts = pc.list_value_length(boxes).fill_null(-2).to_numpy()
     inner = pc.list_flatten(boxes)
-    four = _true(pc.equal(pc.list_value_length(inner), 4))
-    ok = ~_rows_with(boxes, ~four)
+    four = true(pc.equal(pc.list_value_length(inner), 4))
+    ok = ~rows_with(boxes, ~four)
     corners = pc.list_flatten(inner.filter(pa.array(four))).to_numpy(zero_copy_only=False).reshape(-1, 4)
     x1, y1, x2, y2 = corners.T
     with np.errstate(invalid="ignore"):
@@ -176,7 +154,7 @@ def _boxes_ok(boxes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
                 & (np.minimum(x1, y1) >= -FAR_OUTSIDE) & (np.maximum(x2, y2) <= 224 + FAR_OUTSIDE))
     bad = np.zeros(len(inner), dtype=bool)
     bad[np.flatnonzero(four)[~good]] = True
-    return ok & ~_rows_with(boxes, bad), counts
+    return ok & ~rows_with(boxes, bad), counts
 
 
 def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa.Table:

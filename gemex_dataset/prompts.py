@@ -28,6 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.box_frame import to_model_frame
+from builders.columns import positions
 from builders.build.sft import chat_messages, chat_messages_array
 from gemex_dataset.features import QUESTION_TYPES
 
@@ -150,8 +151,7 @@ def _with_choices(question: pa.Array, choices: pa.Array, is_choice: np.ndarray) 
 def format_choices_array(choices: pa.Array) -> pa.Array:
     """`format_choices` of every row's list at once: ``[A: x, B: y]`` (at most 26 lettered)."""
     items = pc.list_flatten(choices)
-    parents = pc.list_parent_indices(choices).to_numpy()
-    position = np.arange(len(parents)) - np.searchsorted(parents, parents)
+    position = positions(choices)
     letters = pa.array(list(string.ascii_uppercase)).take(pa.array(np.minimum(position, 25)))
     lettered = pc.binary_join_element_wise(letters, items, ": ").filter(pa.array(position < len(string.ascii_uppercase)))
     lengths = np.minimum(pc.list_value_length(choices).fill_null(0).to_numpy(), len(string.ascii_uppercase))

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.build.report import Reject
+from builders.columns import positions, rows_with, true, valid
 from builders.json_stream import RecordStream, open_text
 from rexvqa_dataset.features import LETTERS, TASKS
 from rexvqa_dataset.reader import RawRecord, checked_record, stream_reject
@@ -82,7 +83,7 @@ def _in_file_order(file: str, split: str, pending: list) -> Iterator[pa.Table | 
     views_kept = views_not_one_per_image(columns)
     extra, bad_extra = _column([_extra(record, keep_views) if ok else None
                                 for (_, record), ok, keep_views in zip(candidates, clean.tolist(), views_kept.tolist())], pa.string())
-    clean &= ~bad_extra & _valid(extra)
+    clean &= ~bad_extra & valid(extra)
     keep = pa.array(clean)
     staged = staged_rows({key: column.filter(keep) for key, column in columns.items()}, ids.filter(keep), extra.filter(keep), split, file)
     staged = staged.append_column(VIEWS_KEPT, pa.array(views_kept[clean]))
@@ -136,7 +137,7 @@ def raw_columns(records: list[dict]) -> tuple[dict[str, pa.Array], np.ndarray]:
 
 def views_not_one_per_image(columns: dict[str, pa.Array]) -> np.ndarray:
     """Rows whose `ImageViewPosition` is not one view per `ImagePath`: stored aligned, and kept as released in `extra`."""
-    return ~_true(pc.equal(pc.list_value_length(columns["ImageViewPosition"]), pc.list_value_length(columns["ImagePath"])))
+    return ~true(pc.equal(pc.list_value_length(columns["ImageViewPosition"]), pc.list_value_length(columns["ImagePath"])))
 
 
 def _extra(record: dict, keep_views: bool) -> str | None:
@@ -153,21 +154,6 @@ def _extra_keys(keys: tuple[str, ...], keep_views: bool) -> tuple[str, ...]:
     return tuple(key for key in keys if key not in NAMED_KEYS or keep_views and key == "ImageViewPosition")
 
 
-def _valid(array: pa.Array) -> np.ndarray:
-    return pc.is_valid(array).to_numpy(zero_copy_only=False)
-
-
-def _true(array: pa.Array) -> np.ndarray:
-    return pc.fill_null(array, False).to_numpy(zero_copy_only=False)
-
-
-def _rows_with(lists: pa.Array, bad_items: np.ndarray) -> np.ndarray:
-    """Per row of `lists`, whether any of its items is flagged in `bad_items` (parallel to the flattened items)."""
-    out = np.zeros(len(lists), dtype=bool)
-    out[pc.list_parent_indices(lists).to_numpy()[bad_items]] = True
-    return out
-
-
 def clean_rows(columns: dict[str, pa.Array]) -> np.ndarray:
     """Whether each row certainly passes the schema and `question_row` with nothing for `extra` or the report to note.
 
@@ -176,30 +162,28 @@ def clean_rows(columns: dict[str, pa.Array]) -> np.ndarray:
     """
     ok = np.ones(len(columns["question"]), dtype=bool)
     for key in REQUIRED:
-        ok &= _valid(columns[key])
+        ok &= valid(columns[key])
     for key in ("question", "task_name", "study_id"):
-        ok &= _true(pc.greater(pc.binary_length(columns[key]), 0))
+        ok &= true(pc.greater(pc.binary_length(columns[key]), 0))
     ok &= _options_ok(columns["options"])
-    ok &= _true(pc.is_in(columns["correct_answer"], pa.array(list(LETTERS))))
-    ok &= _true(pc.is_in(columns["task_name"], pa.array(TASKS)))
+    ok &= true(pc.is_in(columns["correct_answer"], pa.array(list(LETTERS))))
+    ok &= true(pc.is_in(columns["task_name"], pa.array(TASKS)))
     paths = columns["ImagePath"]
-    ok &= _true(pc.greater(pc.list_value_length(paths), 0))
-    ok &= ~_rows_with(paths, ~_true(pc.greater(pc.binary_length(pc.list_flatten(paths)), 0)))
+    ok &= true(pc.greater(pc.list_value_length(paths), 0))
+    ok &= ~rows_with(paths, ~true(pc.greater(pc.binary_length(pc.list_flatten(paths)), 0)))
     age = columns["PatientAge"]
-    ok &= ~_valid(age) | _true(pc.match_substring_regex(age, _AGE_RE2))
+    ok &= ~valid(age) | true(pc.match_substring_regex(age, _AGE_RE2))
     code = columns["validation_code"]
-    ok &= ~_valid(code) | _true(pc.and_(pc.greater_equal(code, -(2**31)), pc.less(code, 2**31)))
+    ok &= ~valid(code) | true(pc.and_(pc.greater_equal(code, -(2**31)), pc.less(code, 2**31)))
     return ok
 
 
 def _options_ok(options: pa.Array) -> np.ndarray:
     """Four options, the k-th starting `<k-th letter>. ` (Python's `^[A-D]\\. [\\s\\S]*$` matches any rest)."""
-    ok = _true(pc.equal(pc.list_value_length(options), len(LETTERS)))
+    ok = true(pc.equal(pc.list_value_length(options), len(LETTERS)))
     items = pc.list_flatten(options)
-    parents = pc.list_parent_indices(options).to_numpy()
-    position = np.arange(len(parents)) - np.searchsorted(parents, parents)
-    expected = OPTION_PREFIXES.take(pa.array(np.minimum(position, len(LETTERS) - 1)))
-    return ok & ~_rows_with(options, ~_true(pc.equal(pc.utf8_slice_codeunits(items, 0, 3), expected)))
+    expected = OPTION_PREFIXES.take(pa.array(np.minimum(positions(options), len(LETTERS) - 1)))
+    return ok & ~rows_with(options, ~true(pc.equal(pc.utf8_slice_codeunits(items, 0, 3), expected)))
 
 
 def _aligned_views(views: pa.Array, paths: pa.Array) -> pa.Array:
@@ -220,7 +204,7 @@ def staged_rows(columns: dict[str, pa.Array], ids: pa.Array, extra: pa.Array, sp
     years_per_unit = pc.index_in(pc.struct_field(age, "unit"), pa.array(list(YEARS_PER_UNIT)))
     factor = np.array(list(YEARS_PER_UNIT.values()))[pc.fill_null(years_per_unit, 0).to_numpy()]
     number = pc.cast(pc.struct_field(age, "number"), pa.int64()).to_numpy(zero_copy_only=False)
-    years = pa.array(number * factor, mask=~_valid(age))
+    years = pa.array(number * factor, mask=~valid(age))
 
     def constant(value: str) -> pa.Array:
         return pa.array([value]).take(pa.array(np.zeros(n, dtype=np.int32)))

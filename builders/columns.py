@@ -1,0 +1,31 @@
+"""Whole-column questions about Arrow arrays, answered as numpy masks: what the column readers
+(`gemex_dataset.per_type_columns`, `rexvqa_dataset.record_columns`) and column-wise prompts ask."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+
+def valid(array: pa.Array) -> np.ndarray:
+    """Which values are not null."""
+    return pc.is_valid(array).to_numpy(zero_copy_only=False)
+
+
+def true(array: pa.Array) -> np.ndarray:
+    """Which values of a boolean array are true (null counts as false)."""
+    return pc.fill_null(array, False).to_numpy(zero_copy_only=False)
+
+
+def rows_with(lists: pa.Array, bad_items: np.ndarray) -> np.ndarray:
+    """Per row of `lists`, whether any of its items is flagged in `bad_items` (parallel to the flattened items)."""
+    out = np.zeros(len(lists), dtype=bool)
+    out[pc.list_parent_indices(lists).to_numpy()[bad_items]] = True
+    return out
+
+
+def positions(lists: pa.Array) -> np.ndarray:
+    """Each flattened item's index within its own list."""
+    parents = pc.list_parent_indices(lists).to_numpy()
+    return np.arange(len(parents)) - np.searchsorted(parents, parents)
