@@ -29,3 +29,13 @@ def positions(lists: pa.Array) -> np.ndarray:
     """Each flattened item's index within its own list."""
     parents = pc.list_parent_indices(lists).to_numpy()
     return np.arange(len(parents)) - np.searchsorted(parents, parents)
+
+
+def offsets(lengths: np.ndarray) -> pa.Array:
+    """The int32 offsets of lists of these lengths laid end to end, for `pa.ListArray.from_arrays`."""
+    return pa.array(np.r_[0, np.cumsum(lengths)].astype(np.int32))
+
+
+def empty_lists(rows: int, type_: pa.DataType = pa.string()) -> pa.Array:
+    """`rows` empty lists of `type_`."""
+    return pa.ListArray.from_arrays(offsets(np.zeros(rows, dtype=np.int32)), pa.array([], type_))

@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from builders.box_frame import frame224_to_pixels_many
+from builders.columns import offsets
 from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging
 from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
@@ -156,9 +157,8 @@ class GemexBuild(DatasetBuild):
         pixels = np.zeros_like(corners)
         in_image = sized[box_row]
         pixels[in_image] = self.to_pixels(corners[in_image], width[box_row][in_image], height[box_row][in_image])
-        offsets = pa.array(np.r_[0, np.cumsum(pc.list_value_length(boxes_224).to_numpy())].astype(np.int32))
         corners_32 = pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel(), pa.float32()), 4)
-        return pa.ListArray.from_arrays(offsets, corners_32, mask=pa.array(~sized)), pixels
+        return pa.ListArray.from_arrays(offsets(pc.list_value_length(boxes_224).to_numpy()), corners_32, mask=pa.array(~sized)), pixels
 
     def to_pixels(self, corners: np.ndarray, width: np.ndarray, height: np.ndarray) -> np.ndarray:
         """Boxes (n, 4) from the 224 frame into their images' pixels, the clipped ones counted in the report."""

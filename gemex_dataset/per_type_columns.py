@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.build.report import Reject
-from builders.columns import positions, rows_with, true, valid
+from builders.columns import empty_lists, offsets, positions, rows_with, true, valid
 from builders.json_blocks import BLOCK_BYTES, LineBlock, line_blocks, read_block
 from gemex_dataset.features import QUESTION_TYPES
 from gemex_dataset.readers import PER_TYPE_FILES, RawQuestion, SourceFile, json_line, per_type_question, read_file
@@ -165,29 +165,26 @@ def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa
     ids = pc.extract_regex(paths, "(?i)" + PATH_PATTERN)
     choices, answer = table["choices"], table["answer"]
     if qtype in CHOICE_TYPES:
-        choice_texts = pa.ListArray.from_arrays(_offsets(choices), pc.utf8_slice_codeunits(pc.list_flatten(choices), 3))
+        choice_texts = pa.ListArray.from_arrays(offsets(pc.list_value_length(choices).to_numpy()), pc.utf8_slice_codeunits(pc.list_flatten(choices), 3))
     else:
-        choice_texts = _empty_lists(n)
+        choice_texts = empty_lists(n)
     if qtype == "multi_choice":
         letters = answer
         answer = pc.binary_join_element_wise('["', pc.binary_join(answer, '", "'), '"]', "")
     elif qtype == "single_choice":
         letters = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32)), answer)
     else:
-        letters = _empty_lists(n)
+        letters = empty_lists(n)
     boxes = table["visual_locations"]
     corners = np.rint(pc.list_flatten(pc.list_flatten(boxes)).to_numpy()).astype(np.int32)
-    boxes_224 = pa.ListArray.from_arrays(_offsets(boxes), pa.FixedSizeListArray.from_arrays(pa.array(corners), 4))
-
-    def constant(value: str) -> pa.Array:
-        return pa.array([value]).take(pa.array(np.zeros(n, dtype=np.int32)))
+    boxes_224 = pa.ListArray.from_arrays(offsets(pc.list_value_length(boxes).to_numpy()), pa.FixedSizeListArray.from_arrays(pa.array(corners), 4))
 
     return pa.table({
         "image_path": paths,
         "subject_id": pc.struct_field(ids, "subject"),
         "study_id": pc.struct_field(ids, "study"),
         "dicom_id": pc.struct_field(ids, "dicom"),
-        "split": constant(src.split),
+        "split": pa.repeat(src.split, n),
         "question_type": pa.array(np.full(n, QUESTION_TYPES.index(qtype), dtype=np.int64)),
         "content_type": table["type"],
         "question": table["question"],
@@ -198,18 +195,9 @@ def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa
         "regions": table["visual_regions"],
         "boxes_224": boxes_224,
         "report": table["ori_report"],
-        "source_layout": constant("per_type"),
+        "source_layout": pa.repeat("per_type", n),
         "row_id": table["row_id"],
         "q_id": table["q_id"],
-        "_file": constant(str(src.path)),
+        "_file": pa.repeat(str(src.path), n),
         "_record": pc.binary_join_element_wise("line ", pc.cast(pa.array(lines), pa.string()), ""),
     })
-
-
-def _empty_lists(rows: int) -> pa.Array:
-    return pa.ListArray.from_arrays(pa.array(np.zeros(rows + 1, dtype=np.int32)), pa.array([], pa.string()))
-
-
-def _offsets(lists: pa.Array) -> pa.Array:
-    """Offsets of `lists` (no nulls) from zero, for a list array over its flattened items."""
-    return pa.array(np.r_[0, np.cumsum(pc.list_value_length(lists).to_numpy())].astype(np.int32))

@@ -28,7 +28,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.box_frame import to_model_frame
-from builders.columns import positions
+from builders.columns import offsets, positions
 from builders.build.sft import chat_messages, chat_messages_array
 from gemex_dataset.features import QUESTION_TYPES
 
@@ -138,8 +138,7 @@ def messages_array(rows: pa.Table, pixel_boxes: np.ndarray) -> pa.Array:
 
 def _join_lists(items: pa.Array, lengths: np.ndarray, open_: str, separator: str, close: str) -> pa.Array:
     """Per row, its run of `items` (lengths given) written `open_ item, item close`."""
-    offsets = pa.array(np.r_[0, np.cumsum(lengths)].astype(np.int32))
-    return pc.binary_join_element_wise(open_, pc.binary_join(pa.ListArray.from_arrays(offsets, items), separator), close, "")
+    return pc.binary_join_element_wise(open_, pc.binary_join(pa.ListArray.from_arrays(offsets(lengths), items), separator), close, "")
 
 
 def _with_choices(question: pa.Array, choices: pa.Array, is_choice: np.ndarray) -> pa.Array:

@@ -22,6 +22,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
+from builders.columns import empty_lists, offsets
 from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging
 from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
@@ -195,13 +196,12 @@ class RexvqaBuild(DatasetBuild):
     def attach_loaded(self, rows: pa.Table, loaded: list[StoredImage | ImageError], image_of_item: np.ndarray) -> pa.Table:
         """The image columns of rows whose every image loaded: the rows' k-th path (flattened) is `loaded[image_of_item[k]]`."""
         counts = pc.list_value_length(rows["image_paths"]).to_numpy()
-        offsets = pa.array(np.r_[0, np.cumsum(counts)].astype(np.int32))
         stored = [image if isinstance(image, StoredImage) else None for image in loaded]
 
         def per_image(values: list, type_: pa.DataType) -> pa.Array:
-            return pa.ListArray.from_arrays(offsets, pa.array(values, type_).take(pa.array(image_of_item)))
+            return pa.ListArray.from_arrays(offsets(counts), pa.array(values, type_).take(pa.array(image_of_item)))
 
-        rows = (rows.append_column("missing_images", pa.ListArray.from_arrays(pa.array(np.zeros(len(counts) + 1, np.int32)), pa.array([], pa.string())))
+        rows = (rows.append_column("missing_images", empty_lists(len(counts)))
                 .append_column("image_widths", per_image([image and image.width for image in stored], pa.int32()))
                 .append_column("image_heights", per_image([image and image.height for image in stored], pa.int32())))
         if self.settings.image_mode == "reference":
@@ -267,8 +267,7 @@ class RexvqaBuild(DatasetBuild):
 def without_images(table: pa.Table) -> pa.Table:
     """Rows of an `--image-mode none` build: no image read, so none missing and no sizes."""
     sizes = pa.nulls(table.num_rows, pa.list_(pa.int32()))
-    no_paths = pa.ListArray.from_arrays(pa.array(np.zeros(table.num_rows + 1, dtype=np.int32)), pa.array([], pa.string()))
-    return (table.drop_columns(["_file"]).append_column("missing_images", no_paths)
+    return (table.drop_columns(["_file"]).append_column("missing_images", empty_lists(table.num_rows))
             .append_column("image_widths", sizes).append_column("image_heights", sizes))
 
 

@@ -71,5 +71,5 @@ def messages_array(rows: pa.Table, image_counts: np.ndarray) -> pa.Array:
     question = pc.binary_join_element_wise(rows["question"].combine_chunks(), " <choices>: ", format_choices_array(rows["options"].combine_chunks()), "")
     target = [target_text({"answer": answer, "answer_index": index, "explanation": explanation})
               for answer, index, explanation in zip(*(rows[c].to_pylist() for c in ("answer", "answer_index", "explanation")))]
-    instruction = pa.array([INSTRUCTION]).take(pa.array(np.zeros(len(question), dtype=np.int64)))
+    instruction = pa.repeat(INSTRUCTION, len(question))
     return chat_messages_array(instruction, question, image_counts, pa.array(target, pa.string()))

@@ -206,9 +206,6 @@ def staged_rows(columns: dict[str, pa.Array], ids: pa.Array, extra: pa.Array, sp
     number = pc.cast(pc.struct_field(age, "number"), pa.int64()).to_numpy(zero_copy_only=False)
     years = pa.array(number * factor, mask=~valid(age))
 
-    def constant(value: str) -> pa.Array:
-        return pa.array([value]).take(pa.array(np.zeros(n, dtype=np.int32)))
-
     return pa.table({
         "question_id": ids,
         "image_paths": columns["ImagePath"],
@@ -221,8 +218,8 @@ def staged_rows(columns: dict[str, pa.Array], ids: pa.Array, extra: pa.Array, sp
         "patient_age_years": years,
         "image_modality": columns["ImageModality"],
         "validation_code": columns["validation_code"],
-        "split": constant(split),
+        "split": pa.repeat(split, n),
         **{column: columns[key] for key, column in (TEXT_FIELDS | REPORT_FIELDS).items()},
         "extra": extra,
-        "_file": constant(file),
+        "_file": pa.repeat(file, n),
     })
