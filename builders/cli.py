@@ -39,7 +39,7 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--split", help="the split of every file read (default: from train/valid/test folder names)")
     parser.add_argument("--strict", action="store_true", help="fail on the first rejected record instead of reporting it")
     parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
-    parser.add_argument("--num-proc", type=int, default=1, help="threads that read and encode images")
+    parser.add_argument("--num-proc", type=int, default=1, help="threads that encode embedded images; worker processes that read image headers (reference)")
     parser.add_argument("--shard-layout", choices=SHARD_LAYOUTS, default="auto",
                         help="by-config (auto, the default): a shard set per question type/task, what the Hub's viewer shows "
                              "(an image is in each type's files; the Hub stores it once); shared: one set per split, configs "

@@ -59,7 +59,6 @@ import stat
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import BinaryIO, Literal
 
 import numpy as np
@@ -173,7 +172,7 @@ def resolve_image_path(
     relative: str,
     image_ext: str | None = None,
     allowed_root: str | os.PathLike[str] | None = None,
-) -> Path:
+) -> str:
     """Join a released relative image path onto ``root`` and return the absolute path.
 
     The released paths come from annotation files, so they are not trusted: the normalised
@@ -194,8 +193,8 @@ def resolve_image_path(
     if resolved == allowed or not resolved.startswith(allowed.rstrip(os.sep) + os.sep):  # lexical, as `Path.is_relative_to`, on strings
         raise ImageError(relative, f"image path resolves outside {allowed}", "path_escape")
     if image_ext:
-        return Path(resolved).with_suffix("." + image_ext.lstrip("."))
-    return Path(resolved)
+        return os.path.splitext(resolved)[0] + "." + image_ext.lstrip(".")
+    return resolved
 
 
 # ---------------------------------------------------------------------------------------------
@@ -204,18 +203,28 @@ def resolve_image_path(
 
 def sniff_format(path: str | os.PathLike[str]) -> ImageFormat:
     """The format of the file at ``path``, from its first bytes (and a ``.dcm`` suffix)."""
-    path = Path(path)
+    path = os.fspath(path)
     return _format_from_head(path, _read_file(path, _HEAD_BYTES))
 
 
 def image_size(path: str | os.PathLike[str]) -> tuple[int, int]:
     """(width, height) from the header alone: JPEG and PNG via Pillow, DICOM from Columns/Rows."""
-    path = Path(path)
+    image = header_image(path)
+    return image.width, image.height
+
+
+def header_image(path: str | os.PathLike[str]) -> StoredImage:
+    """The size and metadata tag of the image at ``path``, from its header alone, with none of
+    `reference_image`'s completeness checks: what `--image-mode none` keeps of an image."""
+    path = os.fspath(path)
     if sniff_format(path) == "dicom":
-        return _dicom_size(path, _dcmread(path, path, stop_before_pixels=True))
+        dataset = _dcmread(path, path, stop_before_pixels=True)
+        width, height = _dicom_size(path, dataset)
+        return StoredImage(_absolute(path), None, width, height, width, height, _dicom_tag(dataset))
     with _decoding(path, "read the image header"):
         with Image.open(path, formats=list(_PIL_FORMAT.values())) as image:
-            return image.size
+            (width, height), tag = image.size, metadata_tag(image.info)
+    return StoredImage(_absolute(path), None, width, height, width, height, tag)
 
 
 def reference_image(path: str | os.PathLike[str]) -> StoredImage:
@@ -225,7 +234,7 @@ def reference_image(path: str | os.PathLike[str]) -> StoredImage:
     EOI marker and a PNG with its IEND chunk, which catches truncated downloads and unpacking
     cheaply. A DICOM file must hold pixel data that an installed plugin can decode.
     """
-    path = Path(path)
+    path = os.fspath(path)
     head, tail = _read_head_and_tail(path)
     image_format = _format_from_head(path, head[:_HEAD_BYTES])
     if image_format == "dicom":
@@ -268,7 +277,7 @@ def embed_image(
     """
     if max_side is not None and max_side < 1:
         raise ValueError(f"max_side must be a positive number of pixels, got {max_side}")
-    path = Path(path)
+    path = os.fspath(path)
     data = _read_file(path)
     image_format = _format_from_head(path, data[:_HEAD_BYTES])
     if image_format == "dicom":
@@ -306,7 +315,7 @@ def read_pixels(path: str | os.PathLike[str]) -> np.ndarray:
     Intercept); colour DICOM as luma. Neither the VOI window nor the MONOCHROME1 inversion is
     applied: for what a viewer should show, use ``read_display_pixels``.
     """
-    path = Path(path)
+    path = os.fspath(path)
     data = _read_file(path)
     image_format = _format_from_head(path, data[:_HEAD_BYTES])
     if image_format == "dicom":
@@ -318,7 +327,7 @@ def read_pixels(path: str | os.PathLike[str]) -> np.ndarray:
 def read_display_pixels(path: str | os.PathLike[str], keep_16bit: bool = False) -> np.ndarray:
     """The 2-D pixels that ``embed_image`` would store before resizing: windowed to uint8, or
     uint16 for a 16-bit source with ``keep_16bit``. For previews."""
-    path = Path(path)
+    path = os.fspath(path)
     data = _read_file(path)
     image_format = _format_from_head(path, data[:_HEAD_BYTES])
     if image_format == "dicom":
@@ -414,14 +423,14 @@ def dicom_to_8bit(dataset: Dataset, values: np.ndarray) -> np.ndarray:
 # Reading files
 
 
-def _open_regular(path: Path) -> BinaryIO:
+def _open_regular(path: str) -> BinaryIO:
     """``path`` opened for reading, as ImageError unless it is a regular file (see `_open_regular_fd`)."""
     fd, _ = _open_regular_fd(path)
     os.set_blocking(fd, True)
     return os.fdopen(fd, "rb")
 
 
-def _open_regular_fd(path: Path) -> tuple[int, int]:
+def _open_regular_fd(path: str) -> tuple[int, int]:
     """A descriptor of ``path`` opened for reading, and the file's size; ImageError unless it is a regular file.
 
     Opened non-blocking, so a FIFO with no writer (or a device) is refused at once instead of
@@ -443,7 +452,7 @@ def _open_regular_fd(path: Path) -> tuple[int, int]:
     return fd, status.st_size
 
 
-def _read_file(path: Path, size: int = -1) -> bytes:
+def _read_file(path: str, size: int = -1) -> bytes:
     """The first ``size`` bytes of ``path`` (all by default), as ImageError if it cannot be used."""
     with _open_regular(path) as file:
         try:
@@ -455,7 +464,7 @@ def _read_file(path: Path, size: int = -1) -> bytes:
     return data
 
 
-def _read_head_and_tail(path: Path) -> tuple[bytes, bytes]:
+def _read_head_and_tail(path: str) -> tuple[bytes, bytes]:
     """The first `_HEADER_BYTES` of ``path`` and its last `_TAIL_BYTES`, with one open (as ImageError if it cannot be used)."""
     fd, size = _open_regular_fd(path)
     try:
@@ -470,17 +479,17 @@ def _read_head_and_tail(path: Path) -> tuple[bytes, bytes]:
     return head, tail
 
 
-def _format_from_head(path: Path, head: bytes) -> ImageFormat:
+def _format_from_head(path: str, head: bytes) -> ImageFormat:
     if head.startswith(_PNG_SIGNATURE):
         return "png"
     if head.startswith(_JPEG_SOI):
         return "jpeg"
-    if head[_DICOM_MAGIC_OFFSET:_HEAD_BYTES] == _DICOM_MAGIC or path.suffix.lower() == ".dcm":
+    if head[_DICOM_MAGIC_OFFSET:_HEAD_BYTES] == _DICOM_MAGIC or os.path.splitext(path)[1].lower() == ".dcm":
         return "dicom"
     raise ImageError(path, "unknown image format: not a JPEG, PNG or DICOM file", "unknown_format")
 
 
-def _check_complete(path: Path, image_format: ImageFormat, tail: bytes) -> None:
+def _check_complete(path: str, image_format: ImageFormat, tail: bytes) -> None:
     """A JPEG must end with its EOI marker, a PNG with its IEND chunk."""
     if image_format == "jpeg" and _JPEG_EOI not in tail:
         raise ImageError(path, "truncated JPEG: no end-of-image marker at the end", "truncated")
@@ -489,7 +498,7 @@ def _check_complete(path: Path, image_format: ImageFormat, tail: bytes) -> None:
 
 
 @contextmanager
-def _decoding(path: Path, action: str) -> Iterator[None]:
+def _decoding(path: str, action: str) -> Iterator[None]:
     """Report a decoder's failure as an ImageError.
 
     Pillow and pydicom signal malformed input with many exception types (OSError, SyntaxError,
@@ -505,7 +514,7 @@ def _decoding(path: Path, action: str) -> Iterator[None]:
         raise ImageError(path, f"cannot {action}: {type(err).__name__}: {detail}") from err
 
 
-def _absolute(path: Path) -> str:
+def _absolute(path: str) -> str:
     return os.path.abspath(path)
 
 
@@ -519,14 +528,14 @@ def _is_storable_as_is(image: Image.Image, keep_16bit: bool) -> bool:
     return keep_16bit and image.format == "PNG" and image.mode == "I;16"
 
 
-def _decode_pil(path: Path, image_format: ImageFormat, data: bytes) -> np.ndarray:
+def _decode_pil(path: str, image_format: ImageFormat, data: bytes) -> np.ndarray:
     with _decoding(path, "read the image header"):
         image = Image.open(io.BytesIO(data), formats=[_PIL_FORMAT[image_format]])
     with image:
         return _pil_pixels(path, image)
 
 
-def _pil_pixels(path: Path, image: Image.Image) -> np.ndarray:
+def _pil_pixels(path: str, image: Image.Image) -> np.ndarray:
     """Decode an opened Pillow image to a 2-D uint8 or uint16 array."""
     with _decoding(path, f"decode the {image.format} pixels"):
         image.load()
@@ -547,7 +556,7 @@ def _pil_pixels(path: Path, image: Image.Image) -> np.ndarray:
 # DICOM
 
 
-def _read_dicom(path: Path, source: Path | BinaryIO, defer_size: str | None = None) -> Dataset:
+def _read_dicom(path: str, source: str | BinaryIO, defer_size: str | None = None) -> Dataset:
     """Read a DICOM file that holds pixel data an installed plugin can decode."""
     dataset = _dcmread(path, source, defer_size=defer_size)
     if not any(k in dataset for k in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
@@ -559,7 +568,7 @@ def _read_dicom(path: Path, source: Path | BinaryIO, defer_size: str | None = No
     return dataset
 
 
-def _dcmread(path: Path, source: Path | BinaryIO, **options: object) -> Dataset:
+def _dcmread(path: str, source: str | BinaryIO, **options: object) -> Dataset:
     with _decoding(path, "read the DICOM file"):
         try:
             return pydicom.dcmread(source, force=False, **options)
@@ -569,7 +578,7 @@ def _dcmread(path: Path, source: Path | BinaryIO, **options: object) -> Dataset:
             ) from None
 
 
-def _require_decoder(path: Path, dataset: Dataset) -> None:
+def _require_decoder(path: str, dataset: Dataset) -> None:
     transfer_syntax = dataset.file_meta.get("TransferSyntaxUID")
     if transfer_syntax is None:
         return  # pydicom falls back on the dataset's own encoding, or says why it cannot
@@ -587,14 +596,14 @@ def _require_decoder(path: Path, dataset: Dataset) -> None:
         )
 
 
-def _dicom_size(path: Path, dataset: Dataset) -> tuple[int, int]:
+def _dicom_size(path: str, dataset: Dataset) -> tuple[int, int]:
     columns, rows = dataset.get("Columns"), dataset.get("Rows")
     if not columns or not rows:
         raise ImageError(path, "DICOM file has no Rows/Columns", "no_pixel_data")
     return int(columns), int(rows)
 
 
-def _dicom_values(path: Path, dataset: Dataset) -> np.ndarray:
+def _dicom_values(path: str, dataset: Dataset) -> np.ndarray:
     """Steps 1 to 3 of the DICOM windowing: the first frame, colour as luma, the modality LUT."""
     with _decoding(path, "decode the DICOM pixel data"):
         frame = pixel_array(dataset, index=0)
@@ -611,7 +620,7 @@ def _dicom_values(path: Path, dataset: Dataset) -> np.ndarray:
     return frame
 
 
-def _dicom_display_pixels(path: Path, dataset: Dataset, keep_16bit: bool) -> np.ndarray:
+def _dicom_display_pixels(path: str, dataset: Dataset, keep_16bit: bool) -> np.ndarray:
     values = _dicom_values(path, dataset)
     if _photometric(dataset) not in ("MONOCHROME1", "MONOCHROME2"):
         return to_8bit(values)
@@ -686,7 +695,7 @@ def _round_to(values: np.ndarray, low: float, high: float, dtype: np.dtype | typ
 
 
 def _stored(
-    path: Path,
+    path: str,
     pixels: np.ndarray,
     source_size: tuple[int, int],
     max_side: int | None,

@@ -85,7 +85,7 @@ def _manifests_above(path: Path) -> list[Path]:
     return [folder / MANIFEST_NAME for folder in Path(path).absolute().parents if (folder / MANIFEST_NAME).is_file()]
 
 
-def read_image_tag(path: Path) -> str | None:
+def read_image_tag(path: str | os.PathLike[str]) -> str | None:
     """The synthetic tag in an image file's metadata, or None (also for a file that cannot be parsed)."""
     from PIL import Image
 
@@ -153,7 +153,7 @@ class Provenance:
             self._manifests[path] = files if isinstance(files, dict) else {}
         return self._manifests[path]
 
-    def image(self, path: Path, tag: str | None = None) -> None:
+    def image(self, path: str | os.PathLike[str], tag: str | None = None) -> None:
         """Count an image read, and check its mark: `tag` as its reader found it, or (None) read from the file."""
         with self._lock:
             self.images += 1

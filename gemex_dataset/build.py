@@ -18,7 +18,8 @@ from tqdm.auto import tqdm
 
 from builders.box_frame import frame224_to_pixels_many
 from builders.columns import offsets
-from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging
+from builders.build.image_source import ImageSource, Loaded
+from builders.build.pipeline import BuildSettings, DatasetBuild, Staging
 from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
 from builders.build.report import BuildError, BuildReport, RecordError, Reject
@@ -117,16 +118,25 @@ class GemexBuild(DatasetBuild):
                                    f"the same question twice on one image (first kept as {first_id[int(repeat_of[row])]})"))
         return kept
 
-    def with_image_columns(self, table: pa.Table) -> tuple[pa.Table, int]:
+    def chunks_with_images(self, split: str, chunks: Iterator[pa.Table]) -> Iterator[tuple[pa.Table, list[Loaded] | None]]:
+        """Each chunk less its repeated questions, with its distinct images (`pc.unique` order) loaded, or None
+        without `--images`; the next chunk's images are read while this one is written."""
+        chunks = (self.first_questions(split, table) for table in chunks)
+        if self.images is None:
+            yield from ((table, None) for table in chunks)
+            return
+        yield from self.images.chunks_with_images(chunks, lambda table: pc.unique(table["image_path"]).to_pylist())
+
+    def with_image_columns(self, table: pa.Table, loaded: list[Loaded] | None) -> tuple[pa.Table, int]:
         """A chunk's rows (sorted by image) with their image columns, made a column at a time; and how many images they show.
 
+        `loaded` holds the chunk's distinct images in `pc.unique` order (`chunks_with_images`).
         `image_group` does the same a row at a time for embedded images. Rows of an image that
         cannot be read are rejected, except in `--image-mode none`, where they keep no sizes.
         """
-        if self.images is None:
+        if loaded is None:
             return without_images(table), pc.count_distinct(table["image_path"]).as_py()
         paths = pc.unique(table["image_path"])
-        loaded = list(self.images.load_ahead(paths.to_pylist()))
         usable = np.array([isinstance(image, StoredImage) for image in loaded], dtype=bool)
         image_of_row = pc.index_in(table["image_path"], paths).to_numpy()
         if not usable.all() and self.settings.image_mode != "none":
@@ -187,19 +197,19 @@ class GemexBuild(DatasetBuild):
         shards = self.split_shards(out, split, list(QUESTION_TYPES), self.features, lambda row: QUESTION_TYPES[row["question_type"]])
         images = 0
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
-            by_image = self.settings.image_mode == "embed"  # image bytes are handed over an image's rows at a time
-            for table in staging.sorted_batches(split, "image_path", None if by_image else staging.BUCKET_ROWS):
-                bar.update(table.num_rows)
-                table = self.first_questions(split, table)
-                if not by_image:
-                    table, chunk_images = self.with_image_columns(table)
+            if self.settings.image_mode == "embed":  # image bytes are handed over an image's rows at a time
+                for table in staging.sorted_batches(split, "image_path"):
+                    bar.update(table.num_rows)
+                    for rows, image in self.attach_images(self.first_questions(split, table).to_pylist()):
+                        final = self.image_group(rows, image)
+                        images += bool(final)
+                        shards.add_image_rows(final, len(image.bytes) if isinstance(image, StoredImage) and image.bytes else 0)
+            else:
+                for table, loaded in self.chunks_with_images(split, staging.sorted_batches(split, "image_path", staging.BUCKET_ROWS)):
+                    bar.update(table.num_rows)
+                    table, chunk_images = self.with_image_columns(table, loaded)
                     images += chunk_images
                     shards.add_table(table, table["question_type"].to_numpy())
-                    continue
-                for rows, image in self.attach_images(table.to_pylist()):
-                    final = self.image_group(rows, image)
-                    images += bool(final)
-                    shards.add_image_rows(final, len(image.bytes) if isinstance(image, StoredImage) and image.bytes else 0)
         self.finish_split(shards, split, out)
         self.report.images[split] = images
 

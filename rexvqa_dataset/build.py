@@ -23,7 +23,8 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from builders.columns import empty_lists, offsets
-from builders.build.pipeline import BuildSettings, DatasetBuild, ImageSource, Staging
+from builders.build.image_source import ImageSource, Loaded
+from builders.build.pipeline import BuildSettings, DatasetBuild, Staging
 from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
 from builders.build.report import BuildError, BuildReport, RecordError, Reject
@@ -161,19 +162,27 @@ class RexvqaBuild(DatasetBuild):
             out.append(row)
         return out
 
-    def with_image_columns(self, table: pa.Table) -> tuple[pa.Table, set[str]]:
+    def chunks_with_images(self, chunks: Iterator[pa.Table]) -> Iterator[tuple[pa.Table, list[Loaded] | None]]:
+        """Each chunk with its distinct images (`unique_paths` order) loaded, or None in `--image-mode none`;
+        the next chunk's images are read while this one is written."""
+        if self.images is None:
+            yield from ((table, None) for table in chunks)
+            return
+        yield from self.images.chunks_with_images(chunks, lambda table: unique_paths(table).to_pylist())
+
+    def with_image_columns(self, table: pa.Table, loaded: list[Loaded] | None) -> tuple[pa.Table, set[str]]:
         """A chunk's rows with their image columns, and the paths of the images they show.
 
+        `loaded` holds the chunk's distinct images in `unique_paths` order (`chunks_with_images`).
         Rows whose every image loads get theirs a column at a time (`attach_loaded`); the others
         go through `study_rows`, a row at a time, which keeps them with their other images or
         rejects them. Rows keep their order.
         """
-        if self.images is None:
+        if loaded is None:
             return without_images(table), set()
         paths = table["image_paths"].combine_chunks()
         flat = pc.list_flatten(paths)
-        unique = pc.unique(flat)
-        loaded = list(self.images.load_ahead(unique.to_pylist()))
+        unique = unique_paths(table)
         usable = np.array([isinstance(image, StoredImage) for image in loaded], dtype=bool)
         image_of_item, row_of_item = pc.index_in(flat, unique).to_numpy(), pc.list_parent_indices(paths).to_numpy()
         whole = np.ones(table.num_rows, dtype=bool)
@@ -215,20 +224,21 @@ class RexvqaBuild(DatasetBuild):
         shards = self.split_shards(out, split, list(CONFIGS), self.features, config_of)
         images: set[str] = set()
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
-            by_study = self.settings.image_mode == "embed"  # image bytes are handed over a study's rows at a time
-            for table in staging.sorted_batches(split, "study_id", None if by_study else staging.BUCKET_ROWS):
-                bar.update(table.num_rows)
-                if not by_study:
-                    table, used = self.with_image_columns(table)
+            if self.settings.image_mode == "embed":  # image bytes are handed over a study's rows at a time
+                for table in staging.sorted_batches(split, "study_id"):
+                    bar.update(table.num_rows)
+                    for rows, loaded in self.studies(table.to_pylist()):
+                        final = self.study_rows(rows, loaded)
+                        used = {p for row in final for p in row["image_paths"] if isinstance(loaded.get(p), StoredImage)}
+                        images.update(used)
+                        shards.add_image_rows(final, sum(len(loaded[p].bytes or b"") for p in used))
+            else:
+                for table, loaded in self.chunks_with_images(staging.sorted_batches(split, "study_id", staging.BUCKET_ROWS)):
+                    bar.update(table.num_rows)
+                    table, used = self.with_image_columns(table, loaded)
                     images.update(used)
                     config_index = pc.if_else(pc.less(table["task_name"], 0), len(TASK_CONFIGS), table["task_name"])
                     shards.add_table(table, config_index.to_numpy())
-                    continue
-                for rows, loaded in self.studies(table.to_pylist()):
-                    final = self.study_rows(rows, loaded)
-                    used = {p for row in final for p in row["image_paths"] if isinstance(loaded.get(p), StoredImage)}
-                    images.update(used)
-                    shards.add_image_rows(final, sum(len(loaded[p].bytes or b"") for p in used))
         self.finish_split(shards, split, out)
         self.report.images[split] = len(images)
 
@@ -262,6 +272,11 @@ class RexvqaBuild(DatasetBuild):
             for item in pc.value_counts(table.column("category")).to_pylist():
                 counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]
         return sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
+
+
+def unique_paths(table: pa.Table) -> pa.Array:
+    """The distinct image paths of a chunk's rows, in order of first appearance."""
+    return pc.unique(pc.list_flatten(table["image_paths"]))
 
 
 def without_images(table: pa.Table) -> pa.Table:

@@ -38,3 +38,19 @@ def gemex_embed(gemex_release, tmp_path_factory):
     out = tmp_path_factory.mktemp("gemex-built") / "gemex"
     report = build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root, image_mode="embed"))
     return out, report
+
+
+@pytest.fixture(params=["threads", "worker processes"])
+def header_readers(request, monkeypatch):
+    """Where a build reads image headers: on threads (a few per chunk, as in these small releases) or
+    in worker processes (thousands per chunk; here for any number). Checks after the test that the
+    build really read them there."""
+    from builders.build.image_source import ImageSource
+
+    started = []
+    if request.param == "worker processes":
+        monkeypatch.setattr(ImageSource, "PROCESS_MIN", 1)
+    start = ImageSource.worker_processes
+    monkeypatch.setattr(ImageSource, "worker_processes", lambda self: started.append(self) or start(self))
+    yield request.param
+    assert bool(started) == (request.param == "worker processes")

@@ -209,3 +209,75 @@ def test_a_fifo_among_the_images_is_rejected_and_does_not_hang_the_build(gemex_r
     else:
         assert fifo_rejects and all(str(victim) in r["reason"] and r["field"] == "image_path" for r in fifo_rejects)
     assert report["records_read"] == report["rows_written"] + report["rejected"]
+
+
+@pytest.fixture(scope="module")
+def release_of_thousands(tmp_path_factory):
+    """A GEMeX release whose train split is one chunk of over a thousand images: a build reads their headers in worker processes."""
+    from gemex_dataset.synthetic import generate
+
+    return generate(tmp_path_factory.mktemp("gemex-thousands"), num_images=1100, seed=3, downscale=16)
+
+
+def descendants(pid: int) -> dict[int, str]:
+    """The processes started by `pid` and by its children, with their command lines."""
+    parents = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            parents[int(stat.parent.name)] = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError):
+            continue
+    found, frontier = set(), {pid}
+    while frontier:
+        frontier = {child for child, parent in parents.items() if parent in frontier} - found
+        found |= frontier
+    return {child: (Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                    if Path(f"/proc/{child}/cmdline").exists() else "") for child in found}
+
+
+def running(pid: int) -> bool:
+    """Whether `pid` still runs (a zombie, dead but not yet reaped by its new parent, does not)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def stopped_with_header_workers(release, out: Path, **popen) -> tuple[subprocess.Popen, dict[int, str]]:
+    """A reference build stopped after its train split, its worker processes (spawned) started."""
+    process = start(release, out, "shards", "--image-mode", "reference", **popen)
+    wait_until_stopped(process)
+    workers = descendants(process.pid)
+    assert any("multiprocessing.spawn" in command for command in workers.values()), workers
+    return process, workers
+
+
+def wait_for_exit(pids) -> list[int]:
+    """The pids still running after a few seconds."""
+    for _ in range(100):
+        if not any(map(running, pids)):
+            return []
+        time.sleep(0.1)
+    return [pid for pid in pids if running(pid)]
+
+
+def test_a_killed_build_leaves_no_header_reading_process_behind(release_of_thousands, tmp_path):
+    process, workers = stopped_with_header_workers(release_of_thousands, tmp_path / "gemex")
+    process.kill()
+    process.communicate(timeout=60)  # its output pipes close: no worker holds them open
+    assert wait_for_exit(workers) == [], workers
+    rerun = build(release_of_thousands, tmp_path / "gemex", "--image-mode", "reference")
+    assert rerun.returncode == 0, rerun.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
+
+
+def test_ctrl_c_reaches_the_header_workers_too_and_the_build_still_ends_with_one_line(release_of_thousands, tmp_path):
+    """The terminal signals its whole process group: the workers ignore it, the build says it was interrupted."""
+    process, workers = stopped_with_header_workers(release_of_thousands, tmp_path / "gemex", start_new_session=True)
+    os.killpg(process.pid, signal.SIGINT)
+    process.send_signal(signal.SIGCONT)
+    returncode, stderr = finish(process)
+    assert returncode == 130
+    assert len(messages(stderr)) == 1 and "interrupted" in stderr and "Traceback" not in stderr, stderr
+    assert wait_for_exit(workers) == []
+    assert list(tmp_path.iterdir()) == []

@@ -377,9 +377,9 @@ def test_image_ext_swaps_the_suffix(tmp_path):
     dicom = tmp_path / "p10/p10046166/s50051329/abc.dcm"
     dicom.parent.mkdir(parents=True)
     write_dicom(dicom, twelve_bit(), bits_stored=12)
-    assert resolve_image_path(tmp_path, relative) == tmp_path / relative
+    assert resolve_image_path(tmp_path, relative) == str(tmp_path / relative)
     for ext in ("dcm", ".dcm"):
-        assert resolve_image_path(tmp_path, relative, image_ext=ext) == dicom
+        assert resolve_image_path(tmp_path, relative, image_ext=ext) == str(dicom)
     assert embed_image(resolve_image_path(tmp_path, relative, "dcm")).width == 80
 
 
@@ -398,7 +398,7 @@ def test_rexvqa_paths_relative_to_metadata_stay_inside_the_release(tmp_path):
     with pytest.raises(ImageError, match="outside"):
         resolve_image_path(metadata, relative)
     resolved = resolve_image_path(metadata, relative, allowed_root=tmp_path)
-    assert resolved == tmp_path / "deid_png/P1/A1/studies/S/series/R/instances/I.png"
+    assert resolved == str(tmp_path / "deid_png/P1/A1/studies/S/series/R/instances/I.png")
     with pytest.raises(ImageError):
         resolve_image_path(metadata, "../../outside.png", allowed_root=tmp_path)
 

@@ -285,7 +285,7 @@ def test_cli_build_and_synthesize(tmp_path, capsys):
     assert "no such file or folder" in capsys.readouterr().err
 
 
-def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_made_a_row_at_a_time(tmp_path):
+def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_made_a_row_at_a_time(tmp_path, header_readers):
     """Only `embed` attaches images a study at a time (`study_rows`); `reference` attaches them column-wise,
     falling back to `study_rows` for the rows with an image that does not load (`none` reads no image)."""
     import pyarrow.parquet as pq

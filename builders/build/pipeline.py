@@ -1,4 +1,4 @@
-"""What every dataset build shares: settings, image loading, staging, the steps of a build.
+"""What every dataset build shares: settings, staging, the steps of a build (images: `builders.build.image_source`).
 
 A build writes into a hidden `.<name>.partial-<pid>` folder beside the output, under the
 output's lock, and renames it into place only when everything (shards, card, report) is
@@ -13,8 +13,7 @@ import gc
 import os
 import shutil
 from abc import ABC, abstractmethod
-from collections import deque
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -24,8 +23,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.images import ImageError, StoredImage, embed_image, image_size, reference_image, resolve_image_path
 from builders.build.card import load_card
+from builders.build.image_source import ImageSource
 from builders.build.lifecycle import staged_output, stop_point
 from builders.build.report import BuildError, BuildReport, Reject
 from builders.build.shards import SHARD_LAYOUTS, SplitShards, sha256
@@ -76,84 +75,6 @@ class BuildSettings:
 
     def to_dict(self) -> dict:
         return {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(self).items()}
-
-
-class ImageSource:
-    """Resolves released image paths under the image root and loads them for the build's mode.
-
-    Images load on `num_proc` background threads, ahead of the rows that need them, so
-    reading the next images overlaps writing the last ones (file reads, decoding and Parquet
-    writes all run outside the GIL).
-    """
-
-    AHEAD = 16
-    """Images loaded ahead of the one being used: enough to keep the readers busy, few enough to keep memory flat."""
-    PREFETCH = 64
-    """Images whose files the kernel is asked to read into the page cache ahead of their loading (embed mode)."""
-
-    def __init__(self, settings: BuildSettings, allowed_root: Path | None = None, provenance: Provenance | None = None):
-        self.settings = settings
-        self.provenance = provenance or Provenance()
-        self.root = Path(settings.images).absolute() if settings.images else None
-        self.allowed_root = allowed_root
-        self.pool = ThreadPoolExecutor(settings.num_proc, thread_name_prefix="image-reader")
-
-    def path(self, relative: str) -> Path:
-        return resolve_image_path(self.root, relative, self.settings.image_ext, self.allowed_root)
-
-    def load(self, relative: str) -> StoredImage | ImageError:
-        """The image for one released path, or why it cannot be used."""
-        try:
-            path = self.path(relative)
-            if not path.exists():
-                raise ImageError(path, "image file not found", "missing")
-            mode = self.settings.image_mode
-            if mode == "embed":
-                image = embed_image(path, self.settings.image_size, self.settings.keep_16bit)
-            elif mode == "reference":
-                image = reference_image(path)
-            else:
-                width, height = image_size(path)
-                image = StoredImage(str(path), None, width, height, width, height)
-        except ImageError as err:
-            return err
-        self.provenance.image(path, image.tag)
-        return image
-
-    def prefetch(self, relative: str) -> None:
-        """Ask the kernel to start reading the file into the page cache (`POSIX_FADV_WILLNEED`).
-
-        The disk then reads ahead with no thread waiting on it, and the load that follows reads
-        from memory; a file that cannot be opened (or a FIFO) is left for `load` to report.
-        """
-        try:
-            fd = os.open(self.path(relative), os.O_RDONLY | os.O_NONBLOCK)
-        except (OSError, ImageError):
-            return
-        try:
-            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_WILLNEED)
-        except OSError:
-            pass  # a folder or a pipe: nothing to read ahead
-        finally:
-            os.close(fd)
-
-    def load_ahead(self, relatives: Iterable[str]) -> Iterator[StoredImage | ImageError]:
-        """The images of `relatives`, in order, each read while the ones before it are being used."""
-        relatives = list(relatives)
-        prefetch = self.PREFETCH > 0 and self.settings.image_mode == "embed" and hasattr(os, "posix_fadvise")
-        for relative in relatives[:self.PREFETCH] if prefetch else []:
-            self.prefetch(relative)
-        in_flight = deque(self.pool.submit(self.load, r) for r in relatives[:self.AHEAD])
-        for k in range(len(relatives)):
-            image = in_flight.popleft().result()
-            if k + self.AHEAD < len(relatives):
-                in_flight.append(self.pool.submit(self.load, relatives[k + self.AHEAD]))
-            if prefetch and k + self.PREFETCH < len(relatives):
-                self.prefetch(relatives[k + self.PREFETCH])
-            yield image
-
-    def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
 
 
 class Staging:
