@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from builders.build.pipeline import BuildSettings
 
 Loaded = StoredImage | ImageError
+Batch = tuple[list[str], Future[list[Loaded]]]  # released paths, and the future of their images
 Chunk = TypeVar("Chunk")
 
 
@@ -158,7 +159,7 @@ class ImageSource:
         """
         if self.reader.mode == "embed":
             raise ValueError("chunks_with_images reads headers; embedded images load an image at a time (load_ahead)")
-        pending: tuple[Chunk, list[Future[list[Loaded]]]] | None = None
+        pending: tuple[Chunk, list[Batch]] | None = None
         for chunk in chunks:
             started = (chunk, self.start_loading(paths_of(chunk)))
             if pending is not None:
@@ -167,14 +168,18 @@ class ImageSource:
         if pending is not None:
             yield pending[0], self.finish_loading(pending[1])
 
-    def start_loading(self, relatives: list[str]) -> list[Future[list[Loaded]]]:
-        """Futures of `relatives`' images, a batch each: on threads for a few, in worker processes for many."""
+    def start_loading(self, relatives: list[str]) -> list[Batch]:
+        """`relatives` in batches, each submitted: to threads for a few, to worker processes for many."""
         executor = self.threads if len(relatives) < self.PROCESS_MIN else self.worker_processes()
-        batch = max(1, -(-len(relatives) // self.num_proc)) if executor is self.threads else self.PROCESS_BATCH
-        return [executor.submit(self.reader.read_all, relatives[k:k + batch]) for k in range(0, len(relatives), batch)]
+        size = max(1, -(-len(relatives) // self.num_proc)) if executor is self.threads else self.PROCESS_BATCH
+        return [(batch, executor.submit(self.reader.read_all, batch)) for batch in
+                (relatives[k:k + size] for k in range(0, len(relatives), size))]
 
-    def finish_loading(self, batches: list[Future[list[Loaded]]]) -> list[Loaded]:
-        return [self.counted(image) for batch in batches for image in batch.result()]
+    def finish_loading(self, batches: list[Batch]) -> list[Loaded]:
+        """The images of `batches`, in order. The build would otherwise wait here, so it reads the
+        batches no worker has started yet itself, from the last one back, while the workers go on from the first."""
+        read_here = {k: self.reader.read_all(batch) for k, (batch, future) in reversed(list(enumerate(batches))) if future.cancel()}
+        return [self.counted(image) for k, (_, future) in enumerate(batches) for image in (read_here[k] if k in read_here else future.result())]
 
     def worker_processes(self) -> ProcessPoolExecutor:
         if self.processes is None:
