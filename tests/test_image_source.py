@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import threading
 
 import pytest
 
@@ -88,3 +89,21 @@ def test_embedded_images_are_not_held_a_chunk_at_a_time(release, tmp_path):
     with pytest.raises(ValueError, match="load_ahead"):
         next(images.chunks_with_images([["a.jpg"]], list))
     images.close()
+
+
+def test_batches_no_worker_has_started_are_read_by_the_build_itself(release, tmp_path):
+    """The build would otherwise wait on busy workers: here the only reader thread is held the whole time."""
+    paths = released_paths(release)
+    images = source(release, tmp_path)
+    held = threading.Event()
+    images.threads.submit(held.wait)
+    release_later = threading.Timer(20, held.set)  # waiting on the thread would end here, too late
+    release_later.start()
+    try:
+        [(_, loaded)] = images.chunks_with_images([paths], list)
+        assert not held.is_set()  # read while the reader thread was still held
+        assert described(loaded) == described(images.reader.read_all(paths))
+    finally:
+        release_later.cancel()
+        held.set()
+        images.close()
