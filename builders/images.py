@@ -70,6 +70,8 @@ from pydicom.multival import MultiValue
 from pydicom.pixels import apply_color_lut, apply_modality_lut, apply_voi, get_decoder, pixel_array
 from pydicom.uid import UID
 
+from builders.provenance import IMAGE_TAG_KEY
+
 __all__ = [
     "ImageError",
     "StoredImage",
@@ -256,8 +258,6 @@ def reference_image(path: str | os.PathLike[str]) -> StoredImage:
 
 def metadata_tag(info: dict) -> str | None:
     """The comment Pillow read from a JPEG (COM segment) or PNG (text chunk) header, where synthetic releases carry their mark."""
-    from builders.provenance import IMAGE_TAG_KEY
-
     tag = info.get("comment") or info.get(IMAGE_TAG_KEY)
     return tag.decode("latin-1") if isinstance(tag, bytes) else tag
 
