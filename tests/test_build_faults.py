@@ -281,3 +281,21 @@ def test_ctrl_c_reaches_the_header_workers_too_and_the_build_still_ends_with_one
     assert len(messages(stderr)) == 1 and "interrupted" in stderr and "Traceback" not in stderr, stderr
     assert wait_for_exit(workers) == []
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_script_without_a_main_guard_still_builds_reading_headers_on_threads(release_of_thousands, tmp_path):
+    """Each spawned worker runs such a script again: its copy of the build finds the output locked
+    and ends, the worker with it, before any batch is queued; the build reads its headers on threads."""
+    out = tmp_path / "gemex"
+    script = tmp_path / "build_it.py"
+    script.write_text(
+        "from builders.build.pipeline import BuildSettings\n"
+        "from gemex_dataset.build import build_gemex\n"
+        f"build_gemex(BuildSettings(source={str(release_of_thousands.root / 'per_type')!r}, out={str(out)!r}, "
+        f"images={str(release_of_thousands.image_root)!r}, image_mode='reference'))\n")
+    done = subprocess.run([sys.executable, str(script)], env=quiet_env(), capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    report = json.loads((out / "build_report.json").read_text())
+    assert any(notice.startswith("image headers read on threads: the worker processes stopped") for notice in report["notices"])
+    assert report["records_read"] == report["rows_written"] + report["rejected"] and report["rejected"] == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["build_it.py", "gemex"]

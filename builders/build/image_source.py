@@ -12,6 +12,7 @@ Two ways of loading, for two kinds of work:
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
 import signal
@@ -20,6 +21,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeVar
@@ -30,6 +32,7 @@ from builders.provenance import Provenance
 if TYPE_CHECKING:
     from builders.build.pipeline import BuildSettings
 
+log = logging.getLogger("cxr_vqa")
 Loaded = StoredImage | ImageError
 Batch = tuple[list[str], Future[list[Loaded]]]  # released paths, and the future of their images
 Chunk = TypeVar("Chunk")
@@ -107,6 +110,7 @@ class ImageSource:
         self.provenance = provenance or Provenance()
         self.threads = ThreadPoolExecutor(settings.num_proc, thread_name_prefix="image-reader")
         self.processes: ProcessPoolExecutor | None = None
+        self.workers_failed: str | None = None  # why headers went back to threads, for the build report
 
     def path(self, relative: str) -> str:
         return self.reader.path(relative)
@@ -170,8 +174,9 @@ class ImageSource:
 
     def start_loading(self, relatives: list[str]) -> list[Batch]:
         """`relatives` in batches, each submitted: to threads for a few, to worker processes for many."""
-        executor = self.threads if len(relatives) < self.PROCESS_MIN else self.worker_processes()
-        size = max(1, -(-len(relatives) // self.num_proc)) if executor is self.threads else self.PROCESS_BATCH
+        processes = self.worker_processes() if len(relatives) >= self.PROCESS_MIN else None
+        executor = processes or self.threads
+        size = self.PROCESS_BATCH if processes else max(1, -(-len(relatives) // self.num_proc))
         return [(batch, executor.submit(self.reader.read_all, batch)) for batch in
                 (relatives[k:k + size] for k in range(0, len(relatives), size))]
 
@@ -179,15 +184,39 @@ class ImageSource:
         """The images of `batches`, in order. The build would otherwise wait here, so it reads the
         batches no worker has started yet itself, from the last one back, while the workers go on from the first."""
         read_here = {k: self.reader.read_all(batch) for k, (batch, future) in reversed(list(enumerate(batches))) if future.cancel()}
-        return [self.counted(image) for k, (_, future) in enumerate(batches) for image in (read_here[k] if k in read_here else future.result())]
+        return [self.counted(image) for k, (batch, future) in enumerate(batches)
+                for image in (read_here[k] if k in read_here else self.worker_result(batch, future))]
 
-    def worker_processes(self) -> ProcessPoolExecutor:
-        if self.processes is None:
+    def worker_result(self, batch: list[str], future: Future[list[Loaded]]) -> list[Loaded]:
+        """A batch's images from its worker; read here if a worker process was killed."""
+        try:
+            return future.result()
+        except BrokenProcessPool as err:
+            self.workers_stopped(err)
+            return self.reader.read_all(batch)
+
+    def worker_processes(self) -> ProcessPoolExecutor | None:
+        """The worker processes, started on first use; None (headers then go to threads) if they cannot start.
+
+        A first task waits for them to be up: a script that calls a build without an `if __name__
+        == "__main__":` guard is run again by each spawned worker, whose copy of the build finds
+        the output locked and ends, breaking the pool before any real batch is queued.
+        """
+        if self.processes is None and not self.workers_failed:
             # Spawned, not forked: the build has threads of its own (and Arrow's), which a forked
             # child would inherit half-copied; and not from a fork server, whose children are not the build's.
             self.processes = ProcessPoolExecutor(self.num_proc, mp_context=multiprocessing.get_context("spawn"),
                                                  initializer=_start_worker, initargs=(os.getpid(),))
-        return self.processes
+            try:
+                self.processes.submit(os.getpid).result()
+            except BrokenProcessPool as err:
+                self.workers_stopped(err)
+        return None if self.workers_failed else self.processes
+
+    def workers_stopped(self, err: BrokenProcessPool) -> None:
+        if not self.workers_failed:
+            self.workers_failed = f"image headers read on threads: the worker processes stopped ({err})"
+            log.warning("cxr-vqa: %s", self.workers_failed)
 
     def close(self) -> None:
         self.threads.shutdown(cancel_futures=True)

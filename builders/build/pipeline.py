@@ -321,6 +321,8 @@ class DatasetBuild(ABC):
             finally:
                 if self.images:
                     self.images.close()
+                    if self.images.workers_failed:
+                        self.report.notices[self.images.workers_failed] += 1
                 self.hasher.shutdown(cancel_futures=True)
                 shutil.rmtree(out / ".staging", ignore_errors=True)
             if self.report.rows_written == 0:
