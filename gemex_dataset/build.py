@@ -118,15 +118,6 @@ class GemexBuild(DatasetBuild):
                                    f"the same question twice on one image (first kept as {first_id[int(repeat_of[row])]})"))
         return kept
 
-    def chunks_with_images(self, split: str, chunks: Iterator[pa.Table]) -> Iterator[tuple[pa.Table, list[Loaded] | None]]:
-        """Each chunk less its repeated questions, with its distinct images (`pc.unique` order) loaded, or None
-        without `--images`; the next chunk's images are read while this one is written."""
-        chunks = (self.first_questions(split, table) for table in chunks)
-        if self.images is None:
-            yield from ((table, None) for table in chunks)
-            return
-        yield from self.images.chunks_with_images(chunks, lambda table: pc.unique(table["image_path"]).to_pylist())
-
     def with_image_columns(self, table: pa.Table, loaded: list[Loaded] | None) -> tuple[pa.Table, int]:
         """A chunk's rows (sorted by image) with their image columns, made a column at a time; and how many images they show.
 
@@ -205,7 +196,8 @@ class GemexBuild(DatasetBuild):
                         images += bool(final)
                         shards.add_image_rows(final, len(image.bytes) if isinstance(image, StoredImage) and image.bytes else 0)
             else:
-                for table, loaded in self.chunks_with_images(split, staging.sorted_batches(split, "image_path", staging.BUCKET_ROWS)):
+                chunks = (self.first_questions(split, table) for table in staging.sorted_batches(split, "image_path", staging.BUCKET_ROWS))
+                for table, loaded in self.chunks_with_images(chunks, lambda table: pc.unique(table["image_path"]).to_pylist()):
                     bar.update(table.num_rows)
                     table, chunk_images = self.with_image_columns(table, loaded)
                     images += chunk_images

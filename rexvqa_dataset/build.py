@@ -162,14 +162,6 @@ class RexvqaBuild(DatasetBuild):
             out.append(row)
         return out
 
-    def chunks_with_images(self, chunks: Iterator[pa.Table]) -> Iterator[tuple[pa.Table, list[Loaded] | None]]:
-        """Each chunk with its distinct images (`unique_paths` order) loaded, or None in `--image-mode none`;
-        the next chunk's images are read while this one is written."""
-        if self.images is None:
-            yield from ((table, None) for table in chunks)
-            return
-        yield from self.images.chunks_with_images(chunks, lambda table: unique_paths(table).to_pylist())
-
     def with_image_columns(self, table: pa.Table, loaded: list[Loaded] | None) -> tuple[pa.Table, set[str]]:
         """A chunk's rows with their image columns, and the paths of the images they show.
 
@@ -233,7 +225,8 @@ class RexvqaBuild(DatasetBuild):
                         images.update(used)
                         shards.add_image_rows(final, sum(len(loaded[p].bytes or b"") for p in used))
             else:
-                for table, loaded in self.chunks_with_images(staging.sorted_batches(split, "study_id", staging.BUCKET_ROWS)):
+                chunks = staging.sorted_batches(split, "study_id", staging.BUCKET_ROWS)
+                for table, loaded in self.chunks_with_images(chunks, lambda table: unique_paths(table).to_pylist()):
                     bar.update(table.num_rows)
                     table, used = self.with_image_columns(table, loaded)
                     images.update(used)

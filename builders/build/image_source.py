@@ -73,6 +73,10 @@ class ImageReader:
         return [self.read(relative) for relative in relatives]
 
 
+WATCH_SECONDS = 0.2
+"""How often a worker checks that its build is still alive."""
+
+
 def _start_worker(build_pid: int) -> None:
     """Ctrl-C reaches every process of the terminal's group: the build reports it, its workers stay quiet.
     A killed build cannot stop its workers, so each watches for the build to be gone."""
@@ -86,9 +90,6 @@ def _exit_with_build(build_pid: int) -> None:
     while os.getppid() == build_pid:
         time.sleep(WATCH_SECONDS)
     os._exit(1)
-
-
-WATCH_SECONDS = 0.2
 
 
 class ImageSource:

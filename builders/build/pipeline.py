@@ -13,7 +13,7 @@ import gc
 import os
 import shutil
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass
@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.build.card import load_card
-from builders.build.image_source import ImageSource
+from builders.build.image_source import ImageSource, Loaded
 from builders.build.lifecycle import staged_output, stop_point
 from builders.build.report import BuildError, BuildReport, Reject
 from builders.build.shards import SHARD_LAYOUTS, SplitShards, sha256
@@ -286,6 +286,15 @@ class DatasetBuild(ABC):
     def split_shards(self, out: Path, split: str, configs: list[str], features, config_of) -> SplitShards:
         return SplitShards(out / "data" / split, configs, features, self.settings.shared_shards, config_of,
                            synthetic=lambda: self.provenance.synthetic)
+
+    def chunks_with_images(self, chunks: Iterable[pa.Table], paths_of: Callable[[pa.Table], list[str]]
+                           ) -> Iterator[tuple[pa.Table, list[Loaded] | None]]:
+        """Each sorted chunk with the images of its `paths_of` (read ahead: `ImageSource.chunks_with_images`),
+        or with None when the build reads no image."""
+        if self.images is None:
+            yield from ((chunk, None) for chunk in chunks)
+        else:
+            yield from self.images.chunks_with_images(chunks, paths_of)
 
     def finish_split(self, shards: SplitShards, split: str, out: Path) -> None:
         """Close a split's shards and account for them: checksums (taken in the background while
