@@ -54,7 +54,7 @@ PEAK = 'def peak_mb():\n    return next(int(l.split()[1]) for l in open("/proc/s
 CHILD_BUILD = PEAK + """
 import json, sys, time
 from pathlib import Path
-from builders.build.pipeline import BuildSettings
+from builders.assembly.pipeline import BuildSettings
 dataset, source, images, out, mode, options = sys.argv[1:7]
 if dataset == "gemex":
     from gemex_dataset.build import build_gemex as build
@@ -110,7 +110,7 @@ print(json.dumps({"seconds": time.perf_counter() - start, "rows": records, "imag
 """
 CHILD_HEADERS = PEAK + """
 import json, os, sys, time
-from builders.build.image_source import ImageReader
+from builders.assembly.image_source import ImageReader
 images = sys.argv[1]
 relatives = [os.path.relpath(os.path.join(folder, name), images) for folder, _, names in os.walk(images)
              for name in names if name.endswith((".jpg", ".png"))]
@@ -125,7 +125,7 @@ FULL_SCALE = {"gemex": 151_025, "rexvqa": 160_000}
 def run_child(code: str, *args: str) -> dict:
     env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1",
            "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, env=env)
+    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, env=env, check=False)
     if result.returncode:
         raise SystemExit(result.stderr)
     return json.loads(result.stdout.strip().splitlines()[-1])

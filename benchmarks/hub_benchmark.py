@@ -57,8 +57,8 @@ def release(dataset: str, images: int, work: Path, downscale: int) -> tuple[Path
 
 
 def build(dataset: str, source: Path, images: Path | None, out: Path, layout: str, cdc: bool) -> float:
-    from builders.build.pipeline import BuildSettings
-    from builders.build.shards import ShardWriter
+    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.shards import ShardWriter
 
     if dataset == "gemex":
         from gemex_dataset.build import build_gemex as build_dataset
@@ -153,7 +153,7 @@ def bench(dataset: str, images: int, downscale: int, work: Path, layouts_wanted:
 
 
 def table(header: list[str], lines: list[list[str]]) -> str:
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(l) + " |" for l in lines])
+    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(line) + " |" for line in lines])
 
 
 def main() -> None:

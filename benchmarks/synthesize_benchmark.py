@@ -41,7 +41,7 @@ def run(dataset: str, scale: int, downscale: int, num_proc: int, work: Path) -> 
     out = work / f"{dataset}-{scale}"
     size = ["--num-images", str(scale)] if dataset == "gemex" else ["--num-studies", str(scale)]
     argv = ["synthesize", dataset, "--out", str(out), *size, "--downscale", str(downscale), "--num-proc", str(num_proc)]
-    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv)], cwd=ROOT, capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv)], cwd=ROOT, capture_output=True, text=True, check=False)
     if result.returncode != 0:
         raise SystemExit(f"{dataset} {scale}: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
     measured = json.loads(result.stdout.strip().splitlines()[-1])

@@ -33,8 +33,8 @@ from torch.utils.data import DataLoader
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-from datasets import load_dataset  # noqa: E402
 import tiny_models  # noqa: E402  (offline tokenizer and the image-only Qwen2.5-VL processor)
+from datasets import load_dataset  # noqa: E402
 from trl.chat_template_utils import get_training_chat_template  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
 
@@ -96,7 +96,7 @@ def build_model_and_processor(preset: dict, max_pixels: int, attn_implementation
 
 def build_synthetic_gemex(workdir: Path, rows: int, image_size: int) -> Path:
     """A real `cxr-vqa` build (embed mode, long side `image_size`) of a synthetic release with at least `rows` training questions."""
-    from builders.build.pipeline import BuildSettings
+    from builders.assembly.pipeline import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate
 

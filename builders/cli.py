@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from builders.secrets import mask_secrets, mask_logged_secrets
+from builders.secrets import mask_logged_secrets, mask_secrets
 
 
 class Terminated(BaseException):
@@ -25,8 +25,8 @@ def _terminate(signum, frame) -> None:
 
 
 def _add_build_options(parser: argparse.ArgumentParser) -> None:
-    from builders.build.pipeline import IMAGE_MODES
-    from builders.build.shards import SHARD_LAYOUTS
+    from builders.assembly.pipeline import IMAGE_MODES
+    from builders.assembly.shards import SHARD_LAYOUTS
 
     parser.add_argument("--source", type=Path, required=True, help="the raw release: a folder (or one annotation file); for ReXVQA the release root or its metadata/")
     parser.add_argument("--out", type=Path, required=True, help="the dataset folder to write")
@@ -47,7 +47,7 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace):
-    from builders.build.pipeline import BuildSettings
+    from builders.assembly.pipeline import BuildSettings
 
     return BuildSettings(source=args.source, out=args.out, images=args.images, image_mode=args.image_mode,
                          image_size=args.image_size, split=args.split, strict=args.strict, overwrite=args.overwrite,
@@ -232,7 +232,7 @@ def _error_line(err: Exception) -> str | None:
         return f"{where}{full}{err.strerror or str(err).splitlines()[0]}"
     from huggingface_hub.errors import HfHubHTTPError
 
-    from builders.build.report import BuildError
+    from builders.assembly.report import BuildError
     from builders.images import ImageError
 
     if isinstance(err, HfHubHTTPError):
@@ -246,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     mask_logged_secrets()
     previous_handler = signal.signal(signal.SIGTERM, _terminate)
     try:
-        from builders.build.lifecycle import stop_point
+        from builders.assembly.lifecycle import stop_point
 
         stop_point("start-up")
         args = parser().parse_args(argv)

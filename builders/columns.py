@@ -36,6 +36,6 @@ def offsets(lengths: np.ndarray) -> pa.Array:
     return pa.array(np.r_[0, np.cumsum(lengths)].astype(np.int32))
 
 
-def empty_lists(rows: int, type_: pa.DataType = pa.string()) -> pa.Array:
+def empty_lists(rows: int, type_: pa.DataType | None = None) -> pa.Array:
     """`rows` empty lists of `type_`."""
-    return pa.ListArray.from_arrays(offsets(np.zeros(rows, dtype=np.int32)), pa.array([], type_))
+    return pa.ListArray.from_arrays(offsets(np.zeros(rows, dtype=np.int32)), pa.array([], type_ or pa.string()))

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from builders.build.lifecycle import stop_point
+from builders.assembly.lifecycle import stop_point
 
 
 def _alive(pid: int) -> bool:

@@ -70,9 +70,11 @@ from pydicom.multival import MultiValue
 from pydicom.pixels import apply_color_lut, apply_modality_lut, apply_voi, get_decoder, pixel_array
 from pydicom.uid import UID
 
-from builders.provenance import IMAGE_TAG_KEY
+IMAGE_TAG_KEY = "cxr-vqa"
+"""The PNG tEXt keyword under which an image carries its tag (JPEG carries it as its COM comment)."""
 
 __all__ = [
+    "IMAGE_TAG_KEY",
     "ImageError",
     "StoredImage",
     "VoiWindow",
@@ -223,9 +225,8 @@ def header_image(path: str | os.PathLike[str]) -> StoredImage:
         dataset = _dcmread(path, path, stop_before_pixels=True)
         width, height = _dicom_size(path, dataset)
         return StoredImage(_absolute(path), None, width, height, width, height, _dicom_tag(dataset))
-    with _decoding(path, "read the image header"):
-        with Image.open(path, formats=list(_PIL_FORMAT.values())) as image:
-            (width, height), tag = image.size, metadata_tag(image.info)
+    with _decoding(path, "read the image header"), Image.open(path, formats=list(_PIL_FORMAT.values())) as image:
+        (width, height), tag = image.size, metadata_tag(image.info)
     return StoredImage(_absolute(path), None, width, height, width, height, tag)
 
 

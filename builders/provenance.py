@@ -33,11 +33,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
+from builders.images import metadata_tag
+
 PROVENANCE_KEY = b"cxr-vqa synthetic provenance v1"
 """Public by design: a mark against accidents, not a secret (see the module docstring)."""
 MANIFEST_NAME = "SYNTHETIC_MANIFEST.json"
-IMAGE_TAG_KEY = "cxr-vqa"
-"""The PNG tEXt keyword of the image tag."""
 STAMP_KEY = "cxr_vqa.provenance"
 """The Parquet key-value metadata key of a shard's stamp."""
 _TAG_PREFIX = "cxr-vqa synthetic image "
@@ -88,8 +88,6 @@ def _manifests_above(path: Path) -> list[Path]:
 def read_image_tag(path: str | os.PathLike[str]) -> str | None:
     """The synthetic tag in an image file's metadata, or None (also for a file that cannot be parsed)."""
     from PIL import Image
-
-    from builders.images import metadata_tag
 
     path = Path(path)
     try:

@@ -16,17 +16,17 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
+from builders.assembly.card import build_configs, release_card_data, render_card
+from builders.assembly.image_source import ImageSource, Loaded
+from builders.assembly.pipeline import BuildSettings, DatasetBuild, Staging
+from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
 from builders.box_frame import frame224_to_pixels_many
 from builders.columns import offsets
-from builders.build.image_source import ImageSource, Loaded
-from builders.build.pipeline import BuildSettings, DatasetBuild, Staging
-from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
-from builders.build.report import BuildError, BuildReport, RecordError, Reject
-from gemex_dataset.features import COLUMN_DOCS, QUESTION_TYPES, features
-from gemex_dataset.prompts import messages_array, to_messages
 from gemex_dataset import per_type_columns
 from gemex_dataset.anatomy import REGIONS
+from gemex_dataset.features import COLUMN_DOCS, QUESTION_TYPES, features
+from gemex_dataset.prompts import messages_array, to_messages
 from gemex_dataset.readers import RawQuestion, find_source_files
 from gemex_dataset.rows import question_row
 

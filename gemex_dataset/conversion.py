@@ -8,7 +8,6 @@ from pathlib import Path
 from datasets import load_dataset
 
 from builders.files import write_text
-
 from gemex_dataset.rows import raw_record
 
 COLUMNS = ["question_type", "question", "choices", "answer", "reason", "boxes_224", "image_path", "row_id"]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from datasets import ClassLabel, Features, Image, List, Value
 
-from builders.build.sft import MESSAGES
+from builders.assembly.sft import MESSAGES
 
 QUESTION_TYPES: tuple[str, ...] = ("open_ended", "closed_ended", "single_choice", "multi_choice")
 """The four question formats, in the paper's order; also the names of the per-type configs."""
@@ -47,7 +47,7 @@ def features(image_mode: str) -> Features:
 
     `none` drops the `image` column; the other two hold an `Image()` (a path for
     `reference`, bytes for `embed`) and `messages`, the row as TRL's chat turns (the
-    `sft` config; `builders/build/sft.py`). Boxes in `boxes` are xyxy in the pixels of the
+    `sft` config; `builders/assembly/sft.py`). Boxes in `boxes` are xyxy in the pixels of the
     stored image (`image_width` x `image_height`); `boxes_224` are the released
     224 x 224 letterbox-frame boxes, unchanged.
     """

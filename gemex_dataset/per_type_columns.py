@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.build.report import Reject
+from builders.assembly.report import Reject
 from builders.columns import empty_lists, offsets, positions, rows_with, true, valid
 from builders.json_blocks import BLOCK_BYTES, LineBlock, line_blocks, read_block
 from gemex_dataset.features import QUESTION_TYPES

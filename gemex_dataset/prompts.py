@@ -27,9 +27,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from builders.assembly.sft import chat_messages, chat_messages_array
 from builders.box_frame import to_model_frame
 from builders.columns import offsets, positions
-from builders.build.sft import chat_messages, chat_messages_array
 from gemex_dataset.features import QUESTION_TYPES
 
 TYPE_PROMPTS: dict[str, str] = {

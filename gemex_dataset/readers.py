@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builders.build.report import Reject
+from builders.assembly.report import Reject
 from builders.json_stream import Damage, LineError, RecordStream, loads_line, open_text
 from schemas import first_error
 

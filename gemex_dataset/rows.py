@@ -13,11 +13,11 @@ import math
 import re
 from dataclasses import dataclass
 
-from builders.build.report import RecordError
+from builders.assembly.report import RecordError
 from gemex_dataset.anatomy import REGIONS
 from gemex_dataset.features import QUESTION_TYPES
-from gemex_dataset.readers import RawQuestion
 from gemex_dataset.prompts import TYPE_PROMPTS
+from gemex_dataset.readers import RawQuestion
 from gemex_dataset.synthetic import LLAVA_Q_TYPES
 
 FAR_OUTSIDE = 22

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy.optimize import linear_sum_assignment
 
-from builders.scoring import extraction
 from builders.box_frame import frame224_to_pixels, to_model_frame
+from builders.scoring import extraction
 from gemex_dataset.features import QUESTION_TYPES
 
 ANSWERED_TYPES = ("closed_ended", "single_choice", "multi_choice")
@@ -221,9 +221,9 @@ def score_gemex(
             score.text[metric] = min(max(value, 0.0), 1.0)
     judge_scores = None
     if judge is not None:
-        from builders.scoring.judge import relative_score
-
         from concurrent.futures import ThreadPoolExecutor
+
+        from builders.scoring.judge import relative_score
 
         with ThreadPoolExecutor(max_workers=max(1, judge_workers)) as pool:
             calls = pool.map(lambda s: judge.judge(s.question, s.reference, s.candidate), scores)

@@ -280,7 +280,7 @@ class JsonArrayWriter:
     """Writes a JSON array one element at a time, byte for byte as `json.dumps(items, indent=1)` would."""
 
     def __init__(self, path: Path):
-        self.file = open(path, "w", encoding="utf-8")
+        self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by close(), one element at a time
         self.count = 0
 
     def add(self, item: dict) -> None:
@@ -315,7 +315,7 @@ class SplitWriter:
             self.csv_file = self._open(folder / f"{split}_images.csv", newline="")
             self.csv = csv.writer(self.csv_file)
             self.csv.writerow(["mimic_image_file_path"])
-        self.counts = {t: 0 for t in QUESTIONS_PER_IMAGE}
+        self.counts = dict.fromkeys(QUESTIONS_PER_IMAGE, 0)
 
     def _open(self, path: Path, **options):
         self.paths.append(path)

@@ -3,7 +3,7 @@
 Two passes, as for GEMeX. The first reads the three `*_vqa_data.json` files, checks
 each question and stages its text columns on disk. The second takes each split's rows
 sorted by study, loads each of the study's images once, and writes the shards
-(`builders.build.shards`: one set per task, or one shared set when images are embedded). A
+(`builders.assembly.shards`: one set per task, or one shared set when images are embedded). A
 study's rows stay in one row group, so its image bytes are stored once per file
 (dictionary-encoded) however many questions name them.
 
@@ -22,15 +22,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
+from builders.assembly.card import build_configs, release_card_data, render_card
+from builders.assembly.image_source import ImageSource, Loaded
+from builders.assembly.pipeline import BuildSettings, DatasetBuild, Staging
+from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
 from builders.columns import empty_lists, offsets
-from builders.build.image_source import ImageSource, Loaded
-from builders.build.pipeline import BuildSettings, DatasetBuild, Staging
-from builders.build.card import build_configs, release_card_data, render_card
 from builders.images import ImageError, StoredImage
-from builders.build.report import BuildError, BuildReport, RecordError, Reject
+from rexvqa_dataset import record_columns
 from rexvqa_dataset.features import COLUMN_DOCS, IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
 from rexvqa_dataset.prompts import messages_array, to_messages
-from rexvqa_dataset import record_columns
 from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder
 from rexvqa_dataset.rows import drop_missing_views, question_row
 

@@ -10,7 +10,7 @@ import re
 
 from datasets import ClassLabel, Features, Image, List, Value
 
-from builders.build.sft import MESSAGES
+from builders.assembly.sft import MESSAGES
 
 TASKS: tuple[str, ...] = (
     "Presence Assessment",

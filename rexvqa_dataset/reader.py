@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.build.report import Reject
+from builders.assembly.report import Reject
 from builders.json_stream import Damage, RecordStream, open_text
 from rexvqa_dataset.features import SPLIT_FILES
 from schemas import first_error

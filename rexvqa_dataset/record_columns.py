@@ -23,7 +23,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.build.report import Reject
+from builders.assembly.report import Reject
 from builders.columns import positions, rows_with, true, valid
 from builders.json_stream import RecordStream, open_text
 from rexvqa_dataset.features import LETTERS, TASKS
@@ -151,7 +151,7 @@ def _extra(record: dict, keep_views: bool) -> str | None:
 @lru_cache(maxsize=256)
 def _extra_keys(keys: tuple[str, ...], keep_views: bool) -> tuple[str, ...]:
     """The keys of a record with these keys that go to `extra` (a release has few key layouts, so this is cached)."""
-    return tuple(key for key in keys if key not in NAMED_KEYS or keep_views and key == "ImageViewPosition")
+    return tuple(key for key in keys if key not in NAMED_KEYS or (keep_views and key == "ImageViewPosition"))
 
 
 def clean_rows(columns: dict[str, pa.Array]) -> np.ndarray:

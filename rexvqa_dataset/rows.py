@@ -16,7 +16,7 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from builders.build.report import RecordError
+from builders.assembly.report import RecordError
 from rexvqa_dataset.features import LETTERS, TASKS
 from rexvqa_dataset.reader import RawRecord
 
@@ -161,7 +161,7 @@ def _surely_same(raw: object, rebuilt: object) -> bool:
 
 def record_differences(record: dict, rebuilt: dict) -> dict:
     """What `extra` must hold for `rebuilt` (the record as the columns give it back) to become `record`."""
-    extra = {key: value for key, value in record.items() if key not in rebuilt or not _surely_same(value, rebuilt[key]) and not same_value(value, rebuilt[key])}
+    extra = {key: value for key, value in record.items() if key not in rebuilt or (not _surely_same(value, rebuilt[key]) and not same_value(value, rebuilt[key]))}
     absent = [key for key in rebuilt if key not in record]
     if absent:
         extra[ABSENT_KEY] = absent

@@ -31,7 +31,8 @@ from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from tqdm.auto import tqdm
 
-from builders.provenance import IMAGE_TAG_KEY, ManifestWriter, image_tag
+from builders.images import IMAGE_TAG_KEY
+from builders.provenance import ManifestWriter, image_tag
 from rexvqa_dataset.features import TASKS
 
 PUBLIC_STUDIES = 160_000
@@ -101,12 +102,12 @@ def _question(rng: random.Random, task: str, finding: str) -> tuple[str, list[st
     location = rng.choice(LOCATIONS)
     if task == "Presence Assessment":
         question, right = f"Is there evidence of {finding} on this chest radiograph?", f"Yes, {finding} is present"
-        wrong = [f"No, the lungs are clear", f"Only {rng.choice(LOCATIONS)} scarring", "The study is non-diagnostic"]
+        wrong = ["No, the lungs are clear", f"Only {rng.choice(LOCATIONS)} scarring", "The study is non-diagnostic"]
     elif task == "Location and Distribution Assessment":
         question, right = f"Where is the {finding} located?", f"In the {location}"
         wrong = [f"In the {loc}" for loc in rng.sample([x for x in LOCATIONS if x != location], 3)]
     elif task == "Negation Assessment":
-        question, right = f"Which finding is NOT present on this radiograph?", finding.capitalize()
+        question, right = "Which finding is NOT present on this radiograph?", finding.capitalize()
         wrong = [f.capitalize() for f in rng.sample([f for fs in FINDINGS.values() for f in fs if f != finding], 3)]
     elif task == "Differential Diagnosis":
         question, right = "What is the most likely diagnosis given the imaging findings?", finding.capitalize()
@@ -173,7 +174,7 @@ def make_study(seed: int, index: int, split: str, downscale: int) -> SyntheticSt
     }
     questions = max(1, round(rng.gauss(QUESTIONS_PER_STUDY, 1.2)))
     records = {}
-    for q in range(questions):
+    for _q in range(questions):
         task = rng.choices(TASKS, weights=TASK_WEIGHTS)[0]
         question, texts, answer, explanation = _question(rng, task, finding)
         record = {"question": question, "options": [f"{'ABCD'[k]}. {t}" for k, t in enumerate(texts)],

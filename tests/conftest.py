@@ -32,7 +32,7 @@ def gemex_release(tmp_path_factory):
 @pytest.fixture(scope="session")
 def gemex_embed(gemex_release, tmp_path_factory):
     """A built GEMeX folder in embed mode, and its report."""
-    from builders.build.pipeline import BuildSettings
+    from builders.assembly.pipeline import BuildSettings
     from gemex_dataset.build import build_gemex
 
     out = tmp_path_factory.mktemp("gemex-built") / "gemex"
@@ -45,7 +45,7 @@ def header_readers(request, monkeypatch):
     """Where a build reads image headers: on threads (a few per chunk, as in these small releases) or
     in worker processes (thousands per chunk; here for any number). Checks after the test that the
     build really read them there."""
-    from builders.build.image_source import ImageSource
+    from builders.assembly.image_source import ImageSource
 
     started = []
     if request.param == "worker processes":

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from builders.build.pipeline import BuildSettings
+from builders.assembly.pipeline import BuildSettings
 
 _cache: dict[str, Path] = {}
 

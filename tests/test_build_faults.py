@@ -1,14 +1,14 @@
 """Real faults on real `cxr-vqa build` processes: kills at named points, signals, a full disk, a race.
 
-`CXR_VQA_STOP_AT=<point>` makes the build stop itself there (`builders.build.lifecycle`);
+`CXR_VQA_STOP_AT=<point>` makes the build stop itself there (`builders.assembly.lifecycle`);
 the test then kills or signals the stopped process, so each fault lands where it is named.
 """
 
 from __future__ import annotations
 
 import json
-import re
 import os
+import re
 import resource
 import shutil
 import signal
@@ -62,7 +62,7 @@ def finish(process: subprocess.Popen) -> tuple[int, str]:
 
 
 def build(release, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(build_command(release, out, *extra), env=quiet_env(), capture_output=True, text=True, timeout=300)
+    return subprocess.run(build_command(release, out, *extra), env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
 
 
 def looks_like_a_dataset(folder: Path) -> bool:
@@ -78,7 +78,7 @@ def test_a_build_killed_at_any_point_leaves_no_dataset_and_the_rerun_cleans_up(g
     process.wait()
     assert not out.exists()
     leftovers = sorted(p.name for p in tmp_path.iterdir())
-    assert leftovers == [f".gemex.lock", f".gemex.partial-{process.pid}"]
+    assert leftovers == [".gemex.lock", f".gemex.partial-{process.pid}"]
     assert not looks_like_a_dataset(tmp_path / leftovers[1]) or point == "card"
 
     rerun = build(gemex_release, out)
@@ -146,7 +146,7 @@ def test_ctrl_c_during_start_up_prints_one_line(gemex_release, tmp_path):
 
 
 def shard_checksums(out: Path) -> dict[str, str]:
-    from builders.build.shards import sha256
+    from builders.assembly.shards import sha256
 
     return {str(p.relative_to(out)): sha256(p) for p in sorted(out.glob("data/**/*.parquet"))}
 
@@ -170,7 +170,7 @@ def test_a_file_size_limit_ends_the_build_cleanly_and_keeps_the_previous_output(
 
 def test_a_full_tmpfs_ends_the_build_cleanly_and_keeps_the_previous_output(gemex_release, tmp_path):
     """A 640 KiB tmpfs in a private mount namespace: room for an annotations-only build, not for the images."""
-    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode:
+    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], capture_output=True, check=False).returncode:
         pytest.skip("no user/mount namespaces here to mount a small tmpfs")
     disk, results = tmp_path / "disk", tmp_path / "results"
     disk.mkdir()
@@ -200,7 +200,7 @@ def test_a_fifo_among_the_images_is_rejected_and_does_not_hang_the_build(gemex_r
     out = tmp_path / "gemex"
     command = build_command(gemex_release, out, "--image-mode", mode)
     command[command.index("--images") + 1] = str(images)
-    done = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "build_report.json").read_text())
     fifo_rejects = [r for r in report["rejects"] if "not a regular file (a FIFO)" in r["reason"]]
@@ -289,11 +289,11 @@ def test_a_script_without_a_main_guard_still_builds_reading_headers_on_threads(r
     out = tmp_path / "gemex"
     script = tmp_path / "build_it.py"
     script.write_text(
-        "from builders.build.pipeline import BuildSettings\n"
+        "from builders.assembly.pipeline import BuildSettings\n"
         "from gemex_dataset.build import build_gemex\n"
         f"build_gemex(BuildSettings(source={str(release_of_thousands.root / 'per_type')!r}, out={str(out)!r}, "
         f"images={str(release_of_thousands.image_root)!r}, image_mode='reference'))\n")
-    done = subprocess.run([sys.executable, str(script)], env=quiet_env(), capture_output=True, text=True, timeout=300)
+    done = subprocess.run([sys.executable, str(script)], env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "build_report.json").read_text())
     assert any(notice.startswith("image headers read on threads: the worker processes stopped") for notice in report["notices"])

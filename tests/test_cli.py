@@ -34,7 +34,7 @@ def test_shard_layout_option(gemex_release, tmp_path):
 
 def test_errors_are_one_line_and_exit_non_zero(tmp_path):
     result = subprocess.run([sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(tmp_path / "nowhere"),
-                             "--out", str(tmp_path / "out"), "--image-mode", "none"], capture_output=True, text=True)
+                             "--out", str(tmp_path / "out"), "--image-mode", "none"], capture_output=True, text=True, check=False)
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0 and "no such file or folder" in result.stderr
 

@@ -3,13 +3,13 @@ import json
 
 import pytest
 from datasets import ClassLabel, Dataset, Features, List, Value
+from scoring_fixtures import TASKS, gemex_rows, rexvqa_rows
 
 from builders.scoring import evaluate
 from builders.scoring.predictions import write_jsonl
 from gemex_dataset import scoring as gemex_scoring
 from gemex_dataset.features import QUESTION_TYPES, features
 from rexvqa_dataset import scoring as rex_scoring
-from scoring_fixtures import TASKS, gemex_rows, rexvqa_rows
 
 
 def _gemex_dir(tmp_path, per_type=6):
@@ -18,7 +18,7 @@ def _gemex_dir(tmp_path, per_type=6):
     schema = features("none")
     for index, kind in enumerate(QUESTION_TYPES):
         full = [
-            {**{k: None for k in schema}, **r, "split": "test", "regions": ["left lung"] * len(r["boxes"]), "q_id": i, "row_id": f"row_{i}"}
+            {**dict.fromkeys(schema), **r, "split": "test", "regions": ["left lung"] * len(r["boxes"]), "q_id": i, "row_id": f"row_{i}"}
             for i, r in enumerate(rows)
             if r["question_type"] == index
         ]
@@ -114,7 +114,7 @@ def test_evaluate_a_real_gemex_build(tmp_path, capsys, image_mode, convention):
     Without images (`none`) the build has no pixel boxes, so boxes are scored in the 224 frame."""
     from datasets import load_dataset
 
-    from builders.build.pipeline import BuildSettings
+    from builders.assembly.pipeline import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate
 
@@ -169,9 +169,10 @@ def test_unknown_split_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_a_built_folder_with_a_preview_config_is_evaluated_on_its_rows_once(tmp_path):
+    from publish_builds import copy_build
+
     from builders.hub.preview import add_preview_config
     from builders.hub.validate import card_configs
-    from publish_builds import copy_build
 
     folder = copy_build("synthetic-embed", tmp_path / "builds", tmp_path / "gemex")
     add_preview_config(folder, n=4, split="test", image=False)

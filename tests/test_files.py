@@ -10,12 +10,11 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
+from test_build_faults import wait_until_stopped
 
 from builders.files import atomic_write, write_text
-from test_build_faults import wait_until_stopped
 
 
 def cxr_vqa(*argv: str, stop_at: str | None = None) -> subprocess.Popen:
@@ -70,10 +69,9 @@ def test_a_killed_preview_leaves_no_page(gemex_embed, tmp_path):
 def test_an_error_while_writing_keeps_the_old_file_and_no_temporary(tmp_path):
     target = tmp_path / "results.json"
     write_text(target, '{"old": true}\n')
-    with pytest.raises(RuntimeError, match="stopped"):
-        with atomic_write(target) as file:
-            file.write('{"new": ')
-            raise RuntimeError("stopped half way")
+    with pytest.raises(RuntimeError, match="stopped"), atomic_write(target) as file:
+        file.write('{"new": ')
+        raise RuntimeError("stopped half way")
     assert target.read_text() == '{"old": true}\n'
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
@@ -88,7 +86,7 @@ def test_a_full_disk_while_writing_a_preview_is_one_line_and_leaves_the_old_file
     process = subprocess.run(
         [sys.executable, "-m", "builders.cli", "preview", str(gemex_embed[0]), "--n", "4", "--out", str(page)],
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 10, 8 << 10)),
-        env={k: v for k, v in os.environ.items() if k != "CXR_VQA_STOP_AT"}, capture_output=True, text=True, timeout=300)
+        env={k: v for k, v in os.environ.items() if k != "CXR_VQA_STOP_AT"}, capture_output=True, text=True, timeout=300, check=False)
     assert process.returncode == 1
     assert process.stderr.splitlines() == [f"cxr-vqa: error: {page}: the disk is full: File too large"]
     assert page.read_text() == "<p>old</p>\n"

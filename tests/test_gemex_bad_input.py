@@ -6,8 +6,8 @@ import shutil
 import pytest
 from datasets import load_dataset
 
-from builders.build.pipeline import BuildSettings
-from builders.build.report import BuildError
+from builders.assembly.pipeline import BuildSettings
+from builders.assembly.report import BuildError
 from gemex_dataset.build import build_gemex
 
 GOOD = {
@@ -90,7 +90,7 @@ def test_malformed_json_line(release, tmp_path):
 
 
 def test_closed_answer_must_be_yes_or_no(release, tmp_path):
-    root, images, image_path = release
+    root, images, _image_path = release
     path = root / "test" / "closed_ended_question.jsonl"
     lines = path.read_text().split("\n")
     record = json.loads(lines[0])

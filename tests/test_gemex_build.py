@@ -1,5 +1,4 @@
 import json
-from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -8,8 +7,8 @@ from datasets import load_dataset, load_dataset_builder
 from huggingface_hub import DatasetCard
 from PIL import Image
 
-from builders.build.pipeline import BuildSettings
-from builders.build.report import BuildError
+from builders.assembly.pipeline import BuildSettings
+from builders.assembly.report import BuildError
 from gemex_dataset.build import build_gemex
 from gemex_dataset.features import QUESTION_TYPES, features
 

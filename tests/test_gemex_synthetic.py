@@ -46,7 +46,7 @@ def test_region_boxes_fall_on_the_drawn_anatomy(gemex_release):
         image = make_image(7, index, 8)
         pixels = np.asarray(Image.open(gemex_release.image_root / image.image_path), dtype=np.float32)
 
-        def mean(region):
+        def mean(region, image=image, pixels=pixels):
             box, _ = frame224_to_pixels(image.region_boxes[region], image.width, image.height)
             x1, y1, x2, y2 = (round(v) for v in box)
             cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 4, (y2 - y1) / 4

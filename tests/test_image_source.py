@@ -7,8 +7,8 @@ import threading
 
 import pytest
 
-from builders.build.image_source import ImageReader, ImageSource
-from builders.build.pipeline import BuildSettings
+from builders.assembly.image_source import ImageReader, ImageSource
+from builders.assembly.pipeline import BuildSettings
 from builders.images import ImageError
 
 

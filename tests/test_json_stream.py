@@ -141,7 +141,7 @@ def test_rexvqa_truncated_file_keeps_the_records_before_the_cut(tmp_path):
 def test_rexvqa_deep_nesting_is_one_reject(tmp_path):
     metadata, files = rexvqa_release(tmp_path)
     records = files["valid_vqa_data.json"]
-    first = list(records)[0]
+    first = next(iter(records))
     spoil(metadata / "valid_vqa_data.json", records, first, b'"question": ', f'"deep": {DEEP}, "question": '.encode())
     report = build_report("rexvqa", tmp_path, metadata)
     [reject] = report["rejects"]
@@ -160,7 +160,7 @@ def test_rexvqa_bom_at_the_start_of_every_file_is_accepted(tmp_path):
 def test_rexvqa_question_id_in_two_splits_keeps_the_first(tmp_path):
     metadata, files = rexvqa_release(tmp_path)
     train, test = files["train_vqa_data.json"], files["test_vqa_data.json"]
-    shared = list(train)[0]
+    shared = next(iter(train))
     test[shared] = next(iter(test.values()))
     (metadata / "test_vqa_data.json").write_text(json.dumps(test, indent=1, allow_nan=True))
     report = build_report("rexvqa", tmp_path, metadata)

@@ -1,5 +1,6 @@
 import json
 import threading
+import typing
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
@@ -10,7 +11,7 @@ from builders.scoring.judge import ChatJudge, JudgeError, Judgement, judge_promp
 class _FakeJudge(BaseHTTPRequestHandler):
     """Scores the reference 8 and the candidate 8 when it matches the reference, else 2; records requests."""
 
-    requests: list = []
+    requests: typing.ClassVar[list] = []
 
     def do_POST(self):
         body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -59,7 +60,7 @@ def test_judge_protocol_against_a_local_server(judge_url, monkeypatch):
 
 def test_unreachable_judge_is_a_clear_error():
     judge = ChatJudge("http://127.0.0.1:9/v1", "m", api_key_env=None, timeout=2)
-    with pytest.raises(JudgeError, match="127.0.0.1:9"):
+    with pytest.raises(JudgeError, match=r"127\.0\.0\.1:9"):
         judge.judge("q", "a", "b")
 
 

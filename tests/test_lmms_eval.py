@@ -24,17 +24,17 @@ pytest.importorskip("lmms_eval", reason="lmms-eval is not installed: pip install
 pytest.importorskip("transformers")
 
 sys.path.insert(0, str(Path(__file__).parent))
-import tiny_models  # noqa: E402
+import tiny_models
 
-from builders import cli  # noqa: E402
-from builders.scoring.text_metrics import installed_metrics  # noqa: E402
-from builders.scoring.evaluate import load_split  # noqa: E402
-from gemex_dataset import scoring as gemex_scoring  # noqa: E402
-from gemex_dataset.prompts import type_prompt  # noqa: E402
-from rexvqa_dataset import scoring as rexvqa_scoring  # noqa: E402
-from rexvqa_dataset.features import TASK_CONFIGS, TASKS  # noqa: E402
-from training_recipes import data  # noqa: E402
-from training_recipes.lmms_eval_tasks import TASKS_DIR  # noqa: E402
+from builders import cli
+from builders.scoring.evaluate import load_split
+from builders.scoring.text_metrics import installed_metrics
+from gemex_dataset import scoring as gemex_scoring
+from gemex_dataset.prompts import type_prompt
+from rexvqa_dataset import scoring as rexvqa_scoring
+from rexvqa_dataset.features import TASK_CONFIGS, TASKS
+from training_recipes import data
+from training_recipes.lmms_eval_tasks import TASKS_DIR
 
 GEMEX_TASKS = {"gemex_open": "open_ended", "gemex_closed": "closed_ended", "gemex_single_choice": "single_choice",
                "gemex_multi_choice": "multi_choice"}

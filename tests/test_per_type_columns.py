@@ -12,7 +12,7 @@ import json
 import pyarrow as pa
 import pytest
 
-from builders.build.report import RecordError, Reject
+from builders.assembly.report import RecordError, Reject
 from gemex_dataset import per_type_columns
 from gemex_dataset.readers import RawQuestion, find_source_files, read_file
 from gemex_dataset.rows import question_row

@@ -10,12 +10,19 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
+from publish_builds import built, copy_build
 
 from builders.cli import main
-from builders.hub.preview import (PREVIEW_IMAGE, add_preview_config, draw_boxes, preview_row, read_rows, render_png,
-                              write_preview)
+from builders.hub.preview import (
+    PREVIEW_IMAGE,
+    add_preview_config,
+    draw_boxes,
+    preview_row,
+    read_rows,
+    render_png,
+    write_preview,
+)
 from builders.hub.validate import validate
-from publish_builds import built, copy_build
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -19,12 +19,12 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import DatasetCard, HfApi, constants
+from publish_builds import built, copy_build
 
-from builders.build.pipeline import BuildSettings
+from builders.assembly.pipeline import BuildSettings
 from builders.cli import main
 from builders.hub.preview import add_preview_config
 from builders.hub.publish import PublishRefused, inspect_build, plan_publish, publish, upload_groups
-from publish_builds import built, copy_build
 
 TOKEN = "hf_recordingServerSecret0123456789"
 
@@ -72,7 +72,7 @@ class RecordingHub(BaseHTTPRequestHandler):
             return self._reply(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in files]})
         if m := re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/commit/([^/?]+)(\?.*)?", self.path):
             lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-            files = {l["value"]["path"]: base64.b64decode(l["value"]["content"]) for l in lines if l["key"] == "file"}
+            files = {line["value"]["path"]: base64.b64decode(line["value"]["content"]) for line in lines if line["key"] == "file"}
             self.commits.append({"repo": m.group(1), "revision": m.group(2), "files": files})
             return self._reply(200, {"commitUrl": f"{endpoint}/datasets/{m.group(1)}/commit/{'a' * 40}", "commitOid": "a" * 40,
                                      "pullRequestUrl": None})
@@ -145,7 +145,7 @@ def test_credentialed_content_goes_private_or_gated(root, visibility):
 
 def record_checksums(folder: Path) -> None:
     """Write the shards' checksums into the build report, as a build that wrote these shards would."""
-    from builders.build.shards import sha256
+    from builders.assembly.shards import sha256
 
     report = json.loads((folder / "build_report.json").read_text())
     report["shards"] = {rel: sha256(folder / rel) for rel in report["shards"]}

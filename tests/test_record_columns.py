@@ -12,7 +12,7 @@ import math
 import pyarrow as pa
 import pytest
 
-from builders.build.report import RecordError, Reject
+from builders.assembly.report import RecordError, Reject
 from rexvqa_dataset import record_columns
 from rexvqa_dataset.build import RexvqaBuild
 from rexvqa_dataset.reader import RawRecord, find_source_files, read_file

@@ -14,9 +14,9 @@ from PIL import Image
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.uid import ExplicitVRLittleEndian, generate_uid
 
-from builders.build.pipeline import BuildSettings
+from builders.assembly.pipeline import BuildSettings
+from builders.assembly.report import BuildError
 from builders.cli import main
-from builders.build.report import BuildError
 from rexvqa_dataset.build import build_rexvqa
 from rexvqa_dataset.features import TASK_CONFIGS, features
 from rexvqa_dataset.rows import raw_record, same_value

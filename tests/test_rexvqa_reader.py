@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from builders.build.report import Reject
+from builders.assembly.report import Reject
 from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder, read_file
 from rexvqa_dataset.rows import RecordError, age_in_years, question_row, raw_record, same_value
 from rexvqa_dataset.synthetic import make_study

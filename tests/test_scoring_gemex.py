@@ -1,6 +1,7 @@
 import random
 
 import pytest
+from scoring_fixtures import gemex_rows
 
 from gemex_dataset.scoring import (
     box_iou,
@@ -10,7 +11,6 @@ from gemex_dataset.scoring import (
     reference_reply,
     score_gemex,
 )
-from scoring_fixtures import gemex_rows
 
 FAST = ("rougeL", "bleu1")
 

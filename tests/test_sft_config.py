@@ -5,16 +5,16 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from datasets import load_dataset  # noqa: E402
-from transformers import Trainer, TrainingArguments  # noqa: E402
-from trl import SFTConfig, SFTTrainer  # noqa: E402
-from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
+import tiny_models
+from datasets import load_dataset
+from transformers import Trainer, TrainingArguments
+from trl import SFTConfig, SFTTrainer
+from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
-from builders.build.pipeline import BuildSettings  # noqa: E402
-from gemex_dataset.build import build_gemex  # noqa: E402
-from rexvqa_dataset.build import build_rexvqa  # noqa: E402
-from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
-import tiny_models  # noqa: E402
+from builders.assembly.pipeline import BuildSettings
+from gemex_dataset.build import build_gemex
+from rexvqa_dataset.build import build_rexvqa
+from rexvqa_dataset.synthetic import generate as generate_rexvqa
 
 
 @pytest.fixture(scope="module")

@@ -1,8 +1,9 @@
+import itertools
 import random
 
 import pyarrow as pa
 
-from builders.build.pipeline import Staging
+from builders.assembly.pipeline import Staging
 
 
 def test_sorted_batches_are_stable_and_never_cut_a_run_of_one_key(tmp_path):
@@ -15,7 +16,7 @@ def test_sorted_batches_are_stable_and_never_cut_a_run_of_one_key(tmp_path):
     chunks = list(staging.sorted_batches("train", "image_path"))
     assert [r for chunk in chunks for r in chunk.to_pylist()] == sorted(rows, key=lambda r: r["image_path"])
     keys = [set(chunk.column("image_path").to_pylist()) for chunk in chunks]
-    assert all(not (a & b) for a, b in zip(keys, keys[1:]))
+    assert all(not (a & b) for a, b in itertools.pairwise(keys))
     longest_run = max(sum(r["image_path"] == key for r in rows) for key in {r["image_path"] for r in rows})
     assert all(len(chunk) < 7 + longest_run for chunk in chunks)
 

@@ -183,7 +183,7 @@ def chat_template_accepts_system(processor) -> bool:
     ]
     try:
         rendered = processor.apply_chat_template(probe, tokenize=False)
-    except Exception:  # jinja2 TemplateError from raise_exception, or a template indexing error
+    except Exception:  # noqa: BLE001 - jinja2 TemplateError from raise_exception, or a template indexing error
         return False
     return "SYSTEM-PROBE" in rendered
 

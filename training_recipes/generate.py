@@ -22,7 +22,6 @@ from datasets import Dataset, load_dataset
 from transformers import AutoModelForImageTextToText, AutoProcessor, HfArgumentParser
 
 from builders.files import write_text
-
 from training_recipes.data import ConversationSettings, dataset_kind, row_images, settings_for, to_messages
 
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from datasets import Features
 from PIL import Image, ImageDraw, ImageFont
 
-from builders.build.card import config_info, load_card, set_card_section, update_card
+from builders.assembly.card import config_info, load_card, set_card_section, update_card
 from builders.files import atomic_path, write_text
 from builders.hub.validate import card_configs, config_shards, default_config
 from builders.provenance import folder_synthetic, stamp_table

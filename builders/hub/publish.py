@@ -42,11 +42,11 @@ from typing import Literal
 import pyarrow.parquet as pq
 from huggingface_hub import HfApi, get_token
 
-from builders.build.card import load_card, update_card
-from builders.build.shards import count_rows
+from builders.assembly.card import load_card, update_card
+from builders.assembly.shards import count_rows
 from builders.files import write_text
-from builders.provenance import folder_synthetic
 from builders.hub.validate import card_configs, check_ready, config_shards
+from builders.provenance import folder_synthetic
 
 Visibility = Literal["private", "gated", "public"]
 IMAGE_COLUMNS = ("image", "images")

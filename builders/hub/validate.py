@@ -22,7 +22,6 @@ the rule it breaks, so a failure reads as one line:
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -37,7 +36,7 @@ from datasets.naming import INVALID_WINDOWS_CHARACTERS_IN_PATH
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
-from builders.build.shards import count_rows, sha256
+from builders.assembly.shards import count_rows, sha256
 
 ID_COLUMN = "question_id"
 
@@ -217,7 +216,7 @@ def check_viewer_rows(folder: Path, name: str, config: dict) -> list[Problem]:
         viewer = [value for path in paths for value in pq.read_table(path, columns=[column]).column(column).to_pylist()]
         try:
             returned = [row[column] for row in load_dataset(str(folder), name, split=split, streaming=True, columns=[column])]
-        except Exception as err:  # whatever datasets raises for a config it cannot read
+        except Exception as err:  # noqa: BLE001 - whatever datasets raises for a config it cannot read
             problems.append(Problem(_rel(folder, paths[0]), "viewer-rows", f"config {name!r} split {split!r}: load_dataset fails: {err}"))
             continue
         if sorted(map(str, viewer)) != sorted(map(str, returned)):

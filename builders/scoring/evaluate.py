@@ -21,11 +21,18 @@ from pathlib import Path
 
 from builders.box_frame import BOX_CONVENTIONS
 from builders.files import write_text
-from builders.scoring.judge import JudgeError
-from builders.secrets import mask_secrets
-from builders.scoring.predictions import PredictionsCheck, PredictionsError, match_to_split, read_predictions, rexrank_record, write_rexrank
-from builders.scoring.text_metrics import BERTSCORE_NOTE, MissingExtraError
 from builders.hub.validate import card_configs, config_shards, default_config
+from builders.scoring.judge import JudgeError
+from builders.scoring.predictions import (
+    PredictionsCheck,
+    PredictionsError,
+    match_to_split,
+    read_predictions,
+    rexrank_record,
+    write_rexrank,
+)
+from builders.scoring.text_metrics import BERTSCORE_NOTE, MissingExtraError
+from builders.secrets import mask_secrets
 
 BENCHMARKS = ("gemex", "rexvqa")
 BASELINES = ("random", "majority")
@@ -159,8 +166,8 @@ def rexvqa_table(result: dict) -> str:
 
 
 def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
-    from gemex_dataset import scoring
     from builders.scoring import text_metrics
+    from gemex_dataset import scoring
 
     rows = load_split(args.dataset, args.split, scoring.COLUMNS, ("question_id", "question_type", "answer", "reason", "boxes"))
     predictions, check, source = _predictions(args, rows, scoring)

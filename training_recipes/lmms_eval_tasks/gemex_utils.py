@@ -38,7 +38,7 @@ def metric_names(question_type: int | str) -> list[str]:
 
 def process_results(doc: dict, results: list[str]) -> dict:
     item = harness.scored_item(doc, results, scoring.COLUMNS)
-    return {name: item for name in metric_names(doc["question_type"])}
+    return dict.fromkeys(metric_names(doc["question_type"]), item)
 
 
 def score(items: list[dict], metric: str) -> float | None:

@@ -30,7 +30,7 @@ from builders.images import ImageError, StoredImage, embed_image, header_image, 
 from builders.provenance import Provenance
 
 if TYPE_CHECKING:
-    from builders.build.pipeline import BuildSettings
+    from builders.assembly.pipeline import BuildSettings
 
 log = logging.getLogger("cxr_vqa")
 Loaded = StoredImage | ImageError

@@ -1,8 +1,8 @@
-"""What every dataset build shares: settings, staging, the steps of a build (images: `builders.build.image_source`).
+"""What every dataset build shares: settings, staging, the steps of a build (images: `builders.assembly.image_source`).
 
 A build writes into a hidden `.<name>.partial-<pid>` folder beside the output, under the
 output's lock, and renames it into place only when everything (shards, card, report) is
-written (`builders.build.lifecycle`): a failed, interrupted or killed build leaves nothing
+written (`builders.assembly.lifecycle`): a failed, interrupted or killed build leaves nothing
 that looks like a dataset, and an existing output is replaced only with `overwrite`.
 """
 
@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import errno
 import gc
+import itertools
 import os
 import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
-from contextlib import contextmanager
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -23,11 +24,11 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.build.card import load_card
-from builders.build.image_source import ImageSource, Loaded
-from builders.build.lifecycle import staged_output, stop_point
-from builders.build.report import BuildError, BuildReport, Reject
-from builders.build.shards import SHARD_LAYOUTS, SplitShards, sha256
+from builders.assembly.card import load_card
+from builders.assembly.image_source import ImageSource, Loaded
+from builders.assembly.lifecycle import staged_output, stop_point
+from builders.assembly.report import BuildError, BuildReport, Reject
+from builders.assembly.shards import SHARD_LAYOUTS, SplitShards, sha256
 from builders.provenance import Provenance
 
 IMAGE_MODES = ("reference", "embed", "none")
@@ -50,7 +51,7 @@ class BuildSettings:
 
     @property
     def shared_shards(self) -> bool:
-        """Whether every config reads one shared shard set per split (see `builders.build.shards`): only when asked for."""
+        """Whether every config reads one shared shard set per split (see `builders.assembly.shards`): only when asked for."""
         return self.shard_layout == "shared"
 
     def check(self) -> None:
@@ -182,7 +183,7 @@ class Staging:
             bucket_rank = np.concatenate(ranks.pop(bucket))
             table = table.take(pa.array(np.argsort(bucket_rank, kind="stable")))
             bounds = chunk_ends[bucket * chunks_per_bucket:(bucket + 1) * chunks_per_bucket + 1]
-            for begin, end in zip(bounds[:-1], bounds[1:]):
+            for begin, end in itertools.pairwise(bounds):
                 yield table.slice(int(begin - bounds[0]), int(end - begin))
             del table
             bucket_path.unlink()

@@ -20,10 +20,10 @@ import os
 import shutil
 import signal
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
-from builders.build.report import BuildError
+from builders.assembly.report import BuildError
 
 STOP_AT_ENV = "CXR_VQA_STOP_AT"
 STOP_POINTS = ("start-up", "reading", "shards", "card", "renaming", "atomic-write")
@@ -83,10 +83,8 @@ def output_lock(out: Path) -> Iterator[None]:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
-        try:
+        with suppress(FileNotFoundError):
             os.unlink(path)
-        except FileNotFoundError:
-            pass
         os.close(fd)
 
 

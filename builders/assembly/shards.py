@@ -30,6 +30,7 @@ question type or task):
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 from collections import Counter, deque
 from collections.abc import Callable
@@ -128,7 +129,7 @@ class ShardWriter:
         self.image_columns = _binary_columns(self.schema)
         self.text_schema = pa.schema([f for f in self.schema if f.name not in self.image_fields])
         # Encoded images do not compress: zstd on them costs time and saves nothing.
-        self.compression = {column: "zstd" for column in _leaf_columns(self.schema)} | {c: "none" for c in self.image_columns}
+        self.compression = dict.fromkeys(_leaf_columns(self.schema), "zstd") | dict.fromkeys(self.image_columns, "none")
         self.pending: list[dict] = []
         self.pending_tables: list[pa.Table] = []
         self.pending_bytes = 0
@@ -216,10 +217,8 @@ class ShardWriter:
         again (a full disk) and, left to the finaliser, print a second traceback."""
         self.writing.shutdown(wait=True, cancel_futures=True)
         if self.writer is not None:
-            try:
+            with contextlib.suppress(OSError):
                 self.writer.close()
-            except OSError:
-                pass
             self.writer.is_open = False
 
     def close(self) -> list[Path]:

@@ -15,7 +15,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 
-
 @dataclass
 class Reject:
     """A raw record (or a whole file, `record=None`) that will not become a row, and why."""

@@ -17,7 +17,7 @@ from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
 
-from builders.build.shards import SHARED_PREFIX, count_rows
+from builders.assembly.shards import SHARED_PREFIX, count_rows
 
 SPLIT_ORDER = ("train", "validation", "test")
 
@@ -37,7 +37,8 @@ def config_entry(splits: list[str], patterns: list[str], checksums: dict[str, st
     files; the shards' checksums in `description` make a rebuilt folder load afresh.
     """
     digest = hashlib.sha256("".join(sorted(checksums.values())).encode()).hexdigest()[:16]
-    paths = lambda split: [f"data/{split}/{p}" for p in patterns] if len(patterns) > 1 else f"data/{split}/{patterns[0]}"
+    def paths(split):
+        return [f"data/{split}/{p}" for p in patterns] if len(patterns) > 1 else f"data/{split}/{patterns[0]}"
     entry = {"data_files": [{"split": split, "path": paths(split)} for split in splits]}
     if filters is not None:
         entry["filters"] = filters
