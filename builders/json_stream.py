@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
+from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -112,27 +113,55 @@ class Damage:
     reason: str
 
 
+_KEY_PATTERN = r'"(?:[^"\\\n]|\\.)*"'
+_OBJECT_RECORD_START = {"object": _KEY_PATTERN + r"\s*:\s*\{", "array": r"\{"}
+"""A record start that structure alone cannot place: an object-valued member, as any nested object also looks."""
+_INDENTED_START = {"object": _KEY_PATTERN + r"[ \t]*:", "array": r"[^\s\]]"}
+"""A record start on a line of its own at the records' indentation, which nested values never share."""
+_LOOSE_START = {kind: re.compile(rf"(?:(?<=[,\[{{\n])|^)[ \t\r\n]*(?={start})") for kind, start in _OBJECT_RECORD_START.items()}
+_NEXT_OBJECT_RECORD = {kind: re.compile(rf"\s*{start}") for kind, start in _OBJECT_RECORD_START.items()}
+_FORGET_AFTER = 4096
+"""While resynchronising, text this far behind the search is dropped: a failed parse costs the decoder the
+offset it fails at (it counts the lines before it), so that offset must stay near the record tried."""
+_LONGEST_START = 1024
+"""Characters a record start's pattern may need past its first one: near the buffer's end, a match waits for more text."""
+
+
 class RecordStream:
     """The records of one JSON object keyed by id (`kind="object"`) or JSON array (`kind="array"`).
 
     Iterating yields `(record, value)` for each record that parses, `record` being the id or
     `index N`, and a `Damage` for each region that does not. Memory holds one record's text
-    (and, after damage, the text up to the next record start).
+    (and, after damage, a few KiB before the next record start).
+
+    A record is taken only when it is certainly whole. In a pretty-printed file a record that
+    spans lines must end with its closing bracket first on its line: a record that a stray
+    bracket inside it closes early ends after a value on the same line. A record on one line
+    must be followed by `,` and a record start alike (another `"<id>": {` or `{`), the closing
+    bracket, or the end of the file. After damage, reading resynchronises at the next line at
+    the records' indentation (learnt from the records read) that starts a record, or, in a
+    file on one line, at the next `"<id>": {` or `{` whose record and the next two are whole.
+    The search and the parses it tries go over each character a bounded number of times:
+    `work` counts the characters the decoder and the search went over.
     """
 
-    def __init__(self, file: TextIO, kind: Literal["object", "array"], block: int = 1 << 20):
+    def __init__(self, file: TextIO, kind: Literal["object", "array"], block: int = 1 << 16):
         self.file, self.kind, self.block = file, kind, block
+        self.opener, self.closer = _OPENER[kind], _CLOSER[kind]
         self.text, self.pos, self.consumed, self.eof = "", 0, 0, False
         self.holds_bad_bytes = False  # whether the text held may have undecodable bytes: only then is a record searched for them
-        self.record_start: re.Pattern | None = None
+        self.indents: Counter[str] = Counter()  # the indentation of the records read whole on lines of their own
         self.key: str | None = None  # the id of the record being read, once its key has parsed
+        self.record_end = 0  # where the record last read ends
+        self.record_indent: str | None = None  # and its indentation, if it starts a line
+        self.work = 0
 
     # -- buffer ---------------------------------------------------------------------------------
 
-    def _more(self) -> bool:
+    def _more(self, at_least: int = 0) -> bool:
         if self.eof:
             return False
-        data = self.file.read(self.block)
+        data = self.file.read(max(self.block, at_least))
         if not data:
             self.eof = True
             return False
@@ -140,14 +169,17 @@ class RecordStream:
         self.holds_bad_bytes = self.holds_bad_bytes or _has_bad_bytes(data)
         return True
 
+    def _forget(self, before: int) -> None:
+        """Drop the text before offset `before`; offsets held elsewhere must be moved by the caller."""
+        self.consumed += before
+        self.text, self.pos = self.text[before:], self.pos - before
+        self.holds_bad_bytes = self.holds_bad_bytes and _has_bad_bytes(self.text)
+
     def _forget_read(self) -> None:
         """Drop the text before the current position once it is a block's worth (copying what is left after
         every record cost a buffer's copy per record); called only between records so positions stay valid within one."""
-        if self.pos < self.block:
-            return
-        self.consumed += self.pos
-        self.text, self.pos = self.text[self.pos:], 0
-        self.holds_bad_bytes = self.holds_bad_bytes and _has_bad_bytes(self.text)
+        if self.pos >= self.block:
+            self._forget(self.pos)
 
     def _peek(self) -> str:
         while True:
@@ -161,10 +193,16 @@ class RecordStream:
             try:
                 value, end = _DECODER.raw_decode(self.text, self.pos)
             except json.JSONDecodeError as err:
-                # Only a cut at the buffer's end is worth more text; a bad token fails again wherever the buffer ends.
-                if self._cut(err) and self._more():
+                self.work += err.pos
+                # Only a cut at the buffer's end is worth more text (as much again as the record holds, so a long
+                # record is parsed a bounded number of times); a bad token fails again wherever the buffer ends.
+                if self._cut(err) and self._more(len(self.text) - self.pos):
                     continue
                 raise
+            except RecursionError:
+                self.work += len(self.text)
+                raise
+            self.work += end - self.pos
             if end == len(self.text) and self._more():  # a number may go on in the next block
                 continue
             self.pos = end
@@ -174,11 +212,14 @@ class RecordStream:
         """Whether `err` comes from the text ending (a cut), not from a bad token."""
         return err.pos >= len(self.text) - 16 or err.msg.startswith("Unterminated string")
 
+    def _error(self, message: str, at: int) -> json.JSONDecodeError:
+        self.work += at
+        return json.JSONDecodeError(message, self.text, at)
+
     def _expect(self, char: str) -> None:
         if self._peek() != char:
             found = self.text[self.pos:self.pos + 1]
-            raise json.JSONDecodeError(f"expected {char!r}, found {found!r}" if found else f"expected {char!r}, found the end of the file",
-                                       self.text, self.pos)
+            raise self._error(f"expected {char!r}, found {found!r}" if found else f"expected {char!r}, found the end of the file", self.pos)
         self.pos += 1
 
     # -- records --------------------------------------------------------------------------------
@@ -188,10 +229,62 @@ class RecordStream:
             return f"index {index}", self._value()
         key = self._value()
         if not isinstance(key, str):
-            raise json.JSONDecodeError("expected a record id (a string)", self.text, self.pos)
+            raise self._error("expected a record id (a string)", self.pos)
         self.key = key
         self._expect(":")
         return key, self._value()
+
+    def _closes_at(self, indent: str | None, start: int, end: int) -> bool | None:
+        """Whether the value in `text[start:end]`, which spans lines, ends with its closing bracket first on its
+        line, at `indent` when that is known; None for a value on one line."""
+        last_line = self.text.rfind("\n", start, end - 1)
+        if last_line < 0:
+            return None
+        lead = self.text[last_line + 1:end - 1]
+        return lead == indent if indent is not None else not lead.strip(" \t\r")
+
+    def _indent(self, start: int) -> str | None:
+        """The indentation of a record starting at `start`, if it starts a line."""
+        line = self.text.rfind("\n", max(0, start - 256), start)
+        lead = self.text[line + 1:start]
+        return lead if line >= 0 and not lead.strip(" \t\r") else None
+
+    def _record(self, index: int) -> tuple[str, object, str, bool | None]:
+        """The record at the current position: (label, value, what follows it, whether it closed on its own line).
+
+        Raises JSONDecodeError where it does not parse or is not certainly whole; the position is then left inside it.
+        """
+        self._peek()
+        start = self.pos
+        indent = self.record_indent = self._indent(start)
+        if indent is not None and (records := self._records_indent()) is not None and indent != records:
+            raise self._error(f"the record starts at an indentation of {len(indent)}, the file's records at {len(records)}", start)
+        label, value = self._member(index)
+        end = self.record_end = self.pos
+        own_line = self._closes_at(indent, start, end)
+        if own_line is False:
+            raise self._error("the record ends early: its closing bracket is not on a line of its own at the indentation "
+                              "it opened at (a stray bracket inside it?)", end - 1)
+        after = self._peek()
+        if after == "," and own_line is None and isinstance(value, dict) and not self._object_record_at(self.pos + 1):
+            raise self._error("the record may end early: what follows its ',' starts no record (a stray bracket inside it?)", self.pos)
+        if after not in (",", self.closer, ""):
+            if own_line:
+                return label, value, after, own_line
+            raise self._error(f"expected ',' or {self.closer!r} after the record", self.pos)
+        return label, value, after, own_line
+
+    def _object_record_at(self, at: int) -> bool:
+        """Whether an object-valued record starts at `at` (after whitespace), or only whitespace and the closing bracket follow."""
+        while len(self.text) < at + _LONGEST_START and self._more():
+            pass
+        if _NEXT_OBJECT_RECORD[self.kind].match(self.text, at):
+            return True
+        saved, self.pos = self.pos, at
+        try:
+            return self._peek() in (self.closer, "")
+        finally:
+            self.pos = saved
 
     def _label_at(self, start: int, index: int) -> str:
         if self.kind == "array":
@@ -201,27 +294,38 @@ class RecordStream:
         key = _KEY.match(self.text, start)
         return printable(key.group(1)) if key else f"the record after index {index - 1}" if index else "the first record"
 
-    def _learn_layout(self) -> None:
-        """The pattern of a top-level record start, from the whitespace before the first record."""
-        lead = _SPACE.match(self.text, self.pos).group()
-        indent = re.escape(lead[lead.rindex("\n"):]) if "\n" in lead else r"(?<=[,\[{])\s*"
-        start = r'"(?:[^"\\\n]|\\.)*"\s*:\s*\{' if self.kind == "object" else r"\{"
-        self.record_start = re.compile(f"{indent}(?={start})")
+    def _records_indent(self) -> str | None:
+        """The indentation of the file's records: the most common among the records read whole on lines of their
+        own; None before the first (or in a file on one line)."""
+        indented = [(n, indent) for indent, n in self.indents.items() if indent]
+        return max(indented)[1] if indented else None
 
-    def _starts_record(self, at: int, look_ahead: int = 3) -> bool:
-        """Whether a top-level record starts at `at`: it and the next records (up to `look_ahead`) parse,
-        each followed by `,` or by the closing bracket and the end of the file."""
+    def _start_pattern(self) -> tuple[re.Pattern, bool]:
+        """The pattern of a top-level record start, and whether it is exact (a pretty-printed file's indentation)."""
+        indent = self._records_indent()
+        if indent is not None:
+            return re.compile(f"\\n{re.escape(indent)}(?={_INDENTED_START[self.kind]})"), True
+        return _LOOSE_START[self.kind], False
+
+    def _starts_record(self, at: int, exact: bool, look_ahead: int = 3) -> bool:
+        """Whether a top-level record starts at `at`: it is whole; where its indentation does not say it
+        is a record (a file on one line, or no record read yet), the next records (up to `look_ahead`)
+        are whole too, at the same indentation, the last followed by the closing bracket and the end of the file."""
         saved, key = self.pos, self.key
         self.pos = at
         try:
+            indents = set()
             for _ in range(look_ahead):
-                self._member(0)
-                after = self._peek()
-                self.pos += 1
-                if after == _CLOSER[self.kind]:
-                    return self._peek() == ""
-                if after != ",":
+                _, _, after, own_line = self._record(0)
+                if exact and own_line:
+                    return True
+                indents.add(self.record_indent)
+                if len(indents) > 1:
                     return False
+                if after != ",":
+                    self.pos += after == self.closer
+                    return after == self.closer and self._peek() == ""
+                self.pos += 1
             return True
         except (json.JSONDecodeError, RecursionError):
             return False
@@ -229,66 +333,115 @@ class RecordStream:
             self.pos, self.key = saved, key
 
     def _resync(self, search_from: int) -> bool:
-        """Move to the next top-level record start at or after `search_from`; False if the file has none."""
+        """Move to the next top-level record start at or after `search_from`; False if the file has none.
+
+        The search goes forward only, dropping the text behind it, so a damaged run costs time in proportion to its length.
+        """
+        pattern, exact = self._start_pattern()
+        at = search_from
         while True:
-            for match in self.record_start.finditer(self.text, search_from):
-                if self._starts_record(match.end()):
-                    self.pos = match.end()
+            if at > _FORGET_AFTER:
+                self._forget(at - 1)
+                at = 1
+            match = pattern.search(self.text, at)
+            self.work += (match.end() if match else len(self.text)) - at
+            if match and (self.eof or match.start() < len(self.text) - _LONGEST_START):
+                if self._starts_record(match.start(), exact):
+                    self.pos = match.start()
                     return True
-            search_from = max(search_from, len(self.text) - 256)
+                at = max(match.end(), match.start() + 1)
+                continue
             if not self._more():
-                return False
+                if match is None:
+                    return False
+                continue
+            at = max(at, len(self.text) - self.block - _LONGEST_START)
+
+    def _damage(self, start: int, index: int, label: str | None, err: Exception) -> tuple[Damage, bool]:
+        """The damage of the record at `start` that failed with `err`, and whether reading can go on after it."""
+        label = printable(label) if label is not None else self._label_at(start, index)
+        if isinstance(err, RecursionError):
+            reason = "JSON nested too deeply to read"
+        else:
+            reason = f"malformed JSON at character {self.consumed + err.pos}: {err.msg}"
+        cut = isinstance(err, json.JSONDecodeError) and self._cut(err)
+        if not self._resync(start + 1):
+            return Damage(label, f"{reason}; " + ("the file ends inside this record" if cut else "no record after it can be read")), False
+        return Damage(label, reason), True
 
     def __iter__(self) -> Iterator[tuple[str, object] | Damage]:
-        opener, closer = _OPENER[self.kind], _CLOSER[self.kind]
-        if self._peek() != opener:
-            what = "a JSON object keyed by record id" if self.kind == "object" else "a JSON array of records"
-            yield Damage(None, f"expected {what}; none of its records can be read")
-            return
-        self.pos += 1
-        self._learn_layout()
-        if self._peek() == closer:
+        if self._peek() == self.opener:
             self.pos += 1
-            yield from self._end()
-            return
+        else:
+            what = "a JSON object keyed by record id" if self.kind == "object" else "a JSON array of records"
+            at = self.consumed + self.pos
+            if not self._resync(0):
+                yield Damage(None, f"expected {what}; none of its records can be read")
+                return
+            yield Damage(None, f"expected {what}, found {self.text[at - self.consumed:at - self.consumed + 1]!r} at character {at}"
+                               f"; reading starts at the first record found, character {self.consumed + self.pos}")
+        if self._peek() == self.closer:
+            self.pos += 1
+            if (yield from self._end(None)):
+                return
         index = 0
         while True:
             self._forget_read()
+            if self._peek() == "":
+                yield Damage(None, f"the file ends without its closing {self.closer!r} (cut after a record?)")
+                return
             start, label, self.key = self.pos, None, None
             try:
-                label, value = self._member(index)
-                after = self._peek()
-                if after not in (",", closer):
-                    raise json.JSONDecodeError(f"expected ',' or {closer!r} after the record", self.text, self.pos)
+                label, value, after, own_line = self._record(index)
             except (json.JSONDecodeError, RecursionError) as err:
-                label = printable(label) if label is not None else self._label_at(start, index)
-                if isinstance(err, RecursionError):
-                    reason, search_from = "JSON nested too deeply to read", start + 1
-                else:
-                    reason, search_from = f"malformed JSON at character {self.consumed + err.pos}: {err.msg}", max(start + 1, err.pos)
-                if not self._resync(search_from):
-                    cut = isinstance(err, json.JSONDecodeError) and self._cut(err)
-                    yield Damage(label, f"{reason}; " + ("the file ends inside this record" if cut else "no record after it can be read"))
+                damage, more = self._damage(start, index, label, err)
+                yield damage
+                if not more:
                     return
-                yield Damage(label, reason)
                 index += 1
                 continue
-            bad = bad_utf8_at(self.text, start, self.pos) if self.holds_bad_bytes else None
-            lone = None
-            if _SURROGATE_ESCAPE.search(self.text, start, self.pos):
-                lone = "the record id" if _has_bad_bytes(label) else lone_surrogate(value)
-            if bad is not None:
-                yield Damage(printable(label), f"not valid UTF-8 at character {self.consumed + start + bad}")
-            elif lone:
-                yield Damage(printable(label), lone_surrogate_reason(lone))
-            else:
-                yield label, value
+            if own_line and (indent := self._indent(start)) is not None:
+                self.indents[indent] += 1
+            yield self._checked(start, label, value)
             index += 1
-            self.pos += 1
-            if after == closer:
-                yield from self._end()
+            if after == ",":
+                self.pos += 1
+                continue
+            if after == self.closer:
+                self.pos += 1
+                if (yield from self._end(label)):
+                    return
+                continue
+            if after == "":
+                yield Damage(None, f"the file ends without its closing {self.closer!r} (cut after a record?)")
                 return
+            at = self.consumed + self.pos
+            if not self._resync(self.record_end):
+                yield Damage(f"after {printable(label)}", f"unexpected {after!r} at character {at} after the record; no record after it can be read")
+                return
+            yield Damage(f"after {printable(label)}", f"unexpected {after!r} at character {at} after the record")
 
-    def _end(self) -> Iterator[Damage]:
-        if self._peek() != "":
-            yield Damage(None, f"text after the end of the top-level JSON value at character {self.consumed + self.pos}")
+    def _checked(self, start: int, label: str, value: object) -> tuple[str, object] | Damage:
+        """The record, or its damage where its text holds bad UTF-8 or a lone surrogate."""
+        if self.holds_bad_bytes and (bad := bad_utf8_at(self.text, start, self.pos)) is not None:
+            return Damage(printable(label), f"not valid UTF-8 at character {self.consumed + start + bad}")
+        if _SURROGATE_ESCAPE.search(self.text, start, self.pos):
+            lone = "the record id" if _has_bad_bytes(label) else lone_surrogate(value)
+            if lone:
+                return Damage(printable(label), lone_surrogate_reason(lone))
+        return label, value
+
+    def _end(self, last: str | None) -> Iterator[Damage]:
+        """After the closing bracket: nothing, or damage; True (the generator's value) where the file ends here.
+
+        A closing bracket with records after it was a stray one: reading goes on at the next record.
+        """
+        closed_at = self.pos
+        if self._peek() == "":
+            return True
+        at = self.consumed + self.pos
+        if self._resync(closed_at):
+            yield Damage(None if last is None else f"after {printable(last)}", f"unexpected {self.closer!r} at character {self.consumed + closed_at - 1} between records")
+            return False
+        yield Damage(None, f"text after the end of the top-level JSON value at character {at}")
+        return True

@@ -230,3 +230,101 @@ def test_gemex_deep_nesting_and_bom(gemex_raw, tmp_path):
     [reject] = report["rejects"]
     assert reject["record"] == "line 2" and "nested too deeply" in reject["reason"]
     assert report["records_read"] == expected and report["rows_written"] == expected - 1
+
+
+# ---------------------------------------------------------------------------------------------
+# Damage that the first reader let cost intact records (issue 27)
+
+
+def pretty_llava(n: int, spoilt: range = range(0)) -> tuple[list[dict], str]:
+    """`n` LLaVA-like records and their file as released (`indent=1`), a bad token in the records `spoilt`."""
+    records = [{"conversations": [{"from": "human", "value": f"<image>\nq{k}"}, {"from": "gpt", "value": f"<answer> a{k}"}],
+                "row_id": k, "image": f"p10/p1/s{k}/d{k}.jpg"} for k in range(n)]
+    return records, pretty(list(enumerate(records)), "array", spoilt, '"row_id": ')
+
+
+def pretty_rexvqa(n: int, spoilt: range = range(0)) -> tuple[dict[str, dict], str]:
+    """`n` ReXVQA-like records keyed by id and their file as released (`indent=1`), a bad token in the records `spoilt`."""
+    records = {f"{k:06d}_q": {"question": f"q{k}", "options": ["A. x", "B. y"], "ImagePath": [f"i{k}.png"], "nested": {"a": {"b": k}}}
+               for k in range(n)}
+    return records, pretty(list(enumerate(records.items())), "object", spoilt, '"question": ')
+
+
+def pretty(items: list[tuple[int, object]], kind: str, spoilt: range, field: str) -> str:
+    """`json.dumps(records, indent=1)`, written a record at a time so that a record can be spoilt on its own."""
+    parts = []
+    for k, item in items:
+        text = json.dumps(item[1] if kind == "object" else item, indent=1).replace("\n", "\n ")
+        if k in spoilt:
+            text = text.replace(field, field + "oops ", 1)
+        parts.append(f"{json.dumps(item[0])}: {text}" if kind == "object" else text)
+    opener, closer = ("{", "}") if kind == "object" else ("[", "]")
+    return f"{opener}\n " + ",\n ".join(parts) + f"\n{closer}"
+
+
+def read_items(text: str, kind: str, block: int = 1 << 16) -> tuple[list, list[Damage]]:
+    items = list(RecordStream(io.StringIO(text), kind, block=block))
+    return [i for i in items if not isinstance(i, Damage)], [i for i in items if isinstance(i, Damage)]
+
+
+@pytest.mark.parametrize("kind", ["array", "object"])
+@pytest.mark.parametrize("block", [1 << 10, 1 << 16, 1 << 20])
+def test_damage_longer_than_the_block_costs_only_its_records(kind, block):
+    """A damaged run crossing the read block used to end the file: the search skipped the text read while trying candidates."""
+    size = len(pretty_llava(1)[1] if kind == "array" else pretty_rexvqa(1)[1])
+    damaged = range(20, 20 + 3 * block // size)
+    records, text = pretty_llava(damaged.stop + 20, damaged) if kind == "array" else pretty_rexvqa(damaged.stop + 20, damaged)
+    values = records if kind == "array" else list(records.values())
+    read, damage = read_items(text, kind, block)
+    assert [v for _, v in read] == values[:damaged.start] + values[damaged.stop:]
+    assert len(damage) == 1 and damage[0].record in ("index 20", "000020_q")
+
+
+def test_a_stray_bracket_after_a_llava_record_does_not_end_the_file():
+    records, text = pretty_llava(21)
+    end_of_3 = text.index("\n },\n {", text.index('"row_id": 3')) + 3
+    read, damage = read_items(text[:end_of_3] + "]" + text[end_of_3:], "array")
+    assert [v for _, v in read] == records and len(damage) == 1 and "']'" in damage[0].reason
+
+
+def test_a_stray_brace_inside_a_rexvqa_record_rejects_it_and_reads_no_nested_key():
+    records, text = pretty_rexvqa(20)
+    at = text.index('"question": "q5"') + len('"question": "q5"')
+    read, damage = read_items(text[:at] + "}" + text[at:], "object")
+    assert [k for k, _ in read] == [k for k in records if k != "000005_q"]
+    assert [d.record for d in damage] == ["000005_q"] and "ends early" in damage[0].reason
+
+
+@pytest.mark.parametrize("kind", ["array", "object"])
+@pytest.mark.parametrize("at", [0, 1, 2])
+@pytest.mark.parametrize("change", ["delete", "}", "]", "\n"])
+def test_damage_before_the_first_record_keeps_the_records(kind, at, change):
+    records, text = pretty_llava(5) if kind == "array" else pretty_rexvqa(5)
+    values = records if kind == "array" else list(records.values())
+    spoilt = text[:at] + text[at + 1:] if change == "delete" else text[:at] + change + text[at + 1:]
+    read, damage = read_items(spoilt, kind)
+    assert [v for _, v in read][-4:] == values[1:] and len(damage) <= 1
+
+
+@pytest.mark.parametrize("kind", ["array", "object"])
+def test_a_file_cut_just_before_its_closing_bracket_keeps_its_last_record(kind):
+    text = pretty_llava(5)[1] if kind == "array" else pretty_rexvqa(5)[1]
+    read, damage = read_items(text.rstrip()[:-1], kind)
+    assert len(read) == 5 and [d.record for d in damage] == [None] and "ends without its closing" in damage[0].reason
+
+
+@pytest.mark.parametrize("indent", [1, None])
+def test_resync_work_is_linear_in_the_damaged_run(indent):
+    """The characters the decoder and the search go over grow as the damaged run does (they grew as its square:
+    each failed parse counted the lines of everything held before it)."""
+    def work(damaged: int) -> tuple[int, int]:
+        spoilt = range(10, 10 + damaged)
+        text = pretty_rexvqa(damaged + 20, spoilt)[1]
+        if indent is None:
+            text = json.dumps(pretty_rexvqa(damaged + 20)[0]).replace('"question": ', '"question": oops ', damaged + 10)
+            text = text.replace('"question": oops ', '"question": ', 10)
+        stream = RecordStream(io.StringIO(text), "object")
+        assert len([i for i in stream if not isinstance(i, Damage)]) == 20
+        return stream.work, len(text)
+    (small, small_text), (large, large_text) = work(500), work(4000)
+    assert large / small < 1.2 * large_text / small_text and large < 40 * large_text
