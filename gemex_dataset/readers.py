@@ -13,6 +13,7 @@ import codecs
 import csv
 import json
 import re
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -196,7 +197,44 @@ def _csv_paths(path: Path) -> list[str]:
     return [row["mimic_image_file_path"] for row in rows]
 
 
+def _image_lines(path: Path) -> Iterator[tuple[int, int, bytes]]:
+    """(line number, CSV row, bytes) of each line that is not blank: the k-th such line is the k-th row's image."""
+    with open(path, "rb") as f:
+        lines = (line for line in enumerate(f, start=1) if line[1].removeprefix(codecs.BOM_UTF8).strip())
+        for row, (number, raw) in enumerate(lines):
+            yield number, row, raw
+
+
+def _grouped_line(file: str, number: int, raw: bytes) -> dict | Reject:
+    value = json_line(file, number, raw)
+    if isinstance(value, Reject):
+        return value
+    error = _schema_error("gemex_grouped", value)
+    return Reject(file, f"line {number}", error[0], error[1]) if error else value
+
+
+def _first_misaligned(src: SourceFile, paths: list[str]) -> int:
+    """The first line from which lines and CSV rows may part, when their counts differ: the first line that is
+    not one image's questions (a line cut in two, two run together) or whose CSV row is not one image path;
+    line 1 where none is (a row lost from the CSV leaves no trace)."""
+    from gemex_dataset.rows import path_ids  # rows imports this module
+
+    for number, row, raw in _image_lines(src.path):
+        if row >= len(paths):
+            break
+        if path_ids(paths[row].removeprefix("files/").lstrip("/"))[0] is None or isinstance(_grouped_line(str(src.path), number, raw), Reject):
+            return number
+    return 1
+
+
 def read_grouped(src: SourceFile) -> Iterator[RawQuestion | Reject]:
+    """The questions of a grouped JSON Lines file: the k-th line that is not blank is the image of the CSV's k-th row.
+
+    The lines name no image, so a line and its image are tied by position alone. Where the file has
+    another number of lines than the CSV has rows (a newline lost, or one added inside a line), the
+    lines from the first one where they may part (`_first_misaligned`) are rejected, each naming its
+    line: their images cannot be told, and a question is never put on another image.
+    """
     file = str(src.path)
     if src.csv is None:
         yield Reject(file, None, None, "no single CSV with column 'mimic_image_file_path' beside this grouped JSON Lines file")
@@ -206,27 +244,31 @@ def read_grouped(src: SourceFile) -> Iterator[RawQuestion | Reject]:
     except (ValueError, UnicodeDecodeError) as err:
         yield Reject(str(src.csv), None, None, str(err))
         return
-    for row, (number, value) in enumerate(_json_lines(src.path)):
+    lines = sum(1 for _ in _image_lines(src.path))
+    parted = sys.maxsize if lines == len(paths) else _first_misaligned(src, paths)
+    for number, row, raw in _image_lines(src.path):
+        if number >= parted:
+            yield Reject(file, f"line {number}", "mimic_image_file_path",
+                         f"{lines} lines for the {len(paths)} rows of {src.csv.name}, which may part from line {parted} on: "
+                         "the image of this line's questions cannot be told")
+            continue
+        value = _grouped_line(file, number, raw)
         if isinstance(value, Reject):
             yield value
             continue
-        error = _schema_error("gemex_grouped", value)
-        if error:
-            yield Reject(file, f"line {number}", error[0], error[1])
-            continue
-        if row >= len(paths):
-            yield Reject(file, f"line {number}", "mimic_image_file_path", f"{src.csv.name} has no row {row + 1} for this line")
-            continue
-        image_path = paths[row].removeprefix("files/").lstrip("/")
-        for group, items in value.items():
-            for k, qa in enumerate(items):
-                data = {"question": qa["question"]}
-                if "choices" in qa:
-                    data["choices"] = qa["choices"]
-                data.update({"type": None, "answer": qa["answer"], "reason": qa["reason"],
-                             "visual_regions": qa.get("visual_regions"), "visual_locations": qa["visual_locations"],
-                             "image_path": image_path, "ori_report": None, "q_id": None, "row_id": f"row_{row}"})
-                yield RawQuestion(file, f"line {number}, {group}[{k}]", "grouped", src.split, LLAVA_Q_TYPES[group], data)
+        yield from _grouped_questions(src, number, row, value, paths[row].removeprefix("files/").lstrip("/"))
+
+
+def _grouped_questions(src: SourceFile, number: int, row: int, value: dict, image_path: str) -> Iterator[RawQuestion]:
+    for group, items in value.items():
+        for k, qa in enumerate(items):
+            data = {"question": qa["question"]}
+            if "choices" in qa:
+                data["choices"] = qa["choices"]
+            data.update({"type": None, "answer": qa["answer"], "reason": qa["reason"],
+                         "visual_regions": qa.get("visual_regions"), "visual_locations": qa["visual_locations"],
+                         "image_path": image_path, "ori_report": None, "q_id": None, "row_id": f"row_{row}"})
+            yield RawQuestion(str(src.path), f"line {number}, {group}[{k}]", "grouped", src.split, LLAVA_Q_TYPES[group], data)
 
 
 READERS = {"per_type": read_per_type, "llava": read_llava, "grouped": read_grouped}

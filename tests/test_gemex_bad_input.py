@@ -163,3 +163,50 @@ def test_strict_fails_on_the_first_reject_and_leaves_nothing(release, tmp_path):
         build_gemex(BuildSettings(source=root, out=tmp_path / "strict", images=images, strict=True))
     assert not (tmp_path / "strict").exists()
     assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []
+
+
+# ---------------------------------------------------------------------------------------------
+# Grouped JSON Lines + CSV: a line's image is its CSV row, by position; a newline lost or added
+# must not move questions onto other images (issue 27)
+
+
+def grouped_pairs(folder) -> list[tuple[str, str]]:
+    """(image path, question) of every question of a grouped release, lines matched to CSV rows as released."""
+    paths = [line.removeprefix("files/") for line in next(folder.glob("*.csv")).read_text().split("\n")[1:] if line]
+    lines = [json.loads(line) for line in next(folder.glob("*.jsonl")).read_text().split("\n") if line]
+    return [(path, qa["question"]) for path, line in zip(paths, lines, strict=True) for items in line.values() for qa in items]
+
+
+@pytest.mark.parametrize("damage", ["newline deleted", "newline inserted in a line", "blank line inserted", "CSV row deleted"])
+def test_grouped_lines_and_csv_rows_never_part_silently(gemex_release, tmp_path, damage):
+    folder = tmp_path / "release" / "train"
+    shutil.copytree(gemex_release.root / "grouped" / "train", folder)
+    released = grouped_pairs(folder)
+    questions, table = next(folder.glob("*.jsonl")), next(folder.glob("*.csv"))
+    lines = questions.read_text().split("\n")
+    assert len(lines) > 4
+    if damage == "newline deleted":
+        lines[2:4] = [lines[2] + lines[3]]
+    elif damage == "newline inserted in a line":
+        lines[2:3] = [lines[2][:30], lines[2][30:]]
+    elif damage == "blank line inserted":
+        lines.insert(2, "")
+    else:
+        rows = table.read_text().split("\n")
+        table.write_text("\n".join(rows[:3] + rows[4:]))
+    questions.write_text("\n".join(lines))
+    if damage == "CSV row deleted":  # no trace of where: no line can be placed, so the build stops naming the first
+        with pytest.raises(BuildError, match=r"line 1, field mimic_image_file_path: .* cannot be told"):
+            build_gemex(BuildSettings(source=tmp_path / "release", out=tmp_path / "out", image_mode="none", overwrite=True))
+        return
+    report = build_gemex(BuildSettings(source=tmp_path / "release", out=tmp_path / "out", image_mode="none", overwrite=True))
+    assert report.records_read == report.rows_written + report.rejected
+    ds = load_dataset("parquet", data_files=str(tmp_path / "out" / "data" / "**" / "*.parquet"), split="train")
+    assert {(row["image_path"], row["question"]) for row in ds} <= set(released)
+    if damage == "blank line inserted":
+        assert report.rejected == 0 and ds.num_rows == len(released)
+        return
+    parted = [r for r in report.rejects if r.field == "mimic_image_file_path"]
+    assert parted and {r.record for r in parted} >= {f"line {n}" for n in range(4, len(lines) + 1) if lines[n - 1]}
+    assert all("cannot be told" in r.reason and r.file == str(questions) for r in parted)
+    assert ds.num_rows > 0
