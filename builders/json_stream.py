@@ -17,6 +17,7 @@ from __future__ import annotations
 import codecs
 import json
 import re
+import sys
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -43,6 +44,15 @@ def printable(text: str) -> str:
         return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
     except UnicodeEncodeError:
         return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def name_not_utf8(path: Path) -> str | None:
+    """`path` shown with `\\xNN` escapes where its name is not UTF-8 (no column or report can hold it), else None."""
+    name = str(path)
+    return printable(name) if _has_bad_bytes(name) else None
+
+
+NAME_NOT_UTF8 = "the file's name is not UTF-8 (shown with \\x escapes), so no row or report could name it: rename the file to read it"
 
 
 def lone_surrogate(value: object, where: str = "$") -> str | None:
@@ -84,8 +94,26 @@ def _has_bad_bytes(text: str) -> bool:
     return False
 
 
+def too_long_integer(text: str, start: int = 0) -> tuple[str | None, str, int]:
+    """(field, reason, offset) of the first integer at or after `start` with more digits than Python reads.
+
+    Python's `int` refuses a string of more than `sys.get_int_max_str_digits()` digits (4,300 by
+    default, against a denial of service), so its json raises a plain ValueError, with no position.
+    """
+    limit = sys.get_int_max_str_digits()
+    found = re.compile(rf'(?:"((?:[^"\\\n]|\\.)*)"\s*:\s*)?-?([0-9]{{{limit + 1},}})').search(text, start)
+    if found is None:
+        return None, f"an integer of more than {limit} digits, more than Python reads", start
+    field = printable(found.group(1)) if found.group(1) is not None else None
+    return field, f"an integer of {len(found.group(2))} digits, more than Python reads ({limit})", found.start(2)
+
+
 class LineError(ValueError):
-    """A JSON Lines line that cannot be read; the message is the reject's reason."""
+    """A JSON Lines line that cannot be read; the message is the reject's reason, `field` the field at fault if known."""
+
+    def __init__(self, reason: str, field: str | None = None):
+        super().__init__(reason)
+        self.field = field
 
 
 def loads_line(raw: bytes) -> object:
@@ -100,6 +128,9 @@ def loads_line(raw: bytes) -> object:
         raise LineError(f"malformed JSON: {err.msg} at column {err.colno}") from None
     except RecursionError:
         raise LineError("JSON nested too deeply to read") from None
+    except ValueError:
+        field, reason, _ = too_long_integer(text)
+        raise LineError(reason, field) from None
     if _SURROGATE_ESCAPE.search(text) and (where := lone_surrogate(value)):
         raise LineError(lone_surrogate_reason(where))
     return value
@@ -111,6 +142,7 @@ class Damage:
 
     record: str | None
     reason: str
+    field: str | None = None
 
 
 _KEY_PATTERN = r'"(?:[^"\\\n]|\\.)*"'
@@ -154,6 +186,7 @@ class RecordStream:
         self.key: str | None = None  # the id of the record being read, once its key has parsed
         self.record_end = 0  # where the record last read ends
         self.record_indent: str | None = None  # and its indentation, if it starts a line
+        self.damaged_field: str | None = None  # the field a record's damage was found in, where known
         self.work = 0
 
     # -- buffer ---------------------------------------------------------------------------------
@@ -202,6 +235,9 @@ class RecordStream:
             except RecursionError:
                 self.work += len(self.text)
                 raise
+            except ValueError:
+                self.damaged_field, reason, at = too_long_integer(self.text, self.pos)
+                raise self._error(reason, at) from None
             self.work += end - self.pos
             if end == len(self.text) and self._more():  # a number may go on in the next block
                 continue
@@ -360,14 +396,15 @@ class RecordStream:
     def _damage(self, start: int, index: int, label: str | None, err: Exception) -> tuple[Damage, bool]:
         """The damage of the record at `start` that failed with `err`, and whether reading can go on after it."""
         label = printable(label) if label is not None else self._label_at(start, index)
+        field = self.damaged_field
         if isinstance(err, RecursionError):
             reason = "JSON nested too deeply to read"
         else:
             reason = f"malformed JSON at character {self.consumed + err.pos}: {err.msg}"
         cut = isinstance(err, json.JSONDecodeError) and self._cut(err)
         if not self._resync(start + 1):
-            return Damage(label, f"{reason}; " + ("the file ends inside this record" if cut else "no record after it can be read")), False
-        return Damage(label, reason), True
+            return Damage(label, f"{reason}; " + ("the file ends inside this record" if cut else "no record after it can be read"), field), False
+        return Damage(label, reason, field), True
 
     def __iter__(self) -> Iterator[tuple[str, object] | Damage]:
         if self._peek() == self.opener:
@@ -390,7 +427,7 @@ class RecordStream:
             if self._peek() == "":
                 yield Damage(None, f"the file ends without its closing {self.closer!r} (cut after a record?)")
                 return
-            start, label, self.key = self.pos, None, None
+            start, label, self.key, self.damaged_field = self.pos, None, None, None
             try:
                 label, value, after, own_line = self._record(index)
             except (json.JSONDecodeError, RecursionError) as err:

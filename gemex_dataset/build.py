@@ -8,7 +8,7 @@ image's pixels, drops repeated questions, and writes one shard set per question 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -37,6 +37,8 @@ class GemexBuild(DatasetBuild):
     def __init__(self, settings: BuildSettings):
         super().__init__(settings, BuildReport("gemex", settings.to_dict()))
         self.features = features(settings.image_mode)
+        self.image_names: dict[str, dict[str, str]] = {}  # split -> an image's short name (its dicom_id) -> the first image path with it
+        self.shared_names: dict[str, set[str]] = {}  # split -> the short names that more than one image path has
 
     def staging_schema(self) -> pa.Schema:
         text = [f for f in features("none").arrow_schema if f.name not in IMAGE_COLUMNS]
@@ -75,6 +77,7 @@ class GemexBuild(DatasetBuild):
             self.report.count_unknown("region", region)
         del row["question_id"]
         row["_file"], row["_record"] = raw.file, raw.record
+        self.note_images(raw.split, [(row["image_path"], row["dicom_id"])])
         staging.add(raw.split, row)
 
     def stage_questions(self, staging: Staging, split: str, table: pa.Table) -> None:
@@ -84,7 +87,17 @@ class GemexBuild(DatasetBuild):
         unknown = regions.filter(pc.invert(pc.is_in(regions, pa.array(sorted(REGIONS)))))
         for item in pc.value_counts(unknown).to_pylist():
             self.report.count_unknown("region", item["values"], item["counts"])
+        images = table.select(["image_path", "dicom_id"]).group_by(["image_path", "dicom_id"], use_threads=False).aggregate([])
+        self.note_images(split, zip(images["image_path"].to_pylist(), images["dicom_id"].to_pylist()))
         staging.add_table(split, table)
+
+    def note_images(self, split: str, images: Iterable[tuple[str, str | None]]) -> None:
+        """Note each image's short name (`short_name`), to find those that two image paths share (`question_ids`)."""
+        names, shared = self.image_names.setdefault(split, {}), self.shared_names.setdefault(split, set())
+        for path, dicom_id in images:
+            name = short_name(path, dicom_id)
+            if names.setdefault(name, path) != path:
+                shared.add(name)
 
     def attach_images(self, rows: list[dict]) -> Iterator[tuple[list[dict], StoredImage | ImageError]]:
         """Rows grouped by image, each group with its loaded image.
@@ -105,12 +118,12 @@ class GemexBuild(DatasetBuild):
 
         The same question twice on one image (type, question, choices and answer) is rejected,
         the first kept. The id is `<split>/<dicom_id>/<question_type>/<n>`, n counting the image's
-        questions of that type in release order.
+        questions of that type in release order (`question_ids`).
         """
         repeat_of = repeated_questions(table)
         repeats = np.flatnonzero(repeat_of >= 0).tolist()
         kept = table.filter(pa.array(repeat_of < 0)) if repeats else table
-        kept = kept.append_column("question_id", question_ids(split, kept))
+        kept = kept.append_column("question_id", question_ids(split, kept, self.shared_names.get(split, set())))
         if repeats:
             first_id = dict(zip(np.flatnonzero(repeat_of < 0).tolist(), kept["question_id"].to_pylist()))
             for row in repeats:
@@ -242,10 +255,17 @@ def repeated_questions(table: pa.Table) -> np.ndarray:
     return repeat_of
 
 
-def question_ids(split: str, table: pa.Table) -> pa.Array:
-    """`<split>/<dicom_id>/<question_type>/<n>` for rows sorted by image: n counts the image's questions of the type in order.
+def short_name(image_path: str, dicom_id: str | None) -> str:
+    """What names an image in its question ids: its dicom_id, or for a path that is not MIMIC-CXR's the path less its extension."""
+    return dicom_id if dicom_id is not None else image_path.rsplit(".", 1)[0]
 
-    An image path that is not MIMIC-CXR's names the image by the path less its extension.
+
+def question_ids(split: str, table: pa.Table, shared_names: set[str] = frozenset()) -> pa.Array:
+    """`<split>/<image>/<question_type>/<n>` for rows sorted by image: n counts the image's questions of the type in order.
+
+    `<image>` is the image's `short_name` (its dicom_id), unique by construction: where two image
+    paths of the split share it (`shared_names`: the same file name under two subjects), each
+    image is named by its whole path instead.
     """
     n = table.num_rows
     if n == 0:
@@ -262,6 +282,8 @@ def question_ids(split: str, table: pa.Table) -> pa.Array:
     ordinal[order] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
     stem = pc.list_element(pc.split_pattern(paths, ".", max_splits=1, reverse=True), 0)
     key = pc.if_else(pc.is_valid(table["dicom_id"]), table["dicom_id"], stem)
+    if shared_names:
+        key = pc.if_else(pc.is_in(key, pa.array(sorted(shared_names), pa.string())), paths, key)
     names = pa.array(QUESTION_TYPES).take(pa.array(qtype))
     return pc.binary_join_element_wise(pa.scalar(split), key, names, pc.cast(pa.array(ordinal), pa.string()), "/")
 

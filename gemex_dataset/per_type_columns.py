@@ -20,6 +20,7 @@ import pyarrow.compute as pc
 from builders.assembly.report import Reject
 from builders.columns import empty_lists, offsets, positions, rows_with, true, valid
 from builders.json_blocks import BLOCK_BYTES, LineBlock, line_blocks, read_block
+from builders.json_stream import name_not_utf8
 from gemex_dataset.features import QUESTION_TYPES
 from gemex_dataset.readers import PER_TYPE_FILES, RawQuestion, SourceFile, json_line, per_type_question, read_file
 from gemex_dataset.rows import FAR_OUTSIDE, PATH_PATTERN
@@ -53,7 +54,7 @@ def read(src: SourceFile, block_bytes: int = BLOCK_BYTES) -> Iterator[pa.Table |
     Tables hold staged rows (`staged_rows`); the questions and rejects between them are those
     the record path read, in release order.
     """
-    if src.layout != "per_type" or src.split is None or src.path.stat().st_size == 0:
+    if src.layout != "per_type" or src.split is None or name_not_utf8(src.path) or src.path.stat().st_size == 0:
         yield from read_file(src)
         return
     qtype = PER_TYPE_FILES[src.path.name]

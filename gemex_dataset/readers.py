@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from builders.assembly.report import Reject
-from builders.json_stream import Damage, LineError, RecordStream, loads_line, open_text
+from builders.json_stream import NAME_NOT_UTF8, Damage, LineError, RecordStream, loads_line, name_not_utf8, open_text
 from schemas import first_error
 
 PER_TYPE_FILES = {f"{t}_question.jsonl": t for t in ("open_ended", "closed_ended", "single_choice", "multi_choice")}
@@ -88,7 +88,7 @@ def json_line(file: str, number: int, raw: bytes) -> dict | Reject | None:
     try:
         value = loads_line(raw)
     except LineError as err:
-        return Reject(file, f"line {number}", None, str(err))
+        return Reject(file, f"line {number}", err.field, str(err))
     if not isinstance(value, dict):
         return Reject(file, f"line {number}", None, f"expected a JSON object, got {type(value).__name__}")
     return value
@@ -174,7 +174,7 @@ def read_llava(src: SourceFile) -> Iterator[RawQuestion | Reject]:
     with open_text(src.path) as f:
         for item in RecordStream(f, "array"):
             if isinstance(item, Damage):
-                yield Reject(file, item.record, None, item.reason)
+                yield Reject(file, item.record, item.field, item.reason)
                 continue
             where, record = item
             error = _schema_error("gemex_llava", record)
@@ -276,6 +276,9 @@ READERS = {"per_type": read_per_type, "llava": read_llava, "grouped": read_group
 
 def read_file(src: SourceFile) -> Iterator[RawQuestion | Reject]:
     """Every question of one annotation file, or the reasons it could not be read."""
+    if shown := name_not_utf8(src.path):
+        yield Reject(shown, None, None, NAME_NOT_UTF8)
+        return
     if src.split is None:
         yield Reject(str(src.path), None, None, "cannot tell the split: put the file in a train/valid/test folder or pass --split")
         return

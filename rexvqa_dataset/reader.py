@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from builders.assembly.report import Reject
-from builders.json_stream import Damage, RecordStream, open_text
+from builders.json_stream import NAME_NOT_UTF8, Damage, RecordStream, name_not_utf8, open_text
 from rexvqa_dataset.features import SPLIT_FILES
 from schemas import first_error
 
@@ -54,6 +54,9 @@ def read_file(path: Path, split: str) -> Iterator[RawRecord | Reject]:
     (bad JSON, bad UTF-8, nesting too deep) is one reject naming the record it touches, and
     reading goes on at the next question id.
     """
+    if shown := name_not_utf8(path):
+        yield Reject(shown, None, None, NAME_NOT_UTF8)
+        return
     file, seen = str(path), set()
     with open_text(path) as f:
         for item in RecordStream(f, "object"):
@@ -66,7 +69,7 @@ def stream_reject(file: str, item: Damage | tuple[str, object], seen: set[str]) 
     A question id is remembered in `seen` once it names an object.
     """
     if isinstance(item, Damage):
-        return Reject(file, item.record, None, item.reason)
+        return Reject(file, item.record, item.field, item.reason)
     question_id, record = item
     if not isinstance(record, dict):
         return Reject(file, str(question_id), None, f"expected a JSON object, got {type(record).__name__}")

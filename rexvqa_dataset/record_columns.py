@@ -25,9 +25,9 @@ import pyarrow.compute as pc
 
 from builders.assembly.report import Reject
 from builders.columns import positions, rows_with, true, valid
-from builders.json_stream import RecordStream, open_text
+from builders.json_stream import RecordStream, name_not_utf8, open_text
 from rexvqa_dataset.features import LETTERS, TASKS
-from rexvqa_dataset.reader import RawRecord, checked_record, stream_reject
+from rexvqa_dataset.reader import RawRecord, checked_record, read_file, stream_reject
 from rexvqa_dataset.rows import NAMED_KEYS, REPORT_FIELDS, TEXT_FIELDS, YEARS_PER_UNIT, aligned_views
 
 BATCH_RECORDS = 8192
@@ -49,6 +49,9 @@ def read(path: Path, split: str, batch_records: int = BATCH_RECORDS, seen: set[s
 
     `seen` (empty) is filled with the file's question ids, for the caller to find them in later files.
     """
+    if name_not_utf8(path):
+        yield from read_file(path, split)
+        return
     file, seen = str(path), set() if seen is None else seen
     pending: list[tuple[str, dict] | RawRecord | Reject] = []
     with open_text(path) as f:

@@ -87,7 +87,8 @@ def _text_list(value: object) -> list[str | None]:
 
 
 def _validation_code(value: object) -> int | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or is_nan(value) or value != int(value):
+    """The code as an int32 column holds it, else None (the value is then kept as released in `extra`)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
         return None
     return int(value) if -(2**31) <= value < 2**31 else None
 

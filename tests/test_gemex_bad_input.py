@@ -210,3 +210,20 @@ def test_grouped_lines_and_csv_rows_never_part_silently(gemex_release, tmp_path,
     assert parted and {r.record for r in parted} >= {f"line {n}" for n in range(4, len(lines) + 1) if lines[n - 1]}
     assert all("cannot be told" in r.reason and r.file == str(questions) for r in parted)
     assert ds.num_rows > 0
+
+
+def test_one_dicom_file_name_under_two_subjects_gives_two_question_ids(release, tmp_path):
+    """The same file name under two subjects is two images; their questions got one id each pair (issue 27)."""
+    root, _, path = release
+    other = path.replace(path.split("/")[1], "p10000001", 1)
+    assert other != path and other.rsplit("/", 1)[1] == path.rsplit("/", 1)[1]
+    write_multi(root, [good(path), good(other)])
+    report = build_gemex(BuildSettings(source=root, out=tmp_path / "out", image_mode="none", overwrite=True))
+    assert report.rejected == 0
+    ds = load_dataset("parquet", data_files=str(tmp_path / "out" / "data" / "**" / "*.parquet"), split="train")
+    ids = ds["question_id"]
+    assert len(ids) == len(set(ids))
+    multi = {row["image_path"]: row["question_id"] for row in ds if row["question_type"] == 3}
+    assert multi == {path: f"test/{path}/multi_choice/0", other: f"test/{other}/multi_choice/0"}
+    dicom_named = [i for i, p in zip(ids, ds["image_path"]) if p not in multi]
+    assert dicom_named and all(i.split("/")[1] == p.rsplit("/", 1)[1][:-4] for i, p in zip(dicom_named, [p for p in ds["image_path"] if p not in multi]))

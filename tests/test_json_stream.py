@@ -328,3 +328,56 @@ def test_resync_work_is_linear_in_the_damaged_run(indent):
         return stream.work, len(text)
     (small, small_text), (large, large_text) = work(500), work(4000)
     assert large / small < 1.2 * large_text / small_text and large < 40 * large_text
+
+
+# ---------------------------------------------------------------------------------------------
+# One valid value must not stop a build (issue 27): each is one reject naming file, record, field
+
+LONG = b"1" * 5000
+
+
+def test_rexvqa_a_5000_digit_integer_is_one_reject_and_an_infinite_code_is_kept(tmp_path):
+    metadata, files = rexvqa_release(tmp_path)
+    train, test = files["train_vqa_data.json"], files["test_vqa_data.json"]
+    second, infinite = list(train)[1], next(iter(test))
+    spoil(metadata / "train_vqa_data.json", train, second, b'"question": ', b'"big": ' + LONG + b', "question": ')
+    spoil(metadata / "test_vqa_data.json", test, infinite, b'"validation_code": ', b'"validation_code": 1e400, "was": ')
+    report = build_report("rexvqa", tmp_path, metadata)
+    [reject] = report["rejects"]
+    assert (reject["record"], reject["field"]) == (second, "big") and "5000 digits" in reject["reason"]
+    assert report["rows_written"] == sum(len(r) for r in files.values()) - 1
+    from datasets import load_dataset
+    row = load_dataset("parquet", data_files=str(tmp_path / "out" / "data" / "test" / "*.parquet"), split="train").filter(
+        lambda r: r["question_id"] == infinite)[0]
+    assert row["validation_code"] is None and json.loads(row["extra"])["validation_code"] == math.inf
+
+
+def test_gemex_huge_integers_are_one_reject_each(gemex_raw, tmp_path):
+    folder = per_type_copy(gemex_raw, tmp_path)
+    multi, closed = folder / "multi_choice_question.jsonl", folder / "closed_ended_question.jsonl"
+    lines = multi.read_text().split("\n")
+    lines[1] = lines[1].replace('"q_id": 1,', f'"q_id": {2**63},')
+    multi.write_text("\n".join(lines))
+    lines = closed.read_text().split("\n")
+    lines[0] = lines[0].replace('"q_id": 0,', f'"q_id": {LONG.decode()},')
+    closed.write_text("\n".join(lines))
+    llava = tmp_path / "release" / "train" / "conversations.json"
+    llava.parent.mkdir()
+    records = json.loads((gemex_raw.root / "llava" / "train" / "train_conversations.json").read_text())
+    llava.write_bytes(json.dumps(records, indent=1).encode().replace(b'"row_id": 0,', b'"row_id": ' + LONG + b",", 1))
+    report = build_report("gemex", tmp_path, tmp_path / "release")
+    found = {(r["file"].rsplit("/", 1)[1], r["record"], r["field"]) for r in report["rejects"]}
+    assert found == {("multi_choice_question.jsonl", "line 2", "q_id"), ("closed_ended_question.jsonl", "line 1", "q_id"),
+                     ("conversations.json", "index 0", "row_id")}
+
+
+def test_an_annotation_file_whose_name_is_not_utf8_is_one_reject_shown_escaped(gemex_raw, tmp_path):
+    import os
+    path, records = llava_copy(gemex_raw, tmp_path)
+    other = os.path.join(os.fsencode(path.parent), b"more-\xff.json")
+    with open(other, "wb") as f:
+        f.write(path.read_bytes())
+    report = build_report("gemex", tmp_path, tmp_path / "release")
+    [reject] = report["rejects"]
+    assert reject["file"].endswith("more-\\xff.json") and "not UTF-8" in reject["reason"]
+    assert report["rows_written"] == len(records)

@@ -107,6 +107,7 @@ SPOILS = {
     "code_huge": lambda r: r.__setitem__("validation_code", 2**70),
     "code_negative": lambda r: r.__setitem__("validation_code", -(2**31)),
     "code_nan": lambda r: r.__setitem__("validation_code", math.nan),
+    "code_infinity": lambda r: r.__setitem__("validation_code", math.inf),
     "code_null": lambda r: r.__setitem__("validation_code", None),
     "code_string": lambda r: r.__setitem__("validation_code", "1"),
     "code_missing": lambda r: r.pop("validation_code"),

@@ -171,3 +171,14 @@ def test_cli_names_the_checksum_rule(build, capsys):
         shard.write(bytes([byte[0] ^ 0xFF]))
     assert main(["validate", str(build)]) == 1
     assert f"{path.relative_to(build)}: [checksum]" in capsys.readouterr().out
+
+
+def test_a_repeated_question_id_is_not_ready(build):
+    """Predictions are matched by `question_id`: two rows with one id cannot both be scored."""
+    path = sorted((build / "data" / "train").glob("*.parquet"))[0]
+    table = pq.read_table(path)
+    ids = table["question_id"].to_pylist()
+    ids[1] = ids[0]
+    pq.write_table(table.set_column(table.schema.get_field_index("question_id"), "question_id", pa.array(ids)), path)
+    problems = [p for p in validate(build) if p.rule == "duplicate-id"]
+    assert len(problems) == 1 and problems[0].file == str(path.relative_to(build)) and repr(ids[0]) in problems[0].detail

@@ -14,6 +14,8 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from builders.json_stream import printable
+
 
 @dataclass
 class Reject:
@@ -94,7 +96,13 @@ class BuildReport:
 
     def save(self, path: Path) -> None:
         self.check_accounts()
-        path.write_text(json.dumps(self.to_dict(), indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        data = self.to_dict()
+        text = json.dumps(data, indent=2, ensure_ascii=False)
+        try:
+            text.encode("utf-8")
+        except UnicodeEncodeError:  # a path that is not UTF-8 (a setting, a notice): shown with \x escapes
+            text = json.dumps(_printable_strings(data), indent=2, ensure_ascii=False)
+        path.write_text(text + "\n", encoding="utf-8")
 
     def summary(self) -> str:
         text = f"{self.records_read} records read, {self.rows_written} rows written, {self.rejected} rejected"
@@ -102,3 +110,14 @@ class BuildReport:
             top = "; ".join(f"{n} x {reason}" for reason, n in self.reject_reasons().most_common(3))
             text += f" ({top})"
         return text
+
+
+def _printable_strings(value: object) -> object:
+    """`value` with every string (keys too) `printable`: UTF-8 can write it."""
+    if isinstance(value, str):
+        return printable(value)
+    if isinstance(value, dict):
+        return {_printable_strings(k): _printable_strings(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable_strings(v) for v in value]
+    return value

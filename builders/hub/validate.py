@@ -16,6 +16,7 @@ the rule it breaks, so a failure reads as one line:
 - `checksum`: every shard `build_report.json` lists is there with the sha256 the build wrote
   (a shard edited or replaced after the build is caught).
 - `missing-config`: the card still declares every config the build made.
+- `duplicate-id`: every row of the default config has its own `question_id`.
 - `viewer-rows`: the viewer reads a config's data files as they are (no `filters`): their rows
   must be the rows `load_dataset(folder, config)` returns, compared by count and `question_id`.
 """
@@ -229,6 +230,31 @@ def check_viewer_rows(folder: Path, name: str, config: dict) -> list[Problem]:
     return problems
 
 
+def check_unique_ids(folder: Path, configs: dict[str, dict], broken: set[Path] = frozenset(), shown: int = 10) -> list[Problem]:
+    """Every row of the default config (all rows, each once) has its own `question_id`: predictions are matched by it.
+
+    The first `shown` repeats are named one by one, the rest counted.
+    """
+    paths = [p for ps in config_shards(folder, configs[default_config(configs)]).values() for p in ps if p not in broken]
+    seen: dict[str, Path] = {}
+    problems, repeats = [], 0
+    for path in paths:
+        try:
+            ids = pq.read_table(path, columns=[ID_COLUMN]).column(ID_COLUMN).to_pylist() if ID_COLUMN in pq.read_schema(path).names else []
+        except (pa.ArrowException, OSError):  # damaged pages: the checksum check names the file
+            continue
+        for question_id in ids:
+            if question_id not in seen:
+                seen[question_id] = path
+                continue
+            repeats += 1
+            if repeats <= shown:
+                problems.append(Problem(_rel(folder, path), "duplicate-id", f"{ID_COLUMN} {question_id!r} is also a row of {_rel(folder, seen[question_id])}"))
+    if repeats > shown:
+        problems.append(Problem("data", "duplicate-id", f"{repeats - shown} more rows repeat a {ID_COLUMN}"))
+    return problems
+
+
 def validate(folder: Path) -> list[Problem]:
     """Every viewer-readiness problem of a built dataset folder; empty when it is ready."""
     folder = Path(folder)
@@ -252,6 +278,7 @@ def validate(folder: Path) -> list[Problem]:
         if path not in read:
             problems.append(Problem(_rel(folder, path), "stray-file", "no config of the card reads this file"))
     problems += check_build_report(folder, configs)
+    problems += check_unique_ids(folder, configs, broken)
     if not problems:  # loading needs sound files and card; otherwise the problems above say why
         for name, config in configs.items():
             problems += check_viewer_rows(folder, name, config)
