@@ -3,13 +3,17 @@
 A release file is one JSON object keyed by record id (ReXVQA) or one JSON array of records
 (GEMeX LLaVA), up to hundreds of MB. `RecordStream` decodes one record at a time with
 `json.JSONDecoder.raw_decode` over a buffered text stream (like the releases, it reads bare
-`NaN`). Where a record does not parse (a bad token, a cut, nesting too deep for Python's
-json), the stream reports the damaged region once and resynchronises at the next top-level
-record start: `"<id>": {` in an object keyed by id, `{` in an array, at the indentation of
-the file's first record when the file is pretty-printed. A candidate start is taken only if
-its record parses and is followed by `,` or the file's end, so a nested object is not
-mistaken for a record. Bad UTF-8 is read with errors="surrogateescape" and costs only the
-record whose text holds it. A UTF-8 byte order mark at the start of a file is skipped.
+`NaN`). A record is taken only when it is certainly whole: in a pretty-printed file its
+closing bracket must stand first on its line at the indentation it opened at (a stray bracket
+inside a record closes it early, after a value on the same line). Where a record is not whole
+or does not parse (a bad token, a cut, nesting too deep for Python's json, an integer longer
+than Python reads), the stream reports the damaged region once and resynchronises at the next
+line at the records' indentation (learnt from the records read) that starts a record:
+`"<id>":` in an object keyed by id, a value in an array. In a file on one line, where nested
+objects look like records, a candidate `"<id>": {` or `{` is taken only if it and the next two
+records are whole. The search goes forward only, so a damaged run costs time in proportion
+to its length. Bad UTF-8 is read with errors="surrogateescape" and costs only the record
+whose text holds it. A UTF-8 byte order mark at the start of a file is skipped.
 """
 
 from __future__ import annotations
