@@ -186,7 +186,8 @@ class RecordStream:
         self.opener, self.closer = _OPENER[kind], _CLOSER[kind]
         self.text, self.pos, self.consumed, self.eof = "", 0, 0, False
         self.holds_bad_bytes = False  # whether the text held may have undecodable bytes: only then is a record searched for them
-        self.indents: Counter[str] = Counter()  # the indentation of the records read whole on lines of their own
+        self.indents: Counter[str | None] = Counter()  # the indentation of the records read whole on lines of their own
+        self.records_indent: str | None = None  # the most common of them: the records' indentation in a pretty-printed file
         self.key: str | None = None  # the id of the record being read, once its key has parsed
         self.record_end = 0  # where the record last read ends
         self.record_indent: str | None = None  # and its indentation, if it starts a line
@@ -290,14 +291,15 @@ class RecordStream:
         return lead if line >= 0 and not lead.strip(" \t\r") else None
 
     def _record(self, index: int) -> tuple[str, object, str, bool | None]:
-        """The record at the current position: (label, value, what follows it, whether it closed on its own line).
+        """The record at the current position, the first after whitespace (`_peek`): (label, value, what follows it,
+        whether it closed on its own line).
 
         Raises JSONDecodeError where it does not parse or is not certainly whole; the position is then left inside it.
         """
-        self._peek()
         start = self.pos
         indent = self.record_indent = self._indent(start)
-        if indent is not None and (records := self._records_indent()) is not None and indent != records:
+        records = self.records_indent
+        if indent is not None and records is not None and indent != records:
             raise self._error(f"the record starts at an indentation of {len(indent)}, the file's records at {len(records)}", start)
         label, value = self._member(index)
         end = self.record_end = self.pos
@@ -334,15 +336,15 @@ class RecordStream:
         key = _KEY.match(self.text, start)
         return printable(key.group(1)) if key else f"the record after index {index - 1}" if index else "the first record"
 
-    def _records_indent(self) -> str | None:
-        """The indentation of the file's records: the most common among the records read whole on lines of their
-        own; None before the first (or in a file on one line)."""
-        indented = [(n, indent) for indent, n in self.indents.items() if indent]
-        return max(indented)[1] if indented else None
+    def _learn_indent(self, indent: str) -> None:
+        """Count a whole record's indentation: the file's records are at the most common one (`records_indent`)."""
+        self.indents[indent] += 1
+        if indent != self.records_indent and self.indents[indent] > self.indents[self.records_indent]:
+            self.records_indent = indent
 
     def _start_pattern(self) -> tuple[re.Pattern, bool]:
         """The pattern of a top-level record start, and whether it is exact (a pretty-printed file's indentation)."""
-        indent = self._records_indent()
+        indent = self.records_indent
         if indent is not None:
             return re.compile(f"\\n{re.escape(indent)}(?={_INDENTED_START[self.kind]})"), True
         return _LOOSE_START[self.kind], False
@@ -356,6 +358,7 @@ class RecordStream:
         try:
             indents = set()
             for _ in range(look_ahead):
+                self._peek()
                 _, _, after, own_line = self._record(0)
                 if exact and own_line:
                     return True
@@ -441,8 +444,8 @@ class RecordStream:
                     return
                 index += 1
                 continue
-            if own_line and (indent := self._indent(start)) is not None:
-                self.indents[indent] += 1
+            if own_line and self.record_indent:
+                self._learn_indent(self.record_indent)
             yield self._checked(start, label, value)
             index += 1
             if after == ",":
