@@ -308,8 +308,9 @@ class RecordStream:
             raise self._error("the record ends early: its closing bracket is not on a line of its own at the indentation "
                               "it opened at (a stray bracket inside it?)", end - 1)
         after = self._peek()
-        if after == "," and own_line is None and isinstance(value, dict) and not self._object_record_at(self.pos + 1):
-            raise self._error("the record may end early: what follows its ',' starts no record (a stray bracket inside it?)", self.pos)
+        if after == "," and own_line is None and isinstance(value, dict) and not self._object_record_at(self.pos + 1) \
+                and self._leftover_members(self.pos + 1):
+            raise self._error("the record ends early: what follows its ',' is the rest of an object (a stray bracket inside it?)", self.pos)
         if after not in (",", self.closer, ""):
             if own_line:
                 return label, value, after, own_line
@@ -327,6 +328,28 @@ class RecordStream:
             return self._peek() in (self.closer, "")
         finally:
             self.pos = saved
+
+    def _leftover_members(self, at: int) -> bool:
+        """Whether the text at `at` reads as the rest of an object's members and its closing brace: what a stray
+        bracket that closed a record early leaves behind it."""
+        saved, key = self.pos, self.key
+        self.pos = at
+        try:
+            while self._peek() == '"':
+                self._value()
+                self._expect(":")
+                self._value()
+                after = self._peek()
+                if after == "}":
+                    return True
+                if after != ",":
+                    return False
+                self.pos += 1
+            return False
+        except (json.JSONDecodeError, RecursionError):
+            return False
+        finally:
+            self.pos, self.key = saved, key
 
     def _label_at(self, start: int, index: int) -> str:
         if self.kind == "array":
@@ -349,25 +372,27 @@ class RecordStream:
             return re.compile(f"\\n{re.escape(indent)}(?={_INDENTED_START[self.kind]})"), True
         return _LOOSE_START[self.kind], False
 
-    def _starts_record(self, at: int, exact: bool, look_ahead: int = 3) -> bool:
+    def _starts_record(self, at: int, exact: bool, look_ahead: int = 3, at_least: int = 1) -> bool:
         """Whether a top-level record starts at `at`: it is whole; where its indentation does not say it
         is a record (a file on one line, or no record read yet), the next records (up to `look_ahead`)
-        are whole too, at the same indentation, the last followed by the closing bracket and the end of the file."""
+        are whole too and alike (at the same indentation, their objects' first key the same), the last
+        followed by the closing bracket and the end of the file."""
         saved, key = self.pos, self.key
         self.pos = at
         try:
-            indents = set()
-            for _ in range(look_ahead):
+            indents, first_keys = set(), set()
+            for count in range(1, look_ahead + 1):
                 self._peek()
-                _, _, after, own_line = self._record(0)
+                _, value, after, own_line = self._record(0)
                 if exact and own_line:
                     return True
                 indents.add(self.record_indent)
-                if len(indents) > 1:
+                first_keys.add(next(iter(value), None) if isinstance(value, dict) else None)
+                if len(indents) > 1 or len(first_keys) > 1:
                     return False
                 if after != ",":
                     self.pos += after == self.closer
-                    return after == self.closer and self._peek() == ""
+                    return after == self.closer and self._peek() == "" and count >= at_least
                 self.pos += 1
             return True
         except (json.JSONDecodeError, RecursionError):
@@ -375,10 +400,11 @@ class RecordStream:
         finally:
             self.pos, self.key = saved, key
 
-    def _resync(self, search_from: int) -> bool:
+    def _resync(self, search_from: int, at_least: int = 1) -> bool:
         """Move to the next top-level record start at or after `search_from`; False if the file has none.
 
         The search goes forward only, dropping the text behind it, so a damaged run costs time in proportion to its length.
+        `at_least`: the records a start found by look-ahead must lead (`_starts_record`).
         """
         pattern, exact = self._start_pattern()
         at = search_from
@@ -389,7 +415,7 @@ class RecordStream:
             match = pattern.search(self.text, at)
             self.work += (match.end() if match else len(self.text)) - at
             if match and (self.eof or match.start() < len(self.text) - _LONGEST_START):
-                if self._starts_record(match.start(), exact):
+                if self._starts_record(match.start(), exact, at_least=at_least):
                     self.pos = match.start()
                     return True
                 at = max(match.end(), match.start() + 1)
@@ -446,6 +472,11 @@ class RecordStream:
                 continue
             if own_line and self.record_indent:
                 self._learn_indent(self.record_indent)
+            if after == "" and own_line is None and self._resync(start + 1, at_least=2):
+                yield Damage(printable(label), "the file ends in this record, and records start inside it: it swallowed "
+                                               "the records after it (a closing bracket lost?)")
+                index += 1
+                continue
             yield self._checked(start, label, value)
             index += 1
             if after == ",":

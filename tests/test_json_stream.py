@@ -287,12 +287,22 @@ def test_a_stray_bracket_after_a_llava_record_does_not_end_the_file():
     assert [v for _, v in read] == records and len(damage) == 1 and "']'" in damage[0].reason
 
 
-def test_a_stray_brace_inside_a_rexvqa_record_rejects_it_and_reads_no_nested_key():
+@pytest.mark.parametrize("one_line", [False, True])
+def test_a_stray_brace_inside_a_rexvqa_record_rejects_it_and_reads_no_nested_key(one_line):
     records, text = pretty_rexvqa(20)
+    text = json.dumps(records) if one_line else text
     at = text.index('"question": "q5"') + len('"question": "q5"')
     read, damage = read_items(text[:at] + "}" + text[at:], "object")
     assert [k for k, _ in read] == [k for k in records if k != "000005_q"]
     assert [d.record for d in damage] == ["000005_q"] and "ends early" in damage[0].reason
+
+
+def test_a_record_on_one_line_that_lost_its_closing_brace_does_not_swallow_the_records_after_it():
+    records, _ = pretty_rexvqa(6)
+    text = json.dumps(records)
+    at = text.index('{"b": 3}}') + len('{"b": 3}')
+    read, damage = read_items(text[:at] + text[at + 1:], "object")
+    assert [k for k, _ in read] == [k for k in records if k != "000003_q"] and [d.record for d in damage] == ["000003_q"]
 
 
 @pytest.mark.parametrize("kind", ["array", "object"])
