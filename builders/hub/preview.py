@@ -31,7 +31,7 @@ from PIL import Image, ImageDraw, ImageFont
 
 from builders.assembly.card import config_info, load_card, set_card_section, update_card
 from builders.files import atomic_path, write_text
-from builders.hub.validate import card_configs, config_shards, default_config
+from builders.hub.validate import card_configs, config_shards, default_config, split_patterns
 from builders.provenance import folder_synthetic, stamp_table
 
 BOX_COLOURS = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240), (240, 50, 230))
@@ -289,8 +289,6 @@ def exclude_file(folder: Path, configs: dict[str, dict], new: Path, keep: str) -
 
 
 def _split_entries(config: dict) -> list[tuple[str, list[str]]]:
-    from builders.hub.validate import split_patterns
-
     return list(split_patterns(config).items())
 
 
