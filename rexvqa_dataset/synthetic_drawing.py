@@ -89,11 +89,18 @@ class Chest:
 
     # -- primitives ------------------------------------------------------------------------------
 
+    def window(self, x0: float, y0: float, reach: float) -> tuple[slice, slice]:
+        """The rows and columns within `reach` of (x0, y0): shapes are drawn there, not over the whole image."""
+        return (slice(max(0, int(y0 - reach)), max(0, int(y0 + reach) + 2)),
+                slice(max(0, int(x0 - reach)), max(0, int(x0 + reach) + 2)))
+
     def disc(self, x0: float, y0: float, r: float, amount: float) -> None:
-        self.pixels += amount * (((self.x - x0) ** 2 + (self.y - y0) ** 2) < r * r)
+        near = self.window(x0, y0, r)
+        self.pixels[near] += amount * (((self.x[near] - x0) ** 2 + (self.y[near] - y0) ** 2) < r * r)
 
     def glow(self, x0: float, y0: float, r: float, amount: float) -> None:
-        self.pixels += amount * np.exp(-((self.x - x0) ** 2 + (self.y - y0) ** 2) / (2 * r * r))
+        near = self.window(x0, y0, 4 * r)
+        self.pixels[near] += amount * np.exp(-((self.x[near] - x0) ** 2 + (self.y[near] - y0) ** 2) / (2 * r * r))
 
     def line(self, points: list[tuple[float, float]], amount: float, width: int = 2) -> None:
         mask = Image.new("L", (self.w, self.h))
