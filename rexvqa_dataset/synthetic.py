@@ -115,9 +115,13 @@ def _chance_askable(task: str) -> float:
                for count, weight in FINDINGS_PER_STUDY.items())
 
 
-TASK_WEIGHTS = {task: share / _chance_askable(task) for task, share in TASK_SHARES.items()}
-"""A task's share divided by the chance a study can be asked it, so that over the release each
-task keeps its share of `TASK_SHARES` although some studies cannot be asked some tasks."""
+def task_weights(shares: dict[str, float]) -> dict[str, float]:
+    """Each task's share divided by the chance a study can be asked it, so that over the release each
+    task keeps its share although some studies cannot be asked some tasks."""
+    return {task: share / _chance_askable(task) for task, share in shares.items()}
+
+
+TASK_WEIGHTS = task_weights(TASK_SHARES)
 
 
 @dataclass
@@ -236,9 +240,9 @@ def _shuffled(rng: random.Random, right: object, wrong: list) -> list:
     return options
 
 
-def _task(rng: random.Random, findings: list[StudyFinding]) -> str:
+def _task(rng: random.Random, findings: list[StudyFinding], weights: dict[str, float]) -> str:
     askable = [t for t in TASKS if any(ASKABLE[t](f.kind) for f in findings)]
-    return rng.choices(askable, weights=[TASK_WEIGHTS[t] for t in askable])[0]
+    return rng.choices(askable, weights=[weights[t] for t in askable])[0]
 
 
 @dataclass
@@ -248,8 +252,11 @@ class SyntheticStudy:
     findings: list[StudyFinding]
 
 
-def make_study(seed: int, index: int, split: str, downscale: int) -> SyntheticStudy:
-    """Study `index` of the release: its questions (id -> record), the images they name and the findings those show."""
+def make_study(seed: int, index: int, split: str, downscale: int, weights: dict[str, float] = TASK_WEIGHTS) -> SyntheticStudy:
+    """Study `index` of the release: its questions (id -> record), the images they name and the findings those show.
+
+    `weights`: of each task (`task_weights`); the paper's shares unless a release asks for others.
+    """
     rng = random.Random(f"rexvqa:{seed}:{index}")
     patient, accession = _grdn_id(rng), _grdn_id(rng)
     study_uid = _uid(rng)
@@ -277,7 +284,7 @@ def make_study(seed: int, index: int, split: str, downscale: int) -> SyntheticSt
     }
     records = {}
     for _q in range(max(1, round(rng.gauss(QUESTIONS_PER_STUDY, 1.2)))):
-        asked = _ask(rng, _task(rng, findings), findings)
+        asked = _ask(rng, _task(rng, findings, weights), findings)
         record = {"question": asked.question, "options": [f"{'ABCD'[k]}. {t}" for k, t in enumerate(asked.options)],
                   "correct_answer": "ABCD"[asked.answer], "correct_answer_explanation": asked.explanation, "task_name": asked.task,
                   "category": NEGATION_CATEGORY if asked.task == NEGATION else asked.topic.category,
@@ -287,13 +294,15 @@ def make_study(seed: int, index: int, split: str, downscale: int) -> SyntheticSt
     return SyntheticStudy(records, images, findings)
 
 
-def _studies(seed: int, first: int, count: int, split: str, downscale: int) -> Iterator[SyntheticStudy]:
+def _studies(seed: int, first: int, count: int, split: str, downscale: int,
+             weights: dict[str, float] = TASK_WEIGHTS) -> Iterator[SyntheticStudy]:
     for index in range(first, first + count):
-        yield make_study(seed, index, split, downscale)
+        yield make_study(seed, index, split, downscale, weights)
 
 
 def _write_images(args: tuple[int, int, int, str, int, str]) -> int:
-    """Write the images of `count` studies from `first`; returns `count`."""
+    """Write the images of `count` studies from `first`; returns `count`. A study's images and findings
+    are made before its questions, so they do not depend on the task shares."""
     seed, first, count, split, downscale, root = args
     for study in _studies(seed, first, count, split, downscale):
         for relative, width, height, pixel_seed in study.images:
@@ -327,14 +336,16 @@ def write_split(path: Path, studies: Iterator[SyntheticStudy], progress: tqdm | 
 
 
 def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4, num_proc: int = 1,
-             images: bool = True) -> SyntheticRelease:
+             images: bool = True, task_shares: dict[str, float] = TASK_SHARES) -> SyntheticRelease:
     """Write a synthetic release of `num_studies` studies (the public release: 160,000) to `out`.
 
     About `QUESTIONS_PER_STUDY` (4.09) questions per study, so `PUBLIC_STUDIES` gives
     about `PUBLIC_QUESTIONS`. Images are `downscale` times smaller per side than the
-    release's 600-800 px PNGs.
+    release's 600-800 px PNGs. `task_shares` (default: the paper's) lets a release too small
+    to hold every task at the paper's mix (a test's, a demo's) ask for another.
     """
     out = Path(out)
+    weights = task_weights(task_shares)
     (out / "metadata").mkdir(parents=True, exist_ok=True)
     (out / NOTE_NAME).write_text(SYNTHETIC_NOTE, encoding="utf-8")
     manifest = ManifestWriter(out, "cxr-vqa synthesize rexvqa")
@@ -345,7 +356,7 @@ def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4
     with tqdm(desc="synthetic questions", unit="question", disable=quiet or None) as bar:
         for split, count in sizes.items():
             path = out / "metadata" / f"{split}_vqa_data.json"
-            questions[split] = write_split(path, _studies(seed, firsts[split], count, split, downscale), bar)
+            questions[split] = write_split(path, _studies(seed, firsts[split], count, split, downscale, weights), bar)
             manifest.add(path)
     manifest.save()
     if images:

@@ -6,6 +6,7 @@ import hashlib
 import json
 import random
 import re
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +21,7 @@ from rexvqa_dataset.synthetic import (
     generate,
     make_study,
     split_sizes,
+    task_weights,
 )
 from rexvqa_dataset.synthetic_drawing import DRAWINGS, StudyFinding, chest_pixels
 from rexvqa_dataset.synthetic_profile import FINDINGS, ID_PATTERN, SIZES
@@ -164,3 +166,12 @@ def test_images_are_16bit_single_channel_pngs_where_the_paths_point(release):
 def test_scale_parameter_reaches_the_public_size():
     assert sum(split_sizes(PUBLIC_STUDIES).values()) == PUBLIC_STUDIES
     assert round(PUBLIC_STUDIES * QUESTIONS_PER_STUDY) == PUBLIC_QUESTIONS
+
+
+def test_a_release_can_ask_for_other_task_shares():
+    """The paper's mix by default; a small release (a test's) may ask for every task equally."""
+    paper = Counter(r["task_name"] for i in range(500) for r in make_study(0, i, "train", 8).records.values())
+    weights = task_weights(dict.fromkeys(TASKS, 0.2))
+    equal = Counter(r["task_name"] for i in range(500) for r in make_study(0, i, "train", 8, weights).records.values())
+    assert paper["Geometric Information Assessment"] / paper.total() < 0.02
+    assert all(0.15 < equal[task] / equal.total() < 0.25 for task in TASKS)
