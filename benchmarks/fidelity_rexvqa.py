@@ -1,13 +1,15 @@
 """How close a synthetic ReXVQA raw release is to the paper and to the public records.
 
     python benchmarks/fidelity_rexvqa.py --studies 3000 --downscale 8     # makes a release, prints its table
+    python benchmarks/fidelity_rexvqa.py --studies 2500 --images          # and whether its images carry the labels
     python benchmarks/fidelity_rexvqa.py --release path/to/release         # measures an existing one
 
 `figures(release)` reads the release's `metadata/*_vqa_data.json` record by record and measures
 it against ReXVQA (arXiv 2506.04353), formats.md and `../shared/samples/rexvqa` (the public
 column: what those few real paths show); `text_only_baseline(release)` fits a bag-of-words
 classifier on the question and each option of the train split and scores it on the test split,
-beside chance (25%) and the most frequent answer letter.
+beside chance (25%) and the most frequent answer letter; `image_probe(release)` fits the same kind
+of classifier on the pixels of location questions' images instead, to show the images carry the labels.
 """
 
 from __future__ import annotations
@@ -247,6 +249,45 @@ def text_only_baseline(release: Path, train_limit: int = 40_000) -> list[Figure]
     ]
 
 
+def _location_questions(release: Path, splits: tuple[str, ...]) -> tuple[list, list[int], list[list[int]]]:
+    """Pixels (the study's first image at 24 x 32, standardised), answer zone and option zones of each location question."""
+    import numpy as np
+    from PIL import Image
+
+    from rexvqa_dataset.synthetic_profile import LUNG_ZONES
+
+    pixels, answers, options = [], [], []
+    for split in splits:
+        for _, record in records(release, split):
+            if record["task_name"] != "Location and Distribution Assessment":
+                continue
+            with Image.open(Path(release) / "metadata" / record["ImagePath"][0]) as image:
+                small = np.asarray(Image.fromarray(np.asarray(image, dtype=np.float32)).resize((24, 32)))
+            pixels.append(((small - small.mean()) / (small.std() + 1e-6)).ravel())
+            zones = [LUNG_ZONES.index(text.lower()) for text in option_texts(record)]
+            answers.append(zones[LETTERS.index(record["correct_answer"])])
+            options.append(zones)
+    return pixels, answers, options
+
+
+def image_probe(release: Path) -> list[Figure]:
+    """Whether the images carry the labels: logistic regression on the pixels of a location question's
+    first image, fit on train, scored on valid + test by picking the option zone it rates highest.
+    Needs a release with images; tens of location questions per split at least."""
+    from sklearn.linear_model import LogisticRegression
+
+    train_x, train_y, _ = _location_questions(release, ("train",))
+    test_x, test_y, test_options = _location_questions(release, ("valid", "test"))
+    model = LogisticRegression(max_iter=3000, C=0.1).fit(train_x, train_y)
+    rated = model.predict_proba(test_x)
+    column = {zone: k for k, zone in enumerate(model.classes_)}
+    right = sum(max(zones, key=lambda z: rated[i][column[z]] if z in column else -1) == test_y[i]
+                for i, zones in enumerate(test_options))
+    chance = 100 / len(LETTERS)
+    return [Figure(DATASET, "pixel-only classifier on location questions, %", 100 * right / max(1, len(test_y)), None,
+                   "LR on 24x32 pixels of the first image; chance +10 or more", None, chance + 10, 100.0)]
+
+
 def table(rows: list[Figure]) -> str:
     def cell(value: float | None) -> str:
         return "-" if value is None else f"{value:.4g}"
@@ -265,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--studies", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--downscale", type=int, default=8)
-    parser.add_argument("--images", action="store_true", help="also write the images (not measured here)")
+    parser.add_argument("--images", action="store_true",
+                        help="also write the images and measure whether they carry the labels (a pixel-only classifier)")
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as work:
         release = args.release
@@ -275,6 +317,8 @@ def main(argv: list[str] | None = None) -> int:
             release = generate(Path(work) / "rexvqa", num_studies=args.studies, seed=args.seed,
                                downscale=args.downscale, images=args.images).root
         rows = figures(release) + text_only_baseline(release)
+        if (Path(release) / "deid_png").is_dir():
+            rows += image_probe(release)
     print(table(rows))
     return 0 if all(r.within for r in rows) else 1
 

@@ -11,6 +11,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import fidelity_rexvqa
 
+from rexvqa_dataset.features import TASKS
 from rexvqa_dataset.synthetic import generate
 
 
@@ -51,3 +52,11 @@ def test_public_column_reads_the_samples_when_present():
         assert public == {}
     else:
         assert public["ids"] == 100 and public["uids"] == 100 and 1 <= public["images"] <= 4
+
+
+def test_a_pixel_only_classifier_reads_the_location_off_the_images(tmp_path):
+    """The images carry the labels: a release of mostly location questions, so 200 small studies teach it."""
+    shares = dict.fromkeys(TASKS, 0.025) | {"Location and Distribution Assessment": 0.9}
+    release = generate(tmp_path / "rexvqa", num_studies=200, seed=0, downscale=16, task_shares=shares).root
+    (probe,) = fidelity_rexvqa.image_probe(release)
+    assert probe.within, probe
