@@ -202,6 +202,8 @@ def parser() -> argparse.ArgumentParser:
                          help="also add a small `preview` config with boxes drawn into the images, and preview.png to the card")
     preview.set_defaults(func=run_preview)
 
+    from builders.hub.publish import PUBLIC_TEXT_LICENCES
+
     push = commands.add_parser("publish", help="upload a built folder to a Hub dataset repo under the access rules")
     push.add_argument("dataset", type=Path, help="a built dataset folder")
     push.add_argument("--repo", required=True, help="ORG/NAME of the dataset repo")
@@ -214,7 +216,8 @@ def parser() -> argparse.ArgumentParser:
     push.set_defaults(visibility="private")
     push.add_argument("--confirm-public", action="store_true", help="confirm that --public may make this build downloadable by anyone")
     push.add_argument("--text-licence", metavar="NAME",
-                      help="with --public, a GEMeX build of real data: the licence that allows publishing its MIMIC-derived question and reason text")
+                      help="with --public, a GEMeX build of real data: the licence that allows publishing its MIMIC-derived question "
+                           f"and reason text; one of {', '.join(PUBLIC_TEXT_LICENCES)} (licences that allow public redistribution)")
     push.add_argument("--revision", help="branch to commit to (created if missing; default main)")
     push.add_argument("--dry-run", action="store_true", help="print the plan (repo settings, files, sizes, card) and upload nothing")
     push.set_defaults(func=run_publish)
