@@ -13,7 +13,7 @@ import signal
 import sys
 from pathlib import Path
 
-from builders.secrets import mask_logged_secrets, mask_secrets
+from builders.secrets import MaskingArgumentParser, mask_logged_secrets, mask_secrets
 
 
 class Terminated(BaseException):
@@ -146,7 +146,7 @@ def run_publish(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets.")
+    root = MaskingArgumentParser(prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets.")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="generate synthetic raw releases and build them (no credentials needed)")
