@@ -248,6 +248,9 @@ def _error_line(err: Exception) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     mask_logged_secrets()
     previous_handler = signal.signal(signal.SIGTERM, _terminate)
+    from builders.assembly.lifecycle import completed
+
+    completed.clear()
     try:
         from builders.assembly.lifecycle import stop_point
 
@@ -255,10 +258,10 @@ def main(argv: list[str] | None = None) -> int:
         args = parser().parse_args(argv)
         return args.func(args)
     except KeyboardInterrupt:
-        print("cxr-vqa: interrupted (Ctrl-C); no partial output was left behind", file=sys.stderr)
+        print(f"cxr-vqa: interrupted (Ctrl-C); {_output_state()}", file=sys.stderr)
         return 130
     except Terminated:
-        print("cxr-vqa: terminated (SIGTERM); no partial output was left behind", file=sys.stderr)
+        print(f"cxr-vqa: terminated (SIGTERM); {_output_state()}", file=sys.stderr)
         return 143
     except Exception as err:
         line = _error_line(err)
@@ -268,6 +271,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+        if argv is None:  # this process is the command: its outcome is told, a Ctrl-C while it exits changes nothing
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _output_state() -> str:
+    """What a signal left on disk: a build whose output was already renamed into place had completed."""
+    from builders.assembly.lifecycle import completed
+
+    if completed:
+        return f"it came after the build had completed: {completed[-1]} is written whole (its report: {completed[-1] / 'build_report.json'})"
+    return "no partial output was left behind"
 
 
 if __name__ == "__main__":
