@@ -11,6 +11,7 @@ import argparse
 import errno
 import signal
 import sys
+import traceback
 from pathlib import Path
 
 from builders.secrets import MaskingArgumentParser, mask_logged_secrets, mask_secrets
@@ -228,7 +229,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _error_line(err: Exception) -> str | None:
-    """The one line for an error the user can act on; None for a bug (its traceback is shown)."""
+    """The one line for an error the user can act on; None for a bug (its masked traceback is shown)."""
     if isinstance(err, OSError) and not isinstance(err, FileNotFoundError):
         where = f"{err.filename}: " if err.filename else ""
         full = "the disk is full: " if err.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else ""
@@ -263,10 +264,11 @@ def main(argv: list[str] | None = None) -> int:
     except Terminated:
         print(f"cxr-vqa: terminated (SIGTERM); {_output_state()}", file=sys.stderr)
         return 143
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - every error ends in one masked line, or a bug's masked traceback
         line = _error_line(err)
-        if line is None:
-            raise
+        if line is None:  # a bug: its traceback, masked too (a key may sit in any value it shows)
+            print(mask_secrets("".join(traceback.format_exception(err))), file=sys.stderr, end="")
+            return 1
         print(mask_secrets(f"cxr-vqa: error: {line}"), file=sys.stderr)
         return 1
     finally:

@@ -108,3 +108,17 @@ def test_argument_errors_mask_what_they_echo(argv, capsys, monkeypatch):
     err = capsys.readouterr().err
     assert exit_.value.code == 2 and "error:" in err
     assert HUB_TOKEN not in err and "pastedKey" not in err and "***" in err
+
+
+def test_a_bugs_traceback_is_masked_too(capsys, monkeypatch):
+    from builders import cli
+
+    monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
+
+    def broken(args):
+        raise KeyError(f"Authorization: Bearer {JUDGE_KEY} and {HUB_TOKEN}")
+
+    monkeypatch.setattr(cli, "run_validate", broken)
+    assert cli.main(["validate", "."]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "KeyError" in err and JUDGE_KEY not in err and HUB_TOKEN not in err
