@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -211,3 +212,14 @@ def test_a_folder_without_its_build_report_is_not_ready(build, capsys):
     assert rules(validate(build)) == {("build_report.json", "build-report")}
     assert main(["validate", str(build)]) == 1
     assert "[build-report] no build_report.json" in capsys.readouterr().out
+
+
+def test_a_report_edited_to_list_other_files_does_not_vouch_for_them(build):
+    from builders.assembly.shards import sha256
+
+    raw = build / "raw.json"
+    raw.write_text("{}")
+    report = json.loads((build / "build_report.json").read_text())
+    report["files"] = {"raw.json": sha256(raw)}
+    (build / "build_report.json").write_text(json.dumps(report))
+    assert ("build_report.json", "build-report") in rules(validate(build))

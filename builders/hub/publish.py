@@ -49,7 +49,16 @@ from huggingface_hub import CommitOperationAdd, HfApi, get_token
 from builders.assembly.card import load_card, update_card
 from builders.assembly.shards import count_rows
 from builders.files import write_text
-from builders.hub.validate import CARD, REPORT, card_configs, check_ready, config_shards, listed_files, read_report
+from builders.hub.validate import (
+    CARD,
+    PREVIEW_IMAGE,
+    REPORT,
+    card_configs,
+    check_ready,
+    config_shards,
+    listed_files,
+    read_report,
+)
 from builders.provenance import folder_synthetic
 
 Visibility = Literal["private", "gated", "public"]
@@ -62,7 +71,6 @@ PUBLIC_TEXT_LICENCES = ("cc-by-4.0", "cc-by-sa-4.0", "cc0-1.0", "odc-by", "pddl"
 """`--text-licence` takes only these Hub licence ids (any case): each allows anyone to redistribute the text.
 Non-commercial and no-derivatives licences are left out (a public repo cannot enforce them),
 and so is any free-text name: a data use agreement is not a licence to publish."""
-PREVIEW_IMAGE = "preview.png"
 SHARD_NAME = re.compile(r"data/[^/]+/(?P<prefix>.+)-\d{5}-of-\d{5}\.parquet")
 
 

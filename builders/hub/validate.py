@@ -53,6 +53,9 @@ HUB_SHARD_BYTES = 5 << 30
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 CARD = "README.md"
 REPORT = "build_report.json"
+PREVIEW_IMAGE = "preview.png"
+TOOL_FILES = (PREVIEW_IMAGE,)
+"""Files beside the shards that a tool writes and records in the report (`preview --add-config`)."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +209,12 @@ def listed_files(report: dict) -> dict[str, str]:
     return {**report.get("shards", {}), **report.get("files", {})}
 
 
+def _written_by_a_build(rel: str) -> bool:
+    """Whether a path the report lists is one a build (or `preview --add-config`) writes: a report edited to list
+    other files does not get them uploaded."""
+    return rel in TOOL_FILES or (inside_data(rel) and rel.endswith(".parquet") and not any(c in rel for c in "*?["))
+
+
 def inside_data(pattern: str) -> bool:
     """Whether a card's `data_files` pattern stays under the folder's `data/`."""
     parts = PurePosixPath(pattern).parts
@@ -215,7 +224,9 @@ def inside_data(pattern: str) -> bool:
 def check_listed(folder: Path, report: dict, configs: dict[str, dict]) -> list[Problem]:
     """Only the card, the report and the files it lists are in the folder, and the configs read only those."""
     allowed = {CARD, REPORT, *listed_files(report)}
-    problems = []
+    problems = [Problem(REPORT, "build-report", f"lists {rel!r}, which no build writes (shards are data/**.parquet; "
+                                                f"other files: {', '.join(TOOL_FILES)})")
+                for rel in sorted(listed_files(report)) if not _written_by_a_build(rel)]
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
         if any(part.startswith(".") for part in PurePosixPath(rel).parts) or path.is_dir():
