@@ -33,7 +33,15 @@ from builders.assembly.card import config_info, load_card, set_card_section, upd
 from builders.assembly.report import BuildReport
 from builders.assembly.shards import sha256
 from builders.files import atomic_path, write_text
-from builders.hub.validate import PREVIEW_IMAGE, REPORT, card_configs, config_shards, default_config, read_report
+from builders.hub.validate import (
+    PREVIEW_IMAGE,
+    REPORT,
+    card_configs,
+    config_shards,
+    default_config,
+    read_report,
+    split_patterns,
+)
 from builders.provenance import folder_synthetic, stamp_table
 
 BOX_COLOURS = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240), (240, 50, 230))
@@ -290,8 +298,6 @@ def exclude_file(folder: Path, configs: dict[str, dict], new: Path, keep: str) -
 
 
 def _split_entries(config: dict) -> list[tuple[str, list[str]]]:
-    from builders.hub.validate import split_patterns
-
     return list(split_patterns(config).items())
 
 
