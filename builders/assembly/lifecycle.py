@@ -155,7 +155,7 @@ def clean_dead_builds(out: Path) -> list[str]:
     """
     actions = []
     previous = sorted(leftovers(out, "previous"), key=lambda folder: folder.stat().st_mtime)
-    if previous and not os.path.lexists(out) and is_build_folder(previous[-1]):
+    if previous and not os.path.lexists(out):
         restored = previous.pop()
         restored.rename(out)
         actions.append(f"restored {out.name} from {restored.name}, moved aside by build {_pid_of(restored)} killed while renaming")
