@@ -90,9 +90,9 @@ def hub_stored(out: Path, store: Path, grouped: bool = True) -> int:
     """Bytes the Xet store keeps after uploading `out` as `publish` does (or in one call)."""
     import hf_xet
 
-    from builders.hub.publish import folder_files, upload_groups
+    from builders.hub.publish import planned_files, upload_groups
 
-    files = folder_files(out)
+    files = planned_files(out)
     groups = upload_groups(files) if grouped else [[path for path, _ in files]]
     shutil.rmtree(store, ignore_errors=True)
     store.mkdir(parents=True)

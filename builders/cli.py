@@ -11,9 +11,10 @@ import argparse
 import errno
 import signal
 import sys
+import traceback
 from pathlib import Path
 
-from builders.secrets import mask_logged_secrets, mask_secrets
+from builders.secrets import MaskingArgumentParser, mask_logged_secrets, mask_secrets
 
 
 class Terminated(BaseException):
@@ -146,7 +147,7 @@ def run_publish(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = argparse.ArgumentParser(prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets.")
+    root = MaskingArgumentParser(prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets.")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="generate synthetic raw releases and build them (no credentials needed)")
@@ -202,6 +203,8 @@ def parser() -> argparse.ArgumentParser:
                          help="also add a small `preview` config with boxes drawn into the images, and preview.png to the card")
     preview.set_defaults(func=run_preview)
 
+    from builders.hub.publish import PUBLIC_TEXT_LICENCES
+
     push = commands.add_parser("publish", help="upload a built folder to a Hub dataset repo under the access rules")
     push.add_argument("dataset", type=Path, help="a built dataset folder")
     push.add_argument("--repo", required=True, help="ORG/NAME of the dataset repo")
@@ -214,7 +217,8 @@ def parser() -> argparse.ArgumentParser:
     push.set_defaults(visibility="private")
     push.add_argument("--confirm-public", action="store_true", help="confirm that --public may make this build downloadable by anyone")
     push.add_argument("--text-licence", metavar="NAME",
-                      help="with --public, a GEMeX build of real data: the licence that allows publishing its MIMIC-derived question and reason text")
+                      help="with --public, a GEMeX build of real data: the licence that allows publishing its MIMIC-derived question "
+                           f"and reason text; one of {', '.join(PUBLIC_TEXT_LICENCES)} (licences that allow public redistribution)")
     push.add_argument("--revision", help="branch to commit to (created if missing; default main)")
     push.add_argument("--dry-run", action="store_true", help="print the plan (repo settings, files, sizes, card) and upload nothing")
     push.set_defaults(func=run_publish)
@@ -225,7 +229,7 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _error_line(err: Exception) -> str | None:
-    """The one line for an error the user can act on; None for a bug (its traceback is shown)."""
+    """The one line for an error the user can act on; None for a bug (its masked traceback is shown)."""
     if isinstance(err, OSError) and not isinstance(err, FileNotFoundError):
         where = f"{err.filename}: " if err.filename else ""
         full = "the disk is full: " if err.errno in (errno.ENOSPC, errno.EFBIG, errno.EDQUOT) else ""
@@ -245,6 +249,9 @@ def _error_line(err: Exception) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     mask_logged_secrets()
     previous_handler = signal.signal(signal.SIGTERM, _terminate)
+    from builders.assembly.lifecycle import completed
+
+    completed.clear()
     try:
         from builders.assembly.lifecycle import stop_point
 
@@ -252,19 +259,31 @@ def main(argv: list[str] | None = None) -> int:
         args = parser().parse_args(argv)
         return args.func(args)
     except KeyboardInterrupt:
-        print("cxr-vqa: interrupted (Ctrl-C); no partial output was left behind", file=sys.stderr)
+        print(f"cxr-vqa: interrupted (Ctrl-C); {_output_state()}", file=sys.stderr)
         return 130
     except Terminated:
-        print("cxr-vqa: terminated (SIGTERM); no partial output was left behind", file=sys.stderr)
+        print(f"cxr-vqa: terminated (SIGTERM); {_output_state()}", file=sys.stderr)
         return 143
-    except Exception as err:
+    except Exception as err:  # noqa: BLE001 - every error ends in one masked line, or a bug's masked traceback
         line = _error_line(err)
-        if line is None:
-            raise
+        if line is None:  # a bug: its traceback, masked too (a key may sit in any value it shows)
+            print(mask_secrets("".join(traceback.format_exception(err))), file=sys.stderr, end="")
+            return 1
         print(mask_secrets(f"cxr-vqa: error: {line}"), file=sys.stderr)
         return 1
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
+        if argv is None:  # this process is the command: its outcome is told, a Ctrl-C while it exits changes nothing
+            signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _output_state() -> str:
+    """What a signal left on disk: a build whose output was already renamed into place had completed."""
+    from builders.assembly.lifecycle import completed
+
+    if completed:
+        return f"it came after the build had completed: {completed[-1]} is written whole (its report: {completed[-1] / 'build_report.json'})"
+    return "no partial output was left behind"
 
 
 if __name__ == "__main__":

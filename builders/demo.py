@@ -35,14 +35,15 @@ def run_demo(out: Path, num_images: int = 24) -> int:
     return 0
 
 
-def run_rexvqa_demo(out: Path, num_studies: int = 20) -> None:
-    """The ReXVQA part: a synthetic release of `num_studies` studies built in embed mode."""
+def run_rexvqa_demo(out: Path, num_studies: int = 20, task_shares: dict[str, float] | None = None) -> None:
+    """The ReXVQA part: a synthetic release of `num_studies` studies built in embed mode (`task_shares`:
+    the paper's mix unless given, see `rexvqa_dataset.synthetic.generate`)."""
     from datasets import load_dataset
 
     from rexvqa_dataset.build import build_rexvqa
     from rexvqa_dataset.synthetic import generate
 
-    release = generate(out / "raw" / "rexvqa", num_studies=num_studies)
+    release = generate(out / "raw" / "rexvqa", num_studies=num_studies, **({"task_shares": task_shares} if task_shares else {}))
     report = build_rexvqa(BuildSettings(source=release.root, out=out / "rexvqa", image_mode="embed", overwrite=True))
     print(f"ReXVQA (synthetic): {report.summary()} -> {out / 'rexvqa'}")
     row = load_dataset(str(out / "rexvqa"), split="test")[0]

@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-from builders.assembly.lifecycle import stop_point
+from builders.assembly.lifecycle import leftovers, stop_point
 
 
 def _alive(pid: int) -> bool:
@@ -34,9 +34,9 @@ def _temp_path(path: Path, pid: int) -> Path:
 
 def remove_dead_temps(path: Path) -> None:
     """Remove what writers of `path` killed mid-write left behind."""
-    for temp in path.parent.glob(f".{path.name}.tmp-*"):
-        pid = temp.name.rsplit("-", 1)[-1]
-        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+    for temp in leftovers(path, "tmp"):
+        pid = int(temp.name.rsplit("-", 1)[-1])
+        if pid != os.getpid() and not _alive(pid):
             temp.unlink(missing_ok=True)
 
 

@@ -1,13 +1,14 @@
 """Keys and tokens never reach the screen or a log: `mask_secrets` on anything shown to the user.
 
 Masked: the value after `Bearer ` (an echoed Authorization header), anything shaped like a
-Hugging Face token (`hf_...`), and the values of the environment variables that hold the Hub
+Hugging Face token (`hf_...`) or an OpenAI-style key (`sk-...`), and the values of the environment variables that hold the Hub
 token and API keys (`SECRET_ENV`, plus any the user names, e.g. `--judge-api-key-env`,
 registered with `register_secret_env`).
 """
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 import re
@@ -16,6 +17,7 @@ MASK = "***"
 SECRET_ENV = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY"]
 _BEARER = re.compile(r"(\bBearer\s+)[^\s'\",;}\]]+", re.IGNORECASE)
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{8,}")
+_API_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")
 _MIN_SECRET = 6
 """Shorter values are not masked one by one (masking every "abc" in a message would hide more than keys)."""
 
@@ -33,7 +35,17 @@ def mask_secrets(text: str) -> str:
         if len(value) >= _MIN_SECRET:
             text = text.replace(value, MASK)
     text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
+    text = _API_KEY.sub("sk-" + MASK, text)
     return _HF_TOKEN.sub("hf_" + MASK, text)
+
+
+class MaskingArgumentParser(argparse.ArgumentParser):
+    """An `ArgumentParser` whose error lines are masked: they echo the offending value
+    (`invalid int value: 'hf_...'`), which may be a key pasted in the wrong place.
+    Its subparsers are of this class too (`add_subparsers` uses the parent's class)."""
+
+    def error(self, message: str):
+        super().error(mask_secrets(message))
 
 
 class MaskSecrets(logging.Filter):

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from builders.assembly.lifecycle import release_files
 from builders.assembly.report import Reject
 from builders.json_stream import NAME_NOT_UTF8, Damage, LineError, RecordStream, loads_line, name_not_utf8, open_text
 from schemas import first_error
@@ -64,7 +65,7 @@ def _grouped_csv(path: Path) -> Path | None:
 
 def find_source_files(source: Path, split: str | None = None) -> list[SourceFile]:
     """The annotation files under `source` (a folder or one file), with their layout and split."""
-    paths = [source] if source.is_file() else sorted(p for p in source.rglob("*") if p.is_file())
+    paths = [source] if source.is_file() else release_files(source)
     found = []
     for path in paths:
         if path.name in PER_TYPE_FILES:

@@ -3,8 +3,9 @@
 No real record or image is used. Everything is deterministic in `seed`: study *i*
 depends only on (seed, i), so a release can be made in parallel and at any scale (the
 public release: 160,000 studies, 653,834 questions; `PUBLIC_STUDIES`, `PUBLIC_QUESTIONS`).
-The per-split counts of the real release are not known; this one puts 80/10/10 percent
-of the studies in train, valid and test.
+Its distributions (task shares, splits, views, images and findings per study, ids) are
+in `synthetic_profile.py`, each with its source; each study's findings are drawn into its
+images (`synthetic_drawing.py`) where its report and questions put them.
 
 What a reader must cope with is all here: every key formats.md lists (sure, likely
 and unsure), bare `NaN` tokens in report fields, options as `"A. text"`, studies of 1
@@ -20,8 +21,9 @@ Layout on disk::
 from __future__ import annotations
 
 import json
+import math
 import random
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,19 +36,34 @@ from tqdm.auto import tqdm
 from builders.images import IMAGE_TAG_KEY
 from builders.provenance import ManifestWriter, image_tag
 from rexvqa_dataset.features import TASKS
+from rexvqa_dataset.synthetic_drawing import StudyFinding, chest_pixels
+from rexvqa_dataset.synthetic_profile import (
+    FINDINGS,
+    FINDINGS_PER_STUDY,
+    FRONTAL_VIEWS,
+    ID_ALPHABET,
+    IMAGES_PER_STUDY,
+    LATERAL_VIEWS,
+    LUNG_ZONES,
+    NEGATION_CATEGORY,
+    NULL_VIEW_RATE,
+    PUBLIC_QUESTIONS,
+    PUBLIC_STUDIES,
+    QUESTIONS_PER_STUDY,
+    RELEASE_SIDES,
+    SHORT_VIEW_LIST_RATE,
+    SIDES,
+    SIZES,
+    SPLIT_SHARES,
+    TASK_SHARES,
+    UID_ROOT,
+    UID_SUFFIX_DIGITS,
+    FindingKind,
+)
 
-PUBLIC_STUDIES = 160_000
-PUBLIC_QUESTIONS = 653_834
-QUESTIONS_PER_STUDY = PUBLIC_QUESTIONS / PUBLIC_STUDIES
-SPLIT_SHARES = {"train": 0.8, "valid": 0.1, "test": 0.1}
-IMAGES_PER_STUDY = (1, 2, 3, 4)
-IMAGES_WEIGHTS = (0.45, 0.42, 0.09, 0.04)
-"""About 1.7 images per study, as the paper reports."""
-TASK_WEIGHTS = (0.40, 0.25, 0.15, 0.12, 0.08)
-RELEASE_SIDES = (600, 800)
-"""The long and short side range of the release's PNGs (already a quarter of the original)."""
-UID_ROOT = "1.2.826.0.1.3680043.8.498"
-VIEWS = ("PA", "AP", "LATERAL", "LL", "UNKNOWN")
+__all__ = ["PUBLIC_QUESTIONS", "PUBLIC_STUDIES", "QUESTIONS_PER_STUDY", "SyntheticRelease", "SyntheticStudy",
+           "generate", "make_study", "split_sizes", "write_split"]
+
 NOTE_NAME = "SYNTHETIC.md"
 
 SYNTHETIC_NOTE = """# Synthetic ReXVQA release
@@ -55,16 +72,56 @@ Made by `cxr-vqa synthesize rexvqa` (rexvqa_dataset/synthetic.py). Every image, 
 is generated; there is no patient data and no ReXGradient-160K content. Builds made from this folder
 say so in their card: SYNTHETIC_MANIFEST.json holds a keyed hash of every annotation file and every
 image carries a tag in its metadata (builders/provenance.py). This note itself proves nothing.
+
+The findings of each study are drawn into its images where its report and questions put them;
+the questions hold no medical knowledge and a score on them shows that a pipeline works, not that
+a model reads chest radiographs.
 """
 
-FINDINGS = {
-    "Lung and Pleural Opacity": ("pleural effusion", "consolidation", "atelectasis", "nodular opacity"),
-    "Cardiac and Mediastinal": ("cardiomegaly", "widened mediastinum", "hilar enlargement"),
-    "Devices and Lines": ("central venous catheter", "endotracheal tube", "pacemaker leads"),
-    "Negation": ("pneumothorax", "pulmonary edema", "rib fracture"),
-    "Exam/Patient Information": ("rotated positioning", "low lung volumes", "portable technique"),
+PRESENCE, LOCATION, NEGATION, DIFFERENTIAL, GEOMETRIC = TASKS
+QUESTIONS = {
+    PRESENCE: ("Which of the following findings is present on this chest radiograph?",
+               "Which finding can be seen on this chest X-ray?",
+               "Which of these abnormalities is visible on the radiograph?"),
+    LOCATION: ("Where is the {finding} located?",
+               "In which lung zone is the {finding} seen?",
+               "What is the location of the {finding} on this radiograph?"),
+    NEGATION: ("Which of the following findings is NOT present on this chest radiograph?",
+               "Which finding is NOT seen on this chest X-ray?",
+               "All of the following are visible on this radiograph EXCEPT:"),
+    DIFFERENTIAL: ("What is the most likely diagnosis given the imaging findings?",
+                   "Which diagnosis best explains the findings on this chest radiograph?",
+                   "Based on this chest X-ray, which condition is most likely?"),
+    GEOMETRIC: ("What is the size of the {finding}?",
+                "How large is the {finding} on this radiograph?",
+                "How would you grade the extent of the {finding}?"),
 }
-LOCATIONS = ("right lower lobe", "left lower lobe", "right upper lobe", "left upper lobe", "bilateral bases", "retrocardiac region")
+"""chosen: plausible. Three wordings per task; none names or hints at the answer."""
+
+ASKABLE: dict[str, Callable[[FindingKind], bool]] = {
+    PRESENCE: lambda kind: True,
+    LOCATION: lambda kind: kind.where == "zone",
+    NEGATION: lambda kind: True,
+    DIFFERENTIAL: lambda kind: kind.diagnosis is not None,
+    GEOMETRIC: lambda kind: kind.sized,
+}
+"""Which present findings a question of each task can be about (presence and negation: any)."""
+
+
+def _chance_askable(task: str) -> float:
+    """The chance that a study has a finding a `task` question can be about (negation: three findings, always)."""
+    eligible = sum(ASKABLE[task](kind) for kind in FINDINGS)
+    return sum(weight * (1 - math.comb(len(FINDINGS) - eligible, count) / math.comb(len(FINDINGS), count))
+               for count, weight in FINDINGS_PER_STUDY.items())
+
+
+def task_weights(shares: dict[str, float]) -> dict[str, float]:
+    """Each task's share divided by the chance a study can be asked it, so that over the release each
+    task keeps its share although some studies cannot be asked some tasks."""
+    return {task: share / _chance_askable(task) for task, share in shares.items()}
+
+
+TASK_WEIGHTS = task_weights(TASK_SHARES)
 
 
 @dataclass
@@ -86,7 +143,15 @@ def split_sizes(num_studies: int) -> dict[str, int]:
 
 
 def _uid(rng: random.Random) -> str:
-    return f"{UID_ROOT}.{rng.randrange(10**20, 10**21)}"
+    return f"{UID_ROOT}.{rng.randrange(10 ** (UID_SUFFIX_DIGITS - 1), 10**UID_SUFFIX_DIGITS)}"
+
+
+def _grdn_id(rng: random.Random) -> str:
+    return "GRDN" + "".join(rng.choices(ID_ALPHABET, k=12))
+
+
+def _pick(rng: random.Random, shares: dict) -> object:
+    return rng.choices(list(shares), weights=list(shares.values()))[0]
 
 
 def _age(rng: random.Random) -> str:
@@ -98,101 +163,146 @@ def _nan_or(rng: random.Random, text: str, nan_rate: float) -> object:
     return float("nan") if rng.random() < nan_rate else text
 
 
-def _question(rng: random.Random, task: str, finding: str) -> tuple[str, list[str], int, str]:
-    location = rng.choice(LOCATIONS)
-    if task == "Presence Assessment":
-        question, right = f"Is there evidence of {finding} on this chest radiograph?", f"Yes, {finding} is present"
-        wrong = ["No, the lungs are clear", f"Only {rng.choice(LOCATIONS)} scarring", "The study is non-diagnostic"]
-    elif task == "Location and Distribution Assessment":
-        question, right = f"Where is the {finding} located?", f"In the {location}"
-        wrong = [f"In the {loc}" for loc in rng.sample([x for x in LOCATIONS if x != location], 3)]
-    elif task == "Negation Assessment":
-        question, right = "Which finding is NOT present on this radiograph?", finding.capitalize()
-        wrong = [f.capitalize() for f in rng.sample([f for fs in FINDINGS.values() for f in fs if f != finding], 3)]
-    elif task == "Differential Diagnosis":
-        question, right = "What is the most likely diagnosis given the imaging findings?", finding.capitalize()
-        wrong = [f.capitalize() for f in rng.sample([f for fs in FINDINGS.values() for f in fs if f != finding], 3)]
-    else:
-        size = rng.choice(("small", "moderate", "large"))
-        question, right = f"What is the size of the {finding}?", f"{size.capitalize()}"
-        wrong = [s.capitalize() for s in ("small", "moderate", "large", "trace") if s != size][:3]
-    answer = rng.randrange(4)
-    texts = wrong[:answer] + [right] + wrong[answer:]
-    return question, texts, answer, f"The report describes {finding} in the {location}, which supports '{right}'."
+def _views(rng: random.Random, count: int) -> list[str | None]:
+    """First image frontal, second lateral, any further one either (chosen: plausible)."""
+    views = []
+    for k in range(count):
+        lateral = k == 1 or (k > 1 and rng.random() < 0.5)
+        views.append(None if rng.random() < NULL_VIEW_RATE else _pick(rng, LATERAL_VIEWS if lateral else FRONTAL_VIEWS))
+    if count > 1 and rng.random() < SHORT_VIEW_LIST_RATE:
+        views = views[: rng.randrange(count)]
+    return views
 
 
-def _pixels(rng: random.Random, width: int, height: int) -> np.ndarray:
-    """A 16-bit chest-like picture: dark lungs in a bright body, a spine, noise (12 bits used, as in many CR files)."""
-    y, x = np.mgrid[0:height, 0:width].astype(np.float32)
-    cx, cy = width / 2, height * 0.45
-    body = 1800 + 900 * np.exp(-(((x - cx) / (width * 0.55)) ** 2))
-    for side in (-1, 1):
-        lung = (((x - cx - side * width * 0.2) / (width * 0.16)) ** 2 + ((y - cy) / (height * 0.3)) ** 2) < 1
-        body = np.where(lung, body - 1100 - rng.randint(0, 200), body)
-    body += 1200 * (np.abs(x - cx) < width * 0.035)
-    noise = np.random.default_rng(rng.randrange(2**32)).normal(0, 40, (height, width))
-    return np.clip(body + noise, 0, 4095).astype(np.uint16)
+def _findings(rng: random.Random) -> list[StudyFinding]:
+    """The study's findings: distinct kinds drawn uniformly, so that no finding is more often present than another."""
+    kinds = rng.sample(FINDINGS, _pick(rng, FINDINGS_PER_STUDY))
+    places = {"zone": LUNG_ZONES, "side": SIDES, "": ("",)}
+    return [StudyFinding(kind, rng.choice(places[kind.where]), rng.randrange(len(SIZES))) for kind in kinds]
+
+
+def _capital(text: str) -> str:
+    return text[0].upper() + text[1:]
+
+
+@dataclass
+class Question:
+    task: str
+    question: str
+    options: list[str]
+    answer: int
+    explanation: str
+    topic: FindingKind
+    """The finding whose category and subcategory the question is filed under."""
+
+
+def _ask(rng: random.Random, task: str, findings: list[StudyFinding]) -> Question:
+    """One question of `task` about the study's `findings`, its answer at a uniformly random letter.
+
+    Every option is of one kind (four finding names, four diagnoses, four zones, four sizes), each
+    equally likely to be the answer, so that the text alone tells no more than chance. Presence and
+    negation questions, whose options are findings, are filed under a uniformly chosen option's
+    finding: their category and subcategory point at the answer one time in four, as any option does.
+    """
+    wording = rng.choice(QUESTIONS[task])
+    present = [f.kind for f in findings]
+    absent = [kind for kind in FINDINGS if kind not in present]
+    if task in (PRESENCE, NEGATION):
+        right, wrong = (rng.choice(present), rng.sample(absent, 3)) if task == PRESENCE else (rng.choice(absent), rng.sample(present, 3))
+        kinds = _shuffled(rng, right, wrong)
+        options, answer = [_capital(k.name) for k in kinds], kinds.index(right)
+        if task == PRESENCE:
+            explanation = f"The radiograph shows {right.name}; {', '.join(k.name for k in wrong)} are not seen."
+        else:
+            explanation = f"{_capital(', '.join(k.name for k in wrong))} are seen; {right.name} is not."
+        return Question(task, wording, options, answer, explanation, rng.choice(kinds))
+    about = rng.choice([f for f in findings if ASKABLE[task](f.kind)])
+    if task == DIFFERENTIAL:
+        others = [k.diagnosis for k in absent if k.diagnosis is not None]
+        choices = _shuffled(rng, about.kind.diagnosis, rng.sample(others, 3))
+        filed_under = rng.choice(choices)
+        filed = next(k for k in FINDINGS if k.diagnosis == filed_under)
+        return Question(task, wording, choices, choices.index(about.kind.diagnosis),
+                        f"{about.phrase()[:-1]}, which points to {about.kind.diagnosis.lower()}.", filed)
+    if task == LOCATION:
+        choices = _shuffled(rng, about.place, rng.sample([z for z in LUNG_ZONES if z != about.place], 3))
+        return Question(task, wording.format(finding=about.kind.name), [_capital(z) for z in choices], choices.index(about.place),
+                        f"The {about.kind.name} projects over the {about.place}.", about.kind)
+    size = SIZES[about.size]
+    choices = _shuffled(rng, size, [s for s in SIZES if s != size])
+    return Question(task, wording.format(finding=about.kind.name), choices, choices.index(size),
+                    f"The {about.kind.name} is {size.lower()} in extent.", about.kind)
+
+
+def _shuffled(rng: random.Random, right: object, wrong: list) -> list:
+    options = list(wrong)
+    options.insert(rng.randrange(len(options) + 1), right)
+    return options
+
+
+def _task(rng: random.Random, findings: list[StudyFinding], weights: dict[str, float]) -> str:
+    askable = [t for t in TASKS if any(ASKABLE[t](f.kind) for f in findings)]
+    return rng.choices(askable, weights=[weights[t] for t in askable])[0]
 
 
 @dataclass
 class SyntheticStudy:
     records: dict[str, dict]
     images: list[tuple[str, int, int, int]]  # (path under the release root, width, height, pixel seed)
+    findings: list[StudyFinding]
 
 
-def make_study(seed: int, index: int, split: str, downscale: int) -> SyntheticStudy:
-    """Study `index` of the release: its questions (id -> record) and the images they name."""
+def make_study(seed: int, index: int, split: str, downscale: int, weights: dict[str, float] = TASK_WEIGHTS) -> SyntheticStudy:
+    """Study `index` of the release: its questions (id -> record), the images they name and the findings those show.
+
+    `weights`: of each task (`task_weights`); the paper's shares unless a release asks for others.
+    """
     rng = random.Random(f"rexvqa:{seed}:{index}")
-    patient = f"pGRDN{rng.getrandbits(40):010X}"
-    accession = f"GRDN{rng.getrandbits(36):09X}"
-    study_uid, series_uid = _uid(rng), _uid(rng)
-    count = rng.choices(IMAGES_PER_STUDY, weights=IMAGES_WEIGHTS)[0]
+    patient, accession = _grdn_id(rng), _grdn_id(rng)
+    study_uid = _uid(rng)
+    count = _pick(rng, IMAGES_PER_STUDY)
     images, paths = [], []
     for _ in range(count):
         long_side, short_side = (rng.randint(*RELEASE_SIDES) // downscale for _ in range(2))
         width, height = sorted((long_side, short_side)) if rng.random() < 0.8 else sorted((long_side, short_side), reverse=True)
-        relative = f"deid_png/{patient}/{accession}/studies/{study_uid}/series/{series_uid}/instances/{_uid(rng)}.png"
+        relative = f"deid_png/{patient}/{accession}/studies/{study_uid}/series/{_uid(rng)}/instances/{_uid(rng)}.png"
         images.append((relative, width, height, rng.randrange(2**32)))
         paths.append(f"../{relative}")
-    views = [rng.choice(VIEWS) if rng.random() > 0.08 else None for _ in paths]
-    if count > 1 and rng.random() < 0.15:
-        views = views[: rng.randrange(count)]
-    category = rng.choice(list(FINDINGS))
-    finding = rng.choice(FINDINGS[category])
+    findings = _findings(rng)
     study = {
-        "study_id": f"{patient}_{accession}", "ImagePath": paths, "ImageViewPosition": views,
+        "study_id": f"{patient}_{accession}", "ImagePath": paths, "ImageViewPosition": _views(rng, count),
         "PatientAge": _age(rng), "PatientSex": rng.choice("MF"),
-        "Indication": _nan_or(rng, rng.choice(("Cough.", "Shortness of breath.", "Fever, rule out pneumonia.")), 0.15),
+        "Indication": _nan_or(rng, rng.choice(("Cough.", "Shortness of breath.", "Fever, rule out pneumonia.", "Chest pain.")), 0.15),
         "Comparison": _nan_or(rng, "None.", 0.5),
-        "Findings": _nan_or(rng, f"There is {finding} in the {rng.choice(LOCATIONS)}. No pneumothorax.", 0.05),
-        "Impression": _nan_or(rng, f"{finding.capitalize()}.", 0.05),
+        "Findings": _nan_or(rng, " ".join(f.phrase() for f in findings) + " No other acute abnormality.", 0.05),
+        "Impression": _nan_or(rng, findings[0].phrase(), 0.05),
         "PatientID": patient, "AccessionNumber": accession, "StudyInstanceUid": study_uid,
         "StudyDate": f"20{rng.randint(10, 23)}{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}",
         "ImageModality": ["DX" if rng.random() < 0.7 else "CR"] * count, "validation_code": rng.randint(0, 1),
-        "class": rng.choice(("normal", "abnormal")), "Manufacturer": rng.choice(("Carestream", "Fujifilm", "GE Healthcare", None)),
+        "class": "abnormal", "Manufacturer": rng.choice(("Carestream", "Fujifilm", "GE Healthcare", None)),
         "ImageShape": [[h * downscale, w * downscale] for _, w, h, _ in images], "ImageBodyPart": ["CHEST"] * count,
     }
-    questions = max(1, round(rng.gauss(QUESTIONS_PER_STUDY, 1.2)))
     records = {}
-    for _q in range(questions):
-        task = rng.choices(TASKS, weights=TASK_WEIGHTS)[0]
-        question, texts, answer, explanation = _question(rng, task, finding)
-        record = {"question": question, "options": [f"{'ABCD'[k]}. {t}" for k, t in enumerate(texts)],
-                  "correct_answer": "ABCD"[answer], "correct_answer_explanation": explanation, "task_name": task,
-                  "category": "Negation" if task == "Negation Assessment" else category,
-                  "subcategory": finding.capitalize()}
+    for _q in range(max(1, round(rng.gauss(QUESTIONS_PER_STUDY, 1.2)))):
+        asked = _ask(rng, _task(rng, findings, weights), findings)
+        record = {"question": asked.question, "options": [f"{'ABCD'[k]}. {t}" for k, t in enumerate(asked.options)],
+                  "correct_answer": "ABCD"[asked.answer], "correct_answer_explanation": asked.explanation, "task_name": asked.task,
+                  "category": NEGATION_CATEGORY if asked.task == NEGATION else asked.topic.category,
+                  "subcategory": asked.topic.subcategory}
         record.update(study)
         records[f"{split}_{rng.getrandbits(48):012x}"] = record
-    return SyntheticStudy(records, images)
+    return SyntheticStudy(records, images, findings)
 
 
-def _studies(seed: int, first: int, count: int, split: str, downscale: int) -> Iterator[SyntheticStudy]:
+def _studies(seed: int, first: int, count: int, split: str, downscale: int,
+             weights: dict[str, float] = TASK_WEIGHTS) -> Iterator[SyntheticStudy]:
     for index in range(first, first + count):
-        yield make_study(seed, index, split, downscale)
+        yield make_study(seed, index, split, downscale, weights)
 
 
 def _write_images(args: tuple[int, int, int, str, int, str]) -> int:
-    """Write the images of `count` studies from `first`; returns `count`."""
+    """Write the images of `count` studies from `first`; returns `count`. A study's images and findings
+    are made before its questions, so they do not depend on the task shares."""
     seed, first, count, split, downscale, root = args
     for study in _studies(seed, first, count, split, downscale):
         for relative, width, height, pixel_seed in study.images:
@@ -200,7 +310,7 @@ def _write_images(args: tuple[int, int, int, str, int, str]) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             tag = PngInfo()
             tag.add_text(IMAGE_TAG_KEY, image_tag(path.name))
-            Image.fromarray(_pixels(random.Random(pixel_seed), width, height)).save(path, "PNG", pnginfo=tag)
+            Image.fromarray(chest_pixels(random.Random(pixel_seed), width, height, study.findings)).save(path, "PNG", pnginfo=tag)
     return count
 
 
@@ -226,14 +336,16 @@ def write_split(path: Path, studies: Iterator[SyntheticStudy], progress: tqdm | 
 
 
 def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4, num_proc: int = 1,
-             images: bool = True) -> SyntheticRelease:
+             images: bool = True, task_shares: dict[str, float] = TASK_SHARES) -> SyntheticRelease:
     """Write a synthetic release of `num_studies` studies (the public release: 160,000) to `out`.
 
     About `QUESTIONS_PER_STUDY` (4.09) questions per study, so `PUBLIC_STUDIES` gives
     about `PUBLIC_QUESTIONS`. Images are `downscale` times smaller per side than the
-    release's 600-800 px PNGs.
+    release's 600-800 px PNGs. `task_shares` (default: the paper's) lets a release too small
+    to hold every task at the paper's mix (a test's, a demo's) ask for another.
     """
     out = Path(out)
+    weights = task_weights(task_shares)
     (out / "metadata").mkdir(parents=True, exist_ok=True)
     (out / NOTE_NAME).write_text(SYNTHETIC_NOTE, encoding="utf-8")
     manifest = ManifestWriter(out, "cxr-vqa synthesize rexvqa")
@@ -244,7 +356,7 @@ def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4
     with tqdm(desc="synthetic questions", unit="question", disable=quiet or None) as bar:
         for split, count in sizes.items():
             path = out / "metadata" / f"{split}_vqa_data.json"
-            questions[split] = write_split(path, _studies(seed, firsts[split], count, split, downscale), bar)
+            questions[split] = write_split(path, _studies(seed, firsts[split], count, split, downscale, weights), bar)
             manifest.add(path)
     manifest.save()
     if images:

@@ -299,3 +299,103 @@ def test_a_script_without_a_main_guard_still_builds_reading_headers_on_threads(r
     assert any(notice.startswith("image headers read on threads: the worker processes stopped") for notice in report["notices"])
     assert report["records_read"] == report["rows_written"] + report["rejected"] and report["rejected"] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["build_it.py", "gemex"]
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_signal_after_the_output_is_written_says_the_build_completed(gemex_release, tmp_path, signum, status):
+    """Issue 27.15: the output renamed into place, then Ctrl-C: one line saying so, the output whole."""
+    out = tmp_path / "gemex"
+    process = start(gemex_release, out, "written", "--image-mode", "none")
+    wait_until_stopped(process)
+    process.send_signal(signum)
+    process.send_signal(signal.SIGCONT)
+    returncode, stderr = finish(process)
+    assert returncode == status
+    assert messages(stderr) == [messages(stderr)[0]] and "after the build had completed" in stderr and str(out) in stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
+    assert build(gemex_release, out, "--image-mode", "none", "--overwrite").returncode == 0
+
+
+# -- what --out may replace (issue 27.13-14) -----------------------------------------------------
+
+def copy_release(release, dest: Path) -> Path:
+    shutil.copytree(release.root, dest)
+    return dest
+
+
+@pytest.mark.parametrize("where", ["source", "parent", "dot"])
+def test_overwrite_never_replaces_the_raw_release(gemex_release, tmp_path, where):
+    raw = copy_release(gemex_release, tmp_path / "raw")
+    before = sorted(str(p.relative_to(raw)) for p in raw.rglob("*"))
+    source = raw / "per_type"
+    out = {"source": source, "parent": raw, "dot": Path(".")}[where]
+    command = [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(source), "--out", str(out),
+               "--image-mode", "none", "--overwrite"]
+    result = subprocess.run(command, env=quiet_env() | {"PYTHONPATH": os.getcwd()}, capture_output=True, text=True, timeout=300,
+                            cwd=source if where == "dot" else None, check=False)
+    assert result.returncode == 1 and len(messages(result.stderr)) == 1, result.stderr
+    assert "would replace the raw release" in result.stderr
+    assert sorted(str(p.relative_to(raw)) for p in raw.rglob("*")) == before
+
+
+def test_overwrite_replaces_only_a_folder_a_build_wrote(gemex_release, tmp_path):
+    out = tmp_path / "gemex"
+    out.mkdir()
+    (out / "notes.txt").write_text("mine")
+    result = build(gemex_release, out, "--image-mode", "none", "--overwrite")
+    assert result.returncode == 1 and "replaces only a folder a build wrote" in result.stderr
+    assert (out / "notes.txt").read_text() == "mine"
+    (out / "notes.txt").unlink()
+    out.rmdir()
+    assert build(gemex_release, out, "--image-mode", "none").returncode == 0
+    assert build(gemex_release, out, "--image-mode", "none", "--overwrite").returncode == 0
+
+
+def test_an_out_that_is_a_file_is_refused_and_leaves_nothing_behind(gemex_release, tmp_path):
+    out = tmp_path / "gemex"
+    out.write_text("a file")
+    for _ in range(2):
+        result = build(gemex_release, out, "--image-mode", "none", "--overwrite")
+        assert result.returncode == 1 and "is not one" in result.stderr and "killed" not in result.stderr
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"] and out.read_text() == "a file"
+
+
+def test_glob_characters_in_out_touch_no_other_build(gemex_release, tmp_path):
+    """`gemex[2v]` as a glob matches `gemex2`: another live build's partial folder must survive."""
+    other = tmp_path / "gemex2"
+    first = start(gemex_release, other, "reading", "--image-mode", "none")
+    wait_until_stopped(first)
+    result = build(gemex_release, tmp_path / "gemex[2v]", "--image-mode", "none")
+    assert result.returncode == 0, result.stderr
+    assert "removed" not in result.stderr
+    first.send_signal(signal.SIGCONT)
+    status, stderr = finish(first)
+    assert status == 0, stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex2", "gemex[2v]"]
+
+
+def test_an_out_inside_the_source_is_not_read_back(gemex_release, tmp_path):
+    """A rebuild with --out inside --source reads the release, not the previous build's report or card."""
+    raw = copy_release(gemex_release, tmp_path / "raw")
+    out = raw / "llava" / "built"
+    command = [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(raw / "llava"), "--out", str(out), "--image-mode", "none"]
+    first = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert first.returncode == 0, first.stderr
+    report = json.loads((out / "build_report.json").read_text())
+    second = subprocess.run([*command, "--overwrite"], env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert second.returncode == 0, second.stderr
+    again = json.loads((out / "build_report.json").read_text())
+    assert (again["records_read"], again["rejected"], again["rows"]) == (report["records_read"], report["rejected"], report["rows"])
+    assert not any("built" in reject["file"] for reject in again["rejects"])
+
+
+def test_a_synthetic_release_built_from_its_root_stays_synthetic(gemex_release, tmp_path):
+    """The root holds SYNTHETIC_MANIFEST.json: it describes the annotation files and is not one of them."""
+    out = tmp_path / "gemex"
+    command = [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(gemex_release.root), "--out", str(out),
+               "--image-mode", "none"]
+    result = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
+    assert result.returncode == 0, result.stderr
+    report = json.loads((out / "build_report.json").read_text())
+    assert not any("SYNTHETIC_MANIFEST" in reject["file"] for reject in report["rejects"])
+    assert report["provenance"]["synthetic"] is True, report["provenance"]

@@ -179,3 +179,25 @@ def test_a_built_folder_with_a_preview_config_is_evaluated_on_its_rows_once(tmp_
     _, infos = card_configs(folder)
     rows = evaluate.load_split(folder, "test", ["question_id"], ["question_id"])
     assert len(rows) == len({r["question_id"] for r in rows}) == infos["default"].splits["test"].num_examples
+
+
+def test_hostile_predictions_end_in_one_line_or_a_written_out(tmp_path, capsys, monkeypatch):
+    """Issue 27.10-12: a deeply nested reply is a failed extraction, a lone-surrogate id an error
+    naming its line before anything is printed, and secrets in the warnings are masked."""
+    folder, rows = _gemex_dir(tmp_path, per_type=2)
+    predictions, out = tmp_path / "pred.jsonl", tmp_path / "scores.json"
+    write_jsonl(predictions, [(rows[0]["question_id"], "{" * 100_000 + "}"), (rows[1]["question_id"], "The answer" + "\n" * 1000 + "x")])
+    assert _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "", "--out", str(out)]) == 0
+    report = json.loads(out.read_text())
+    assert report["per_question"][0]["failed_extraction"] or report["per_question"][0]["extracted"] is None
+    capsys.readouterr()
+    predictions.write_text(json.dumps({"question_id": "q\ud800", "prediction": "A"}) + "\n")
+    out.unlink()
+    assert _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "", "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and "pred.jsonl:1: question_id holds a lone surrogate" in captured.err and not out.exists()
+    monkeypatch.setenv("HF_TOKEN", "hf_pastedTokenValue0123456789")
+    write_jsonl(predictions, [("hf_pastedTokenValue0123456789", "A"), ("Bearer sk-abcdefghijklmnopqrstuv", "B")])
+    assert _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", ""]) == 0
+    err = capsys.readouterr().err
+    assert "name a question_id not in the split" in err and "pastedToken" not in err and "abcdefghijklmnop" not in err

@@ -1,7 +1,11 @@
+import re
+
 import pytest
 
 from builders.box_frame import to_model_frame
+from builders.scoring import extraction
 from builders.scoring.extraction import (
+    MAX_REPLY_CHARS,
     answer_and_reason,
     extract_boxes,
     extract_letter,
@@ -139,3 +143,63 @@ def test_inverted_box_is_put_in_order():
 def test_unstructured_reply_is_all_answer():
     reply = split_reply("Just some text.")
     assert reply.answer == "Just some text." and not reply.structured
+
+
+ADVERSARIAL = [  # shapes that made the old patterns backtrack without end (issue 27)
+    "The answer" + "\n" * 1000 + "text",
+    "The answer is" + " " * 1000 + "(" + " " * 1000 + "x",
+    "option " + " \n" * 1000 + "and",
+    "Answer" + " " * 5000 + "x",
+    "```" + "\n" * 100_000,
+    "\\boxed{" * 100_000,
+    "[ " * 100_000 + "(",
+    "{" * 100_000 + "}",  # nested deeper than the JSON parser goes
+]
+
+
+@pytest.mark.parametrize("reply", ADVERSARIAL, ids=range(len(ADVERSARIAL)))
+def test_adversarial_replies_are_read_not_hung(reply):
+    assert extract_yes_no(reply) is None
+    assert extract_letter(reply, OPTIONS) is None
+    assert extract_raw_boxes(reply) == []
+    assert len(answer_and_reason(reply)) <= MAX_REPLY_CHARS
+
+
+def test_an_answer_after_a_thousand_newlines_is_still_found():
+    assert extract_letter("The answer" + "\n" * 1000 + "is (C)", OPTIONS) == "C"
+    assert extract_yes_no("Answer:" + " " * 1000 + "Yes") == "yes"
+
+
+class _Recording:
+    """A compiled pattern that records the length of every string it is asked to scan."""
+
+    def __init__(self, pattern, seen):
+        self.pattern, self.seen = pattern, seen
+
+    def __getattr__(self, name):
+        method = getattr(self.pattern, name)
+
+        def scan(string, *args, **kwargs):
+            self.seen.append(len(string))
+            return method(string, *args, **kwargs)
+
+        return scan
+
+
+def test_scanning_is_bounded_on_a_10_mb_reply(monkeypatch):
+    """Each pattern runs in linear time; the cap bounds what any of them is given to scan."""
+    seen: list[int] = []
+    for name in [n for n in vars(extraction) if n.startswith("_") and isinstance(getattr(extraction, n), re.Pattern)]:
+        monkeypatch.setattr(extraction, name, _Recording(getattr(extraction, name), seen))
+    reply = ("The answer" + "\n" * 1000 + "is (B) and [1, 2, 3, 4] ") * 9_700
+    assert len(reply) > 10_000_000
+    assert extract_letter(reply, OPTIONS) == "B"
+    assert extract_raw_boxes(reply)[0] == [1.0, 2.0, 3.0, 4.0]
+    answer_and_reason(reply)
+    assert seen and max(seen) <= MAX_REPLY_CHARS + 1
+
+
+def test_a_long_reply_keeps_its_start_and_its_end():
+    filler = "x" * MAX_REPLY_CHARS
+    assert extract_yes_no(f"<answer> Yes <reason> {filler}") == "yes"
+    assert extract_letter(f"Let me think. {filler}\nFinal answer: D", OPTIONS) == "D"

@@ -69,12 +69,13 @@ def lmms(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def demo(tmp_path_factory) -> Path:
-    """`cxr-vqa demo`'s builds; ReXVQA from 40 studies, so every task has test questions."""
+    """`cxr-vqa demo`'s builds; ReXVQA from 60 studies with the five tasks in equal shares, so that every
+    task has test questions (at the paper's mix a geometric question is 1 in 250, and the test split 6%)."""
     from builders.demo import run_demo, run_rexvqa_demo
 
     out = tmp_path_factory.mktemp("demo")
     run_demo(out, num_images=12)
-    run_rexvqa_demo(out, num_studies=40)
+    run_rexvqa_demo(out, num_studies=60, task_shares=dict.fromkeys(TASKS, 0.2))
     return out
 
 

@@ -95,3 +95,41 @@ def test_real_rexrank_example_reads_as_a_submission(request):
     for record in records:
         options = [o.split(". ", 1)[1] for o in raw[record.question_id]["options"]]
         assert extract_letter(record.prediction, options) == raw[record.question_id]["correct_answer"]
+
+
+def _line(question_id: str = "q1", prediction: str = "A") -> bytes:
+    return json.dumps({"question_id": question_id, "prediction": prediction}).encode() + b"\n"
+
+
+def test_a_utf8_bom_is_accepted_as_the_build_accepts_it(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(b"\xef\xbb\xbf" + _line() + _line("q2", "B"))
+    assert [r.question_id for r in read_predictions(path)] == ["q1", "q2"]
+    rexrank = tmp_path / "rexrank.json"
+    rexrank.write_bytes(b"\xef\xbb\xbf" + json.dumps({"q1": {"model_prediction": "A"}}).encode())
+    assert detect_layout(rexrank) == "rexrank" and read_predictions(rexrank)[0].prediction == "A"
+
+
+def test_a_bad_byte_names_file_and_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(_line() + _line("q2") + b'{"question_id": "q3", "prediction": "\xff"}\n')
+    with pytest.raises(PredictionsError, match=r"p\.jsonl:3: not UTF-8 \(byte 0xff"):
+        read_predictions(path)
+    rexrank = tmp_path / "rexrank.json"
+    rexrank.write_bytes(b'{\n"q1": {"model_prediction": "A"},\n"q2": {"model_prediction": "\xfe"}}')
+    with pytest.raises(PredictionsError, match=r"rexrank\.json:3: not UTF-8 \(byte 0xfe"):
+        read_predictions(rexrank, "rexrank")
+
+
+def test_a_deeply_nested_line_is_an_error_naming_it(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(_line() + b'{"question_id": "q2", "prediction": ' + b"[" * 200_000 + b"]" * 200_000 + b"}\n")
+    with pytest.raises(PredictionsError, match=r"p\.jsonl:2: JSON nested deeper than the parser reads"):
+        read_predictions(path)
+
+
+def test_a_lone_surrogate_id_is_an_error_naming_its_line(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_bytes(_line() + b'{"question_id": "q\\ud800", "prediction": "A"}\n')
+    with pytest.raises(PredictionsError, match=r"p\.jsonl:2: question_id holds a lone surrogate"):
+        read_predictions(path)

@@ -24,7 +24,7 @@ from publish_builds import built, copy_build
 from builders.assembly.pipeline import BuildSettings
 from builders.cli import main
 from builders.hub.preview import add_preview_config
-from builders.hub.publish import PublishRefused, inspect_build, plan_publish, publish, upload_groups
+from builders.hub.publish import PublishRefused, access_refusal, inspect_build, plan_publish, publish, upload_groups
 
 TOKEN = "hf_recordingServerSecret0123456789"
 
@@ -367,3 +367,64 @@ def test_cli_publish(root, hub, capsys):
     out = capsys.readouterr()
     assert "published" in out.out and TOKEN not in out.out + out.err
     assert hub.commits and hub.repos["org/gemex"]["private"] is True
+
+
+# -- what is uploaded (issue 27) ----------------------------------------------------------------
+
+def test_a_file_the_build_did_not_write_is_refused_by_name(root, tmp_path):
+    folder = copy_build("synthetic-none", root, tmp_path / "gemex")
+    (folder / "data" / "test" / "patient.jpg").write_bytes(b"\xff\xd8\xff\xe0 an untagged image")
+    with pytest.raises(ValueError, match=r"not ready for the Hub: data/test/patient.jpg: \[unlisted-file\]"):
+        plan_publish(folder, "org/demo", "public", confirm_public=True)
+
+
+def test_only_what_the_build_listed_is_uploaded(root, hub, tmp_path):
+    folder = copy_build("synthetic-none", root, tmp_path / "gemex")
+    (folder / ".notes.json").write_text("{}")  # hidden: never uploaded, not a problem
+    plan = plan_publish(folder, "org/demo", "public", confirm_public=True)
+    report = json.loads((folder / "build_report.json").read_text())
+    assert {path for path, _ in plan.files} == {"README.md", "build_report.json", *report["shards"]}
+    publish(plan, api(hub))
+    assert {path for commit in hub.commits for path in commit["files"]} == {path for path, _ in plan.files}
+
+
+def test_a_card_reading_another_builds_shards_is_refused(root, tmp_path):
+    """A synthetic build's card pointed at a real build's shards beside it never goes public."""
+    copy_build("real-none", root, tmp_path / "real")
+    folder = copy_build("synthetic-none", root, tmp_path / "gemex")
+    card = DatasetCard.load(folder / "README.md")
+    for config in card.data["configs"]:
+        config["data_files"] = [{"split": e["split"], "path": "../real/" + e["path"]} for e in config["data_files"]]
+    card.save(folder / "README.md")
+    with pytest.raises(ValueError, match="points outside data/"):
+        plan_publish(folder, "org/demo", "public", confirm_public=True)
+
+
+@pytest.mark.parametrize("kind", ["synthetic-none", "synthetic-reference"])
+def test_a_folder_without_its_build_report_is_refused(root, tmp_path, kind):
+    """Issue 27.8: no report, no checksum check and no image mode: refused, never planned."""
+    folder = copy_build(kind, root, tmp_path / "gemex")
+    (folder / "build_report.json").unlink()
+    with pytest.raises(ValueError, match=r"\[build-report\] no build_report.json"):
+        plan_publish(folder, "org/demo", "private")
+    facts = inspect_build(folder)
+    refusal = access_refusal(facts, "gated")
+    assert ("image-mode reference" in refusal) if kind == "synthetic-reference" else ("no build_report.json" in refusal)
+
+
+def test_a_reference_build_whose_report_says_embed_is_still_refused(root, tmp_path):
+    folder = copy_build("synthetic-reference", root, tmp_path / "gemex")
+    report = json.loads((folder / "build_report.json").read_text())
+    report["settings"]["image_mode"] = "embed"
+    (folder / "build_report.json").write_text(json.dumps(report))
+    with pytest.raises(PublishRefused, match="image-mode reference"):
+        plan_publish(folder, "org/demo", "gated")
+
+
+@pytest.mark.parametrize("licence", [" ", "MIMIC-CXR data use agreement", "cc-by-nc-4.0", "other"])
+def test_text_licence_must_allow_public_redistribution(root, tmp_path, licence):
+    folder = copy_build("real-none", root, tmp_path / "gemex")
+    null_columns(folder, ("report",))
+    with pytest.raises(PublishRefused, match=r"not one of the licences that allow public redistribution: cc-by-4\.0"):
+        plan_publish(folder, "org/gemex", "public", confirm_public=True, text_licence=licence)
+    assert plan_publish(folder, "org/gemex", "public", confirm_public=True, text_licence="cc0-1.0").visibility == "public"

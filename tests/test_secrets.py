@@ -91,3 +91,34 @@ def test_logged_messages_are_masked(monkeypatch, caplog):
     with caplog.at_level(logging.WARNING):
         logger.warning("upload failed with token %s", HUB_TOKEN)
     assert HUB_TOKEN not in caplog.text and "***" in caplog.text
+
+
+@pytest.mark.parametrize("argv", [
+    ["evaluate", "gemex", "--dataset", ".", "--baseline", "Bearer sk-pastedKey0123456789abcdef"],
+    ["build", "gemex", "--source", ".", "--out", "x", "--num-proc", HUB_TOKEN],
+    ["publish", ".", "--repo", "org/x", HUB_TOKEN],  # unrecognized arguments: ...
+])
+def test_argument_errors_mask_what_they_echo(argv, capsys, monkeypatch):
+    """Issue 27.10: argparse echoes the bad value; a key pasted into the wrong option never reaches the screen."""
+    from builders.cli import main
+
+    monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
+    with pytest.raises(SystemExit) as exit_:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exit_.value.code == 2 and "error:" in err
+    assert HUB_TOKEN not in err and "pastedKey" not in err and "***" in err
+
+
+def test_a_bugs_traceback_is_masked_too(capsys, monkeypatch):
+    from builders import cli
+
+    monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
+
+    def broken(args):
+        raise KeyError(f"Authorization: Bearer {JUDGE_KEY} and {HUB_TOKEN}")
+
+    monkeypatch.setattr(cli, "run_validate", broken)
+    assert cli.main(["validate", "."]) == 1
+    err = capsys.readouterr().err
+    assert "Traceback" in err and "KeyError" in err and JUDGE_KEY not in err and HUB_TOKEN not in err

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -182,3 +183,54 @@ def test_a_repeated_question_id_is_not_ready(build):
     pq.write_table(table.set_column(table.schema.get_field_index("question_id"), "question_id", pa.array(ids)), path)
     problems = [p for p in validate(build) if p.rule == "duplicate-id"]
     assert len(problems) == 1 and problems[0].file == str(path.relative_to(build)) and repr(ids[0]) in problems[0].detail
+
+
+def test_a_file_the_build_did_not_write_makes_the_folder_not_ready(build):
+    """Issue 27.7: publish uploads only what the build wrote, so anything else in the folder is a problem."""
+    (build / "untagged.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a build's file")
+    (build / "raw").mkdir()
+    (build / "raw" / "test_question.jsonl").write_text("{}\n")
+    (build / ".DS_Store").write_bytes(b"hidden files are never uploaded")
+    assert rules(validate(build)) == {("untagged.jpg", "unlisted-file"), ("raw/test_question.jsonl", "unlisted-file")}
+
+
+def test_a_config_reading_outside_data_or_unlisted_files(build, tmp_path):
+    """Issue 27.7: a card edited to read another build's shards, or a file the report does not list."""
+    (tmp_path / "elsewhere").mkdir()
+    card = DatasetCard.load(build / "README.md")
+    default = next(c for c in card.data["configs"] if c["config_name"] == "default")
+    default["data_files"] = [{"split": "test", "path": "../elsewhere/*.parquet"},
+                             {"split": "train", "path": "/abs/data/*.parquet"}]
+    card.save(build / "README.md")
+    problems = [p for p in validate(build) if p.rule == "data-files"]
+    assert any("'../elsewhere/*.parquet' points outside data/" in p.detail for p in problems)
+    assert any("'/abs/data/*.parquet' points outside data/" in p.detail for p in problems)
+
+
+def test_a_pattern_that_reads_an_unlisted_shard(build):
+    extra = build / "data" / "test" / ".hidden-00000-of-00001.parquet"
+    pq.write_table(pq.read_table(next((build / "data" / "test").glob("open*.parquet"))), extra)
+    card = DatasetCard.load(build / "README.md")
+    default = next(c for c in card.data["configs"] if c["config_name"] == "default")
+    default["data_files"] = [{"split": "test", "path": "data/test/.hidden-*.parquet"}]
+    card.save(build / "README.md")
+    assert any(p.rule == "data-files" and "does not list" in p.detail for p in validate(build))
+
+
+def test_a_folder_without_its_build_report_is_not_ready(build, capsys):
+    """Issue 27.8: without the report nothing says which files the build wrote, or their checksums."""
+    (build / "build_report.json").unlink()
+    assert rules(validate(build)) == {("build_report.json", "build-report")}
+    assert main(["validate", str(build)]) == 1
+    assert "[build-report] no build_report.json" in capsys.readouterr().out
+
+
+def test_a_report_edited_to_list_other_files_does_not_vouch_for_them(build):
+    from builders.assembly.shards import sha256
+
+    raw = build / "raw.json"
+    raw.write_text("{}")
+    report = json.loads((build / "build_report.json").read_text())
+    report["files"] = {"raw.json": sha256(raw)}
+    (build / "build_report.json").write_text(json.dumps(report))
+    assert ("build_report.json", "build-report") in rules(validate(build))

@@ -6,15 +6,22 @@ alive, so every `.<out>.partial-<pid>` folder found then belongs to a killed bui
 removed; a `.<out>.previous-<pid>` folder with no `out` beside it is an output a killed build
 had moved aside to swap in its own, and is put back.
 
+`--overwrite` replaces only a folder that a build wrote (`is_build_folder`: its
+`build_report.json` says so), never a raw release, a file or `.`; leftovers are found by their
+exact name (`leftovers`), never by a glob pattern built from `out`'s name, which may itself hold
+`[`, `*` or `?`. `completed` lists the outputs renamed into place in this process, so that a
+Ctrl-C arriving after that can be reported as what it is.
+
 `CXR_VQA_STOP_AT=<point>` makes the process stop itself (SIGSTOP) when it reaches `point`
-(`start-up`, `reading`, `shards`, `card`, `renaming`, `atomic-write`), so fault tests can kill a real
-build at a known place.
+(`start-up`, `reading`, `shards`, `card`, `renaming`, `written`, `atomic-write`), so fault tests
+can kill a real build at a known place.
 """
 
 from __future__ import annotations
 
 import errno
 import fcntl
+import json
 import logging
 import os
 import shutil
@@ -26,8 +33,13 @@ from pathlib import Path
 from builders.assembly.report import BuildError
 
 STOP_AT_ENV = "CXR_VQA_STOP_AT"
-STOP_POINTS = ("start-up", "reading", "shards", "card", "renaming", "atomic-write")
+STOP_POINTS = ("start-up", "reading", "shards", "card", "renaming", "written", "atomic-write")
+REPORT_NAME = "build_report.json"
+REPORT_KEYS = {"dataset", "settings", "records_read", "rows_written", "shards"}
+"""Keys every report a build saves holds (`BuildReport.to_dict`)."""
 log = logging.getLogger("cxr_vqa")
+completed: list[Path] = []
+"""Outputs this process has renamed into place, whole (read by the CLI when a late Ctrl-C arrives)."""
 
 
 def stop_point(point: str) -> None:
@@ -93,22 +105,67 @@ def _pid_of(folder: Path) -> int | None:
     return int(tail) if tail.isdigit() else None
 
 
+def leftovers(path: Path, kind: str) -> list[Path]:
+    """The `.<name>.<kind>-<pid>` entries beside `path`, matched by exact name (no glob: `path`'s name may hold `[`)."""
+    prefix = f".{path.name}.{kind}-"
+    if not path.parent.is_dir():
+        return []
+    return sorted(entry for entry in path.parent.iterdir() if entry.name.startswith(prefix) and entry.name[len(prefix):].isdigit())
+
+
+def is_build_folder(folder: Path) -> bool:
+    """Whether `folder` is a dataset folder a build wrote: its `build_report.json` parses into a build's report."""
+    try:
+        report = json.loads((Path(folder) / REPORT_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError, RecursionError):
+        return False
+    return isinstance(report, dict) and report.keys() >= REPORT_KEYS
+
+
+def release_files(source: Path) -> list[Path]:
+    """Every file under a raw release folder `source` that may be an annotation file, in path order.
+
+    Left out: what builds write (hidden entries such as `.<out>.partial-<pid>/`, `.staging/`,
+    locks; any folder a build wrote, `is_build_folder`, so an `--out` inside `--source` is never
+    read back) and the synthetic generator's manifest, which describes annotation files and is not one.
+    """
+    from builders.provenance import MANIFEST_NAME
+
+    found = []
+    for folder, subfolders, files in os.walk(source):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".") and not is_build_folder(Path(folder, name))]
+        found += [Path(folder, name) for name in files if not name.startswith(".") and name != MANIFEST_NAME]
+    return sorted(path for path in found if path.is_file())
+
+
+def remove(path: Path) -> bool:
+    """Remove a folder or a file; whether it is gone."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    else:
+        with suppress(FileNotFoundError):
+            path.unlink()
+    return not os.path.lexists(path)
+
+
 def clean_dead_builds(out: Path) -> list[str]:
     """Remove what killed builds of `out` left beside it; to be called with `out`'s lock held.
 
     Returns one line per folder removed or restored, for the build report.
     """
     actions = []
-    previous = sorted(out.parent.glob(f".{out.name}.previous-*"), key=lambda folder: folder.stat().st_mtime)
-    if previous and not out.exists():
+    previous = sorted(leftovers(out, "previous"), key=lambda folder: folder.stat().st_mtime)
+    if previous and not os.path.lexists(out):
         restored = previous.pop()
         restored.rename(out)
         actions.append(f"restored {out.name} from {restored.name}, moved aside by build {_pid_of(restored)} killed while renaming")
-    for folder in [*previous, *sorted(out.parent.glob(f".{out.name}.partial-*"))]:
+    for folder in [*previous, *leftovers(out, "partial")]:
         if folder == partial_path(out):
             continue
-        shutil.rmtree(folder, ignore_errors=True)
-        actions.append(f"removed {folder.name}, left by build {_pid_of(folder)} that was killed")
+        if remove(folder):
+            actions.append(f"removed {folder.name}, left by build {_pid_of(folder)} that was killed")
+        else:
+            actions.append(f"could not remove {folder.name}, left by build {_pid_of(folder)} that was killed")
     for line in actions:
         log.warning("cxr-vqa: %s", line)
     return actions
@@ -125,8 +182,11 @@ def staged_output(out: Path, overwrite: bool) -> Iterator[tuple[Path, list[str]]
     out.parent.mkdir(parents=True, exist_ok=True)
     with output_lock(out):
         cleaned = clean_dead_builds(out)
-        if out.exists() and not overwrite:
+        if os.path.lexists(out) and not overwrite:
             raise BuildError(f"{out} already exists; pass --overwrite to replace it")
+        if os.path.lexists(out) and (out.is_symlink() or not is_build_folder(out)):
+            raise BuildError(f"--overwrite replaces only a folder a build wrote, and {out} is not one (no {REPORT_NAME} of a build "
+                             "in it): nothing was changed; choose another --out")
         partial = partial_path(out)
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()
@@ -140,4 +200,6 @@ def staged_output(out: Path, overwrite: bool) -> Iterator[tuple[Path, list[str]]
             out.rename(previous)
         stop_point("renaming")
         partial.rename(out)
-        shutil.rmtree(previous, ignore_errors=True)
+        completed.append(out)
+        remove(previous)
+        stop_point("written")

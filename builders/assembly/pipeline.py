@@ -59,6 +59,11 @@ class BuildSettings:
             raise BuildError(f"--image-mode must be one of {', '.join(IMAGE_MODES)}, got {self.image_mode!r}")
         if not Path(self.source).exists():
             raise BuildError(f"--source {self.source}: no such file or folder")
+        out = Path(self.out).resolve()
+        for name, given in (("--source", self.source), ("--images", self.images)):
+            if given is not None and out in (Path(given).resolve(), *Path(given).resolve().parents):
+                raise BuildError(f"--out {self.out} holds {name} {given}: writing it would replace the raw release; "
+                                 "choose an --out outside it")
         if self.image_mode != "none" and self.images is None:
             raise BuildError(f"--images is needed with --image-mode {self.image_mode} (or use --image-mode none)")
         if self.images is not None and not Path(self.images).is_dir():

@@ -104,6 +104,20 @@ class BuildReport:
             text = json.dumps(_printable_strings(data), indent=2, ensure_ascii=False)
         path.write_text(text + "\n", encoding="utf-8")
 
+    @staticmethod
+    def add_files(path: Path, shards: dict[str, str], files: dict[str, str], config: str | None = None) -> None:
+        """Record, in a saved report, data files a tool added to the build after it (`preview --add-config`):
+        shards and other files with their sha256, and the config they make. `validate` checks them
+        like the build's own, and `publish` uploads nothing the report does not list."""
+        from builders.files import write_text
+
+        report = json.loads(path.read_text(encoding="utf-8"))
+        report["shards"] = {**report.get("shards", {}), **shards}
+        report["files"] = {**report.get("files", {}), **files}
+        if config and config not in report.setdefault("configs", []):
+            report["configs"].append(config)
+        write_text(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+
     def summary(self) -> str:
         text = f"{self.records_read} records read, {self.rows_written} rows written, {self.rejected} rejected"
         if self.rejected:

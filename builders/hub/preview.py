@@ -30,15 +30,24 @@ from datasets import Features
 from PIL import Image, ImageDraw, ImageFont
 
 from builders.assembly.card import config_info, load_card, set_card_section, update_card
+from builders.assembly.report import BuildReport
+from builders.assembly.shards import sha256
 from builders.files import atomic_path, write_text
-from builders.hub.validate import card_configs, config_shards, default_config
+from builders.hub.validate import (
+    PREVIEW_IMAGE,
+    REPORT,
+    card_configs,
+    config_shards,
+    default_config,
+    read_report,
+    split_patterns,
+)
 from builders.provenance import folder_synthetic, stamp_table
 
 BOX_COLOURS = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240), (240, 50, 230))
 """Distinct colours, one per region of a row; the first is red."""
 THUMB = 420
 PREVIEW_CONFIG = "preview"
-PREVIEW_IMAGE = "preview.png"
 
 
 @dataclass
@@ -289,8 +298,6 @@ def exclude_file(folder: Path, configs: dict[str, dict], new: Path, keep: str) -
 
 
 def _split_entries(config: dict) -> list[tuple[str, list[str]]]:
-    from builders.hub.validate import split_patterns
-
     return list(split_patterns(config).items())
 
 
@@ -301,6 +308,7 @@ def add_preview_config(folder: Path, n: int = 8, split: str | None = None, image
     decide whether a card may show it (publishing never shows a real build's images publicly).
     """
     folder = Path(folder)
+    read_report(folder)  # the preview's files are recorded there, or they would never be uploaded
     configs, _ = card_configs(folder)
     base = {name: c for name, c in configs.items() if name != PREVIEW_CONFIG}
     shards = config_shards(folder, base[default_config(base)])
@@ -327,6 +335,10 @@ def add_preview_config(folder: Path, n: int = 8, split: str | None = None, image
     if image:
         write_preview(folder, folder / PREVIEW_IMAGE, n=n, split=split)
         set_card_section(card, "preview", preview_section())
+    added = [target, folder / PREVIEW_IMAGE] if image else [target]
+    checksums = {path.relative_to(folder).as_posix(): sha256(path) for path in added}
+    BuildReport.add_files(folder / REPORT, {k: v for k, v in checksums.items() if k.startswith("data/")},
+                          {k: v for k, v in checksums.items() if not k.startswith("data/")}, PREVIEW_CONFIG)
     write_text(folder / "README.md", str(card))
     return target
 

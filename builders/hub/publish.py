@@ -22,11 +22,13 @@ touches the Hub:
   provenance stamp the build wrote from the generator's marks, matching its rows and text
   (`builders.provenance.verify_shard`); the card's tags and licence are never trusted;
 - a `--image-mode reference` build is never uploaded: its image column holds paths to files
-  on the builder's machine.
+  on the builder's machine (read from the report's settings and from the shards themselves).
 
-The folder must also pass `validate`. Uploading is `HfApi.create_repo` and one
-`HfApi.upload_folder` commit per config's shard set, then one with the card and report
-(`upload_groups`); before the
+The folder must also pass `validate`, which requires `build_report.json` and refuses a folder
+holding any file the report does not list. What is uploaded is exactly the card, the report and
+the files it lists with their sha256 (`planned_files`), never a listing of the folder. Uploading
+is `HfApi.create_repo` and one `HfApi.create_commit` per config's shard set, then one with the
+card and report (`upload_groups`); before the
 upload the repo's actual visibility is read back, since `create_repo(exist_ok=True)` leaves
 an existing repo's visibility as it was. The token comes from `huggingface_hub`'s usual
 places (`HF_TOKEN`, the saved login) and is never printed.
@@ -39,13 +41,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from huggingface_hub import HfApi, get_token
+from huggingface_hub import CommitOperationAdd, HfApi, get_token
 
 from builders.assembly.card import load_card, update_card
 from builders.assembly.shards import count_rows
 from builders.files import write_text
-from builders.hub.validate import card_configs, check_ready, config_shards
+from builders.hub.validate import (
+    CARD,
+    PREVIEW_IMAGE,
+    REPORT,
+    card_configs,
+    check_ready,
+    config_shards,
+    listed_files,
+    read_report,
+)
 from builders.provenance import folder_synthetic
 
 Visibility = Literal["private", "gated", "public"]
@@ -54,7 +67,10 @@ REPORT_COLUMNS = ("report", "findings", "impression")
 MIMIC_TEXT_COLUMNS = ("question", "reason")
 """GEMeX text written from MIMIC-CXR reports: credentialed unless the user names a licence that allows it."""
 CREDENTIALED_LICENCE_WORDS = ("physionet", "credentialed")
-PREVIEW_IMAGE = "preview.png"
+PUBLIC_TEXT_LICENCES = ("cc-by-4.0", "cc-by-sa-4.0", "cc0-1.0", "odc-by", "pddl", "cdla-permissive-2.0", "apache-2.0", "mit")
+"""`--text-licence` takes only these Hub licence ids (any case): each allows anyone to redistribute the text.
+Non-commercial and no-derivatives licences are left out (a public repo cannot enforce them),
+and so is any free-text name: a data use agreement is not a licence to publish."""
 SHARD_NAME = re.compile(r"data/[^/]+/(?P<prefix>.+)-\d{5}-of-\d{5}\.parquet")
 
 
@@ -93,9 +109,14 @@ class BuildFacts:
     gated_fields: dict | None = None
 
 
+def shard_paths(folder: Path) -> list[Path]:
+    """Every Parquet file under `data/`, hidden or not: what the access rules inspect (at least what is uploaded)."""
+    return sorted((folder / "data").rglob("*.parquet"))
+
+
 def shard_dataset(folder: Path) -> str | None:
     """Which dataset the shards' own columns say they hold (the build report can be edited away)."""
-    for path in sorted((folder / "data").rglob("*.parquet")):
+    for path in shard_paths(folder):
         names = set(pq.read_schema(path).names)
         if {"options", "task_name"} <= names:
             return "rexvqa"
@@ -107,7 +128,7 @@ def shard_dataset(folder: Path) -> str | None:
 def filled_columns(folder: Path, columns: tuple[str, ...]) -> list[str]:
     """Which of `columns` hold a non-null value in some shard."""
     found = []
-    for path in sorted((folder / "data").rglob("*.parquet")):
+    for path in shard_paths(folder):
         names = pq.read_schema(path).names
         for column in (c for c in columns if c in names and c not in found):
             values = pq.read_table(path, columns=[column])[column]
@@ -119,7 +140,7 @@ def filled_columns(folder: Path, columns: tuple[str, ...]) -> list[str]:
 def carried_content(folder: Path) -> list[str]:
     """Images and report text the folder's files hold, each named with where it was found."""
     where: dict[tuple[str, str], list[str]] = {}
-    for path in sorted((folder / "data").rglob("*.parquet")):
+    for path in shard_paths(folder):
         names = pq.read_schema(path).names
         rel = str(path.relative_to(folder))
         for column in (c for c in IMAGE_COLUMNS if c in names):
@@ -134,12 +155,32 @@ def carried_content(folder: Path) -> list[str]:
     return found
 
 
+def holds_local_paths(folder: Path) -> bool:
+    """Whether some shard's image cells hold a file path and no bytes: a `reference` build, whatever its report says."""
+    for path in shard_paths(folder):
+        schema = pq.read_schema(path)
+        for column in (c for c in IMAGE_COLUMNS if c in schema.names):
+            cells = pq.read_table(path, columns=[column])[column].combine_chunks()
+            while pa.types.is_list(cells.type) or pa.types.is_large_list(cells.type):
+                cells = cells.flatten()
+            if pa.types.is_string(cells.type) or pa.types.is_large_string(cells.type):
+                return cells.null_count < len(cells)
+            if pa.types.is_struct(cells.type) and {"bytes", "path"} <= {f.name for f in cells.type}:
+                paths, data = cells.field("path"), cells.field("bytes")
+                if pc.any(pc.and_(pc.is_valid(paths), pc.is_null(data))).as_py():
+                    return True
+    return False
+
+
 def inspect_build(folder: Path) -> BuildFacts:
     import json
 
     folder = Path(folder)
-    report_path = folder / "build_report.json"
+    report_path = folder / REPORT
     report = json.loads(report_path.read_text(encoding="utf-8")) if report_path.exists() else {}
+    image_mode = report.get("settings", {}).get("image_mode")
+    if image_mode != "none" and holds_local_paths(folder):
+        image_mode = "reference"
     data = load_card(folder).data
     licence, name, link = data.get("license"), data.get("license_name"), data.get("license_link")
     licence = licence[0] if isinstance(licence, list) and licence else licence
@@ -147,7 +188,7 @@ def inspect_build(folder: Path) -> BuildFacts:
     dataset = shard_dataset(folder) or report.get("dataset", "unknown")
     return BuildFacts(
         dataset=dataset,
-        image_mode=report.get("settings", {}).get("image_mode"),
+        image_mode=image_mode,
         synthetic=folder_synthetic(folder),
         licence=name or licence,
         licence_declared=bool(licence) and (licence != "other" or bool(name or link)),
@@ -166,6 +207,8 @@ def is_credentialed(licence: str) -> bool:
 def access_refusal(facts: BuildFacts, visibility: Visibility, confirm_public: bool = False,
                    text_licence: str | None = None) -> str | None:
     """Why this build may not go to a repo of this visibility (one line), or None if it may."""
+    if facts.image_mode is None:
+        return f"no {REPORT} says how this folder was built (image mode, checksums): rebuild it; nothing is uploaded"
     if facts.image_mode == "reference":
         return ("built with --image-mode reference: its image column holds paths to files on this machine; "
                 "rebuild with --image-mode embed (private or gated repo) or none")
@@ -184,6 +227,9 @@ def access_refusal(facts: BuildFacts, visibility: Visibility, confirm_public: bo
                         "publish with --gated, or, if a licence truly allows publishing this text, name it with --text-licence NAME")
             if text_licence and is_credentialed(text_licence):
                 return f"--public refused: --text-licence {text_licence} allows credentialed access only; publish with --gated"
+            if text_licence and text_licence.strip().lower() not in PUBLIC_TEXT_LICENCES:
+                return (f"--public refused: --text-licence {text_licence!r} is not one of the licences that allow public "
+                        f"redistribution: {', '.join(PUBLIC_TEXT_LICENCES)}; publish with --gated")
             if not text_licence and not facts.licence_declared:
                 return "--public refused: the card does not say which licence the annotations are under (license, or license_name for 'other')"
             if not text_licence and facts.credentialed_licence:
@@ -239,14 +285,11 @@ def _size(n: int) -> str:
     return str(n)
 
 
-def folder_files(folder: Path) -> list[tuple[str, int]]:
-    """Every file to upload (relative path, size); hidden files and folders left out."""
-    files = []
-    for path in sorted(folder.rglob("*")):
-        rel = path.relative_to(folder)
-        if path.is_file() and not any(part.startswith(".") for part in rel.parts):
-            files.append((rel.as_posix(), path.stat().st_size))
-    return files
+def planned_files(folder: Path) -> list[tuple[str, int]]:
+    """The files to upload (relative path, size): the card, the report and every file the report lists,
+    nothing else from the folder (`validate` has checked their checksums and that nothing else is there)."""
+    names = sorted({CARD, REPORT, *listed_files(read_report(folder))})
+    return [(name, (folder / name).stat().st_size) for name in names]
 
 
 def upload_groups(files: list[tuple[str, int]]) -> list[list[str]]:
@@ -291,7 +334,7 @@ def plan_publish(folder: Path, repo_id: str, visibility: Visibility = "private",
     configs, _ = card_configs(folder)
     counts = {name: {split: count_rows(paths, config.get("filters"))[0] for split, paths in config_shards(folder, config).items()}
               for name, config in configs.items()}
-    return PublishPlan(folder, repo_id, visibility, revision or "main", folder_files(folder), facts, counts, card_fields)
+    return PublishPlan(folder, repo_id, visibility, revision or "main", planned_files(folder), facts, counts, card_fields)
 
 
 def check_remote_access(api: HfApi, plan: PublishPlan) -> None:
@@ -311,8 +354,8 @@ def publish(plan: PublishPlan, api: HfApi | None = None) -> str:
     if plan.card_fields:
         card = load_card(plan.folder)
         update_card(card, **plan.card_fields)
-        write_text(plan.folder / "README.md", str(card))
-        plan.files = folder_files(plan.folder)
+        write_text(plan.folder / CARD, str(card))
+        plan.files = planned_files(plan.folder)
     api.create_repo(plan.repo_id, repo_type="dataset", private=plan.visibility == "private", exist_ok=True)
     if plan.visibility == "gated":
         api.update_repo_settings(plan.repo_id, gated="manual", repo_type="dataset")
@@ -321,8 +364,9 @@ def publish(plan: PublishPlan, api: HfApi | None = None) -> str:
         api.create_branch(plan.repo_id, branch=plan.revision, repo_type="dataset", exist_ok=True)
     groups = upload_groups(plan.files)
     for k, group in enumerate(groups, 1):
-        commit = api.upload_folder(
-            repo_id=plan.repo_id, folder_path=plan.folder, repo_type="dataset", revision=plan.revision, allow_patterns=group,
+        commit = api.create_commit(
+            repo_id=plan.repo_id, repo_type="dataset", revision=plan.revision,
+            operations=[CommitOperationAdd(path_in_repo=name, path_or_fileobj=plan.folder / name) for name in group],
             commit_message=f"cxr-vqa publish: {plan.facts.dataset} ({plan.facts.image_mode}), part {k}/{len(groups)}: {len(group)} files",
         )
     return commit.commit_url

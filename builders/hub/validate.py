@@ -13,8 +13,14 @@ the rule it breaks, so a failure reads as one line:
 - `row-group-size`: a row group stays under the viewer's limit on what it reads at once.
 - `shard-size`: a shard stays under the Hub's size guidance.
 - `stray-file`: a Parquet file under `data/` that no config reads.
-- `checksum`: every shard `build_report.json` lists is there with the sha256 the build wrote
-  (a shard edited or replaced after the build is caught).
+- `build-report`: `build_report.json` is there and parses: it is the list of what may be uploaded.
+- `checksum`: every shard (and tool-added file, e.g. `preview.png`) `build_report.json` lists is
+  there with the sha256 written with it (a shard edited or replaced after the build is caught).
+- `unlisted-file`: a file in the folder that is neither the card, the report nor a file the report
+  lists (an image or raw annotations copied in): `publish` uploads only what the build wrote and
+  verified, and refuses a folder holding anything else rather than guess what it is. Hidden files
+  (a name starting with `.`) are never uploaded and not checked.
+- `data-files` also: a pattern outside `data/` (absolute, `..`), or matching a file the report does not list.
 - `missing-config`: the card still declares every config the build made.
 - `duplicate-id`: every row of the default config has its own `question_id`.
 - `viewer-rows`: the viewer reads a config's data files as they are (no `filters`): their rows
@@ -27,7 +33,7 @@ import json
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -46,6 +52,11 @@ VIEWER_ROW_GROUP_BYTES = 300_000_000
 HUB_SHARD_BYTES = 5 << 30
 """Keep each Parquet file to a few GB at most: the viewer and `datasets` stream it whole per worker."""
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+CARD = "README.md"
+REPORT = "build_report.json"
+PREVIEW_IMAGE = "preview.png"
+TOOL_FILES = (PREVIEW_IMAGE,)
+"""Files beside the shards that a tool writes and records in the report (`preview --add-config`)."""
 
 
 @dataclass(frozen=True)
@@ -95,10 +106,11 @@ def split_patterns(config: dict) -> dict[str, list[str]]:
 
 
 def config_shards(folder: Path, config: dict) -> dict[str, list[Path]]:
-    """{split: shards on disk} of one config, in path order; a pattern matching nothing gives an empty list."""
+    """{split: shards on disk} of one config, in path order; a pattern matching nothing gives an empty list,
+    and one outside `data/` (`check_listed` reports it) is never followed out of the folder."""
     found = {}
     for split, patterns in split_patterns(config).items():
-        paths = {p for pattern in patterns for p in folder.glob(pattern) if p.is_file()}
+        paths = {p for pattern in patterns if inside_data(pattern) for p in folder.glob(pattern) if p.is_file()}
         found[split] = sorted(paths)
     return found
 
@@ -140,8 +152,12 @@ def check_config(folder: Path, name: str, config: dict, info, broken: set[Path] 
     problems = []
     shards = {split: [p for p in paths if p not in broken] for split, paths in config_shards(folder, config).items()}
     for split, paths in shards.items():
-        if not paths:
-            problems.append(Problem("README.md", "data-files", f"config {name!r} split {split!r}: {split_patterns(config)[split]} match no file"))
+        patterns = split_patterns(config)[split]
+        outside = [p for p in patterns if not inside_data(p)]
+        if outside:
+            problems.append(Problem(CARD, "data-files", f"config {name!r} split {split!r}: {outside[0]!r} points outside data/"))
+        elif not paths:
+            problems.append(Problem(CARD, "data-files", f"config {name!r} split {split!r}: {patterns} match no file"))
     files = [p for paths in shards.values() for p in paths]
     if not files:
         return problems
@@ -174,25 +190,80 @@ def check_config(folder: Path, name: str, config: dict, info, broken: set[Path] 
     return problems
 
 
-def check_build_report(folder: Path, configs: dict[str, dict]) -> list[Problem]:
-    """The folder against what its build wrote down: shard checksums and the card's configs."""
-    path = folder / "build_report.json"
-    if not path.exists():
-        return []
+def read_report(folder: Path) -> dict:
+    """The folder's `build_report.json`; ValueError (one line) when it is missing or unusable."""
+    path = folder / REPORT
+    if not path.is_file():
+        raise ValueError(f"no {REPORT}: nothing says which files the build wrote and their checksums (rebuild the folder)")
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        return [Problem("build_report.json", "checksum", f"does not parse as JSON: {err}")]
-    problems = []
-    shards = {rel: checksum for rel, checksum in report.get("shards", {}).items() if (folder / rel).is_file()}
-    for rel in sorted(set(report.get("shards", {})) - set(shards)):
-        problems.append(Problem(rel, "checksum", "listed in build_report.json but missing"))
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
+        raise ValueError(f"{REPORT} does not parse as JSON: {err}") from None
+    listed = {**report.get("shards", {}), **report.get("files", {})} if isinstance(report, dict) else None
+    if not isinstance(listed, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in listed.items()):
+        raise ValueError(f"{REPORT} has no usable `shards` map (relative path -> sha256)")
+    return report
+
+
+def listed_files(report: dict) -> dict[str, str]:
+    """{relative path: sha256} of every data file the build (or `preview --add-config`) wrote: what may be uploaded."""
+    return {**report.get("shards", {}), **report.get("files", {})}
+
+
+def _written_by_a_build(rel: str) -> bool:
+    """Whether a path the report lists is one a build (or `preview --add-config`) writes: a report edited to list
+    other files does not get them uploaded."""
+    return rel in TOOL_FILES or (inside_data(rel) and rel.endswith(".parquet") and not any(c in rel for c in "*?["))
+
+
+def inside_data(pattern: str) -> bool:
+    """Whether a card's `data_files` pattern stays under the folder's `data/`."""
+    parts = PurePosixPath(pattern).parts
+    return len(parts) > 1 and parts[0] == "data" and ".." not in parts and "\\" not in pattern
+
+
+def check_listed(folder: Path, report: dict, configs: dict[str, dict]) -> list[Problem]:
+    """Only the card, the report and the files it lists are in the folder, and the configs read only those."""
+    allowed = {CARD, REPORT, *listed_files(report)}
+    problems = [Problem(REPORT, "build-report", f"lists {rel!r}, which no build writes (shards are data/**.parquet; "
+                                                f"other files: {', '.join(TOOL_FILES)})")
+                for rel in sorted(listed_files(report)) if not _written_by_a_build(rel)]
+    for path in sorted(folder.rglob("*")):
+        rel = path.relative_to(folder).as_posix()
+        if any(part.startswith(".") for part in PurePosixPath(rel).parts) or path.is_dir():
+            continue
+        if rel not in allowed:
+            problems.append(Problem(rel, "unlisted-file", f"not written by the build ({REPORT} does not list it): "
+                                                          "move it out of the folder; publish uploads only what the build wrote"))
+        elif path.is_symlink():
+            problems.append(Problem(rel, "unlisted-file", "a link, not the file the build wrote"))
+    for name, config in configs.items():
+        for split, patterns in split_patterns(config).items():
+            for pattern in filter(inside_data, patterns):  # the others: `check_config`
+                for path in sorted(folder.glob(pattern)):
+                    if path.is_file() and _rel(folder, path) not in allowed:
+                        problems.append(Problem(CARD, "data-files", f"config {name!r} split {split!r}: {pattern!r} reads "
+                                                                    f"{_rel(folder, path)}, which {REPORT} does not list"))
+    return problems
+
+
+def check_build_report(folder: Path, configs: dict[str, dict]) -> list[Problem]:
+    """The folder against what its build wrote down: the files it lists, their checksums and the card's configs."""
+    try:
+        report = read_report(folder)
+    except ValueError as err:
+        return [Problem(REPORT, "build-report", str(err))]
+    problems = check_listed(folder, report, configs)
+    listed = listed_files(report)
+    shards = {rel: checksum for rel, checksum in listed.items() if (folder / rel).is_file()}
+    for rel in sorted(set(listed) - set(shards)):
+        problems.append(Problem(rel, "checksum", f"listed in {REPORT} but missing"))
     with ThreadPoolExecutor(4) as pool:
         found = dict(zip(shards, pool.map(lambda rel: sha256(folder / rel), shards)))
     for rel in sorted(shards):
         if found[rel] != shards[rel]:
             problems.append(Problem(rel, "checksum", f"sha256 {found[rel][:12]}... is not the {shards[rel][:12]}... "
-                                                     "in build_report.json: changed after the build"))
+                                                     f"in {REPORT}: changed after the build"))
     built = report.get("configs") or sorted({key.split("/", 1)[1] for key in report.get("rows", {})})
     for name in built:
         if name not in configs:

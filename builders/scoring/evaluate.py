@@ -32,7 +32,7 @@ from builders.scoring.predictions import (
     write_rexrank,
 )
 from builders.scoring.text_metrics import BERTSCORE_NOTE, MissingExtraError
-from builders.secrets import mask_secrets
+from builders.secrets import MaskingArgumentParser, mask_secrets
 
 BENCHMARKS = ("gemex", "rexvqa")
 BASELINES = ("random", "majority")
@@ -232,7 +232,7 @@ def evaluate_rexvqa(args: argparse.Namespace) -> tuple[dict, str]:
 
 def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with every option it lacks set to the command's default (for callers building a Namespace)."""
-    parser = add_parser(argparse.ArgumentParser().add_subparsers())
+    parser = add_parser(MaskingArgumentParser().add_subparsers())
     defaults = vars(parser.parse_args([args.benchmark, "--dataset", ".", "--baseline", "random"]))
     return argparse.Namespace(**{**defaults, "baseline": None, **vars(args)})
 
@@ -246,22 +246,22 @@ def run(args: argparse.Namespace) -> int:
         print(mask_secrets(f"cxr-vqa evaluate: error: {error}"), file=sys.stderr)
         return 2
     check: PredictionsCheck | None = report.pop("check")
-    title = f"{args.benchmark} {args.split} ({args.dataset})" + (f", baseline {args.baseline}" if args.baseline else f", {args.predictions}")
-    print(f"## {title}\n\n{text}")
-    if check is not None:
-        for problem in check.problems():
-            print(f"warning: {problem}", file=sys.stderr)
     report["settings"].update({"benchmark": args.benchmark, "dataset": str(args.dataset), "split": args.split})
     report["predictions_check"] = check.summary() if check else None
-    if args.out:
+    if args.out:  # before the table: a table on screen means the file is written too
         args.out.parent.mkdir(parents=True, exist_ok=True)
         write_text(args.out, json.dumps(report, indent=2, ensure_ascii=False))
+    title = f"{args.benchmark} {args.split} ({args.dataset})" + (f", baseline {args.baseline}" if args.baseline else f", {args.predictions}")
+    print(mask_secrets(f"## {title}\n\n{text}"))
+    if check is not None:
+        for problem in check.problems():
+            print(mask_secrets(f"warning: {problem}"), file=sys.stderr)
     return 1 if args.strict and check is not None and not check.ok else 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Stand-alone entry (``python -m builders.scoring.evaluate gemex --dataset ...``) until the main CLI wires it in."""
-    parser = argparse.ArgumentParser(prog="cxr-vqa")
+    parser = MaskingArgumentParser(prog="cxr-vqa")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["evaluate", *(argv if argv is not None else sys.argv[1:])])
     return args.func(args)

@@ -50,8 +50,8 @@ LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 _TAG = re.compile(r"<\s*(answer|reason|location)\s*>", re.IGNORECASE)
 _CLOSING_TAG = re.compile(r"<\s*/\s*(answer|reason|location)\s*>", re.IGNORECASE)
 _LABEL = re.compile(
-    r"^[ \t>#*_-]*(final answer|answer|reasoning|reason|explanation|rationale|location|bounding boxes|boxes)"
-    r"[ \t*_]*(?::|$)[ \t*_]*",
+    r"^[ \t>#*_-]*+(final answer|answer|reasoning|reason|explanation|rationale|location|bounding boxes|boxes)"
+    r"[ \t*_]*+(?::|$)[ \t*_]*+",
     re.IGNORECASE | re.MULTILINE,
 )
 _LABEL_SECTION = {
@@ -65,18 +65,30 @@ _LABEL_SECTION = {
     "bounding boxes": "location",
     "boxes": "location",
 }
-_FENCE = re.compile(r"```(?:json|JSON)?\s*(.*?)```", re.DOTALL)
+_FENCE = re.compile(r"```(?:json|JSON)?\s*+(.*?)```", re.DOTALL)
 _NUMBER = r"-?\d+(?:\.\d+)?"
 _BOX = re.compile(rf"[\[(]\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*[\])]")
 _BBOX_2D = re.compile(rf"[\"']bbox_2d[\"']\s*:\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]")
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 _LETTER_CUE = re.compile(
-    r"(answer|option|choice)s?\s*(?:is|are|would be|:|=|-)?\s*[:\s]*[(\[]?\s*([A-Z])(?![A-Za-z0-9])"
-    r"((?:\s*[)\]]?\s*(?:,|and|&|/|\+|or)\s*[(\[]?\s*[A-Z](?![A-Za-z0-9]))*)",
+    r"(answer|option|choice)s?\s*+(?:is|are|would be|:|=|-)?[:\s]*+[(\[]?\s*+([A-Z])(?![A-Za-z0-9])"
+    r"((?:\s*+[)\]]?\s*+(?:,|and|&|/|\+|or)\s*+[(\[]?\s*+[A-Z](?![A-Za-z0-9]))*+)",
     re.IGNORECASE,
 )
 _LETTER_TOKEN = re.compile(r"(?<![A-Za-z0-9'])([A-Z])(?![A-Za-z0-9'-])")
 _QUOTED_LETTER = re.compile(r"[\"']([A-Z])[\"']")
+_ARTICLE_FOLLOWS = re.compile(r"\s++(?!and\b|or\b)[a-z]")
+_BOXED = re.compile(r"\\boxed\s*+\{")
+_LATEX_TEXT = re.compile(r"\\(?:text|textbf|mathrm)\s*+\{([^{}]*+)\}")
+
+MAX_REPLY_CHARS = 131_072
+"""Replies longer than this are read as their first and last `MAX_REPLY_CHARS // 2` characters.
+
+Every pattern here runs in time linear in what it scans (possessive quantifiers, no nested
+ambiguity); the cap bounds that time and the text metrics' work (ROUGE-L is quadratic in
+tokens) on runaway generations: 128 Ki characters is beyond any generation budget the
+recipes use (about 32k tokens), and keeps both a leading ``<answer>`` and a final answer
+at the end of a chain of thought."""
 
 
 @dataclass(frozen=True)
@@ -93,8 +105,16 @@ class Reply:
 
 def split_reply(text: str) -> Reply:
     """Cut a reply into answer, reason and location segments (rules 1-5 of the module doc)."""
-    text = text or ""
+    text = bounded(text or "")
     return _split_tags(text) or _split_json(text) or _split_labels(text) or _split_boxed(text) or Reply(text, text)
+
+
+def bounded(text: str) -> str:
+    """`text`, or its first and last `MAX_REPLY_CHARS // 2` characters when it is longer (module doc)."""
+    if len(text) <= MAX_REPLY_CHARS:
+        return text
+    half = MAX_REPLY_CHARS // 2
+    return f"{text[:half]}\n{text[-half:]}"
 
 
 def _split_tags(text: str) -> Reply | None:
@@ -122,7 +142,7 @@ def _split_json(text: str) -> Reply | None:
     for candidate in _json_candidates(text):
         try:
             value = json.loads(candidate)
-        except (json.JSONDecodeError, ValueError):
+        except (ValueError, RecursionError):  # not JSON, or nested deeper than the parser goes
             continue
         if isinstance(value, dict):
             keys = {k.lower(): v for k, v in value.items()}
@@ -193,20 +213,22 @@ def _split_boxed(text: str) -> Reply | None:
 def _boxed_contents(text: str) -> list[str]:
     """Contents of every ``\\boxed{...}``, braces balanced (``\\boxed{\\text{C}}`` works)."""
     found = []
-    for match in re.finditer(r"\\boxed\s*\{", text):
-        depth, i = 1, match.end()
-        while i < len(text) and depth:
-            depth += {"{": 1, "}": -1}.get(text[i], 0)
-            i += 1
-        found.append(text[match.end() : i - 1])
+    end = 0
+    for match in _BOXED.finditer(text):
+        if match.start() < end:
+            continue  # nested in the previous one: its content already holds it
+        depth, end = 1, match.end()
+        while end < len(text) and depth:
+            depth += {"{": 1, "}": -1}.get(text[end], 0)
+            end += 1
+        found.append(text[match.end() : end - 1] if not depth else text[match.end() :])
     return found
 
 
 def _clean(segment: str) -> str:
     """Drop markdown emphasis, LaTeX wrappers and math delimiters around an answer."""
-    for inner in _boxed_contents(segment):
-        segment = segment.replace(f"\\boxed{{{inner}}}", f" {inner} ")
-    segment = re.sub(r"\\(?:text|textbf|mathrm)\s*\{([^{}]*)\}", r"\1", segment)
+    segment = _BOXED.sub(" ", segment)
+    segment = _LATEX_TEXT.sub(r"\1", segment)
     return re.sub(r"[*_`$]", " ", segment).strip()
 
 
@@ -237,8 +259,7 @@ def _letters_in(segment: str, valid: str) -> list[str]:
         letter = match.group(1)
         if letter not in valid:
             continue
-        following = segment[match.end() :]
-        if letter in "AI" and re.match(r"\s+(?!and\b|or\b)[a-z]", following):
+        if letter in "AI" and _ARTICLE_FOLLOWS.match(segment, match.end()):
             continue
         letters.append(letter)
     return letters
@@ -292,7 +313,7 @@ def extract_raw_boxes(text: str) -> list[list[float]]:
     reply = split_reply(text)
     if reply.json_boxes:
         return reply.json_boxes
-    source = reply.location if reply.location else text
+    source = reply.location if reply.location else reply.raw
     found = _BBOX_2D.findall(source) or _BOX.findall(source)
     return [[float(v) for v in match] for match in found]
 

@@ -75,20 +75,46 @@ class PredictionsCheck:
         }
 
 
+def _decoded(path: str | Path, data: bytes, first_line: int = 1) -> str:
+    """`data` as text (a leading UTF-8 BOM dropped, as the build does); a bad byte is an error naming file and line."""
+    try:
+        return data.decode("utf-8-sig" if first_line == 1 else "utf-8")
+    except UnicodeDecodeError as error:
+        line = first_line + data.count(b"\n", 0, error.start)
+        raise PredictionsError(f"{path}:{line}: not UTF-8 (byte 0x{data[error.start]:02x}: {error.reason})") from None
+
+
+def _parsed(path: str | Path, line: int, text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as error:
+        raise PredictionsError(f"{path}:{line + error.lineno - 1}: not valid JSON ({error.msg})") from None
+    except RecursionError:
+        raise PredictionsError(f"{path}:{line}: JSON nested deeper than the parser reads") from None
+
+
+def _text(path: str | Path, line: int, name: str, value: str) -> str:
+    """`value` checked to be storable text: a lone surrogate (a `\\ud800` escape alone) names file, line and field."""
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raise PredictionsError(f"{path}{f':{line}' if line else ''}: {name} holds a lone surrogate {value[error.start]!r}, which is not text") from None
+    return value
+
+
 def read_jsonl(path: str | Path) -> list[Prediction]:
     """Read a predictions JSON Lines file; blank lines are skipped."""
     records = []
-    with open(path, encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            line = _decoded(path, raw, number)
             if not line.strip():
                 continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise PredictionsError(f"{path}:{number}: not valid JSON ({error.msg})") from None
+            record = _parsed(path, number, line)
             if not isinstance(record, dict) or "question_id" not in record or "prediction" not in record:
                 raise PredictionsError(f"{path}:{number}: expected an object with 'question_id' and 'prediction'")
-            records.append(Prediction(str(record["question_id"]), _reply_text(record["prediction"]), number))
+            records.append(Prediction(_text(path, number, "question_id", str(record["question_id"])),
+                                      _text(path, number, "prediction", _reply_text(record["prediction"])), number))
     return records
 
 
@@ -106,17 +132,15 @@ def write_jsonl(path: str | Path, predictions: Iterable[tuple[str, str]]) -> Non
 
 def read_rexrank(path: str | Path) -> list[Prediction]:
     """Read a ReXrank submission: ``{question_id: {..., "model_prediction": text}}``."""
-    try:
-        document = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as error:
-        raise PredictionsError(f"{path}:{error.lineno}: not valid JSON ({error.msg})") from None
+    document = _parsed(path, 1, _decoded(path, Path(path).read_bytes()))
     if not isinstance(document, dict):
         raise PredictionsError(f"{path}: expected a JSON object keyed by question id (ReXrank layout)")
     records = []
     for question_id, record in document.items():
         if not isinstance(record, dict) or "model_prediction" not in record:
             raise PredictionsError(f"{path}: record {question_id!r} has no 'model_prediction'")
-        records.append(Prediction(str(question_id), _reply_text(record["model_prediction"]), 0))
+        records.append(Prediction(_text(path, 0, "question_id", str(question_id)),
+                                  _text(path, 0, f"record {question_id!r} model_prediction", _reply_text(record["model_prediction"])), 0))
     return records
 
 
@@ -151,10 +175,9 @@ def rexrank_record(row: Mapping) -> dict:
 
 def detect_layout(path: str | Path) -> str:
     """``rexrank`` when the file is one JSON object of records with ``model_prediction``, else ``jsonl``."""
-    text = Path(path).read_text(encoding="utf-8")
     try:
-        document = json.loads(text)
-    except json.JSONDecodeError:
+        document = json.loads(Path(path).read_bytes().decode("utf-8-sig"))
+    except (ValueError, RecursionError):  # not one JSON document (bad bytes included): read by line, which names the line
         return "jsonl"
     if isinstance(document, dict) and "question_id" not in document:
         values = list(document.values())
