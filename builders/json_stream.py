@@ -23,7 +23,7 @@ import json
 import re
 import sys
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, TextIO
@@ -329,27 +329,34 @@ class RecordStream:
         finally:
             self.pos = saved
 
-    def _leftover_members(self, at: int) -> bool:
-        """Whether the text at `at` reads as the rest of an object's members and its closing brace: what a stray
-        bracket that closed a record early leaves behind it."""
+    def _reads_at(self, at: int, check: Callable[[], bool]) -> bool:
+        """`check()` read from offset `at`, False where the text there does not parse; the position is left as it was."""
         saved, key = self.pos, self.key
         self.pos = at
         try:
-            while self._peek() == '"':
-                self._value()
-                self._expect(":")
-                self._value()
-                after = self._peek()
-                if after == "}":
-                    return True
-                if after != ",":
-                    return False
-                self.pos += 1
-            return False
+            return check()
         except (json.JSONDecodeError, RecursionError):
             return False
         finally:
             self.pos, self.key = saved, key
+
+    def _leftover_members(self, at: int) -> bool:
+        """Whether the text at `at` reads as the rest of an object's members and its closing brace: what a stray
+        bracket that closed a record early leaves behind it."""
+        return self._reads_at(at, self._rest_of_object)
+
+    def _rest_of_object(self) -> bool:
+        while self._peek() == '"':
+            self._value()
+            self._expect(":")
+            self._value()
+            after = self._peek()
+            if after == "}":
+                return True
+            if after != ",":
+                return False
+            self.pos += 1
+        return False
 
     def _label_at(self, start: int, index: int) -> str:
         if self.kind == "array":
@@ -377,28 +384,24 @@ class RecordStream:
         is a record (a file on one line, or no record read yet), the next records (up to `look_ahead`)
         are whole too and alike (at the same indentation, their objects' first key the same), the last
         followed by the closing bracket and the end of the file."""
-        saved, key = self.pos, self.key
-        self.pos = at
-        try:
-            indents, first_keys = set(), set()
-            for count in range(1, look_ahead + 1):
-                self._peek()
-                _, value, after, own_line = self._record(0)
-                if exact and own_line:
-                    return True
-                indents.add(self.record_indent)
-                first_keys.add(next(iter(value), None) if isinstance(value, dict) else None)
-                if len(indents) > 1 or len(first_keys) > 1:
-                    return False
-                if after != ",":
-                    self.pos += after == self.closer
-                    return after == self.closer and self._peek() == "" and count >= at_least
-                self.pos += 1
-            return True
-        except (json.JSONDecodeError, RecursionError):
-            return False
-        finally:
-            self.pos, self.key = saved, key
+        return self._reads_at(at, lambda: self._records_follow(exact, look_ahead, at_least))
+
+    def _records_follow(self, exact: bool, look_ahead: int, at_least: int) -> bool:
+        indents, first_keys = set(), set()
+        for count in range(1, look_ahead + 1):
+            self._peek()
+            _, value, after, own_line = self._record(0)
+            if exact and own_line:
+                return True
+            indents.add(self.record_indent)
+            first_keys.add(next(iter(value), None) if isinstance(value, dict) else None)
+            if len(indents) > 1 or len(first_keys) > 1:
+                return False
+            if after != ",":
+                self.pos += after == self.closer
+                return after == self.closer and self._peek() == "" and count >= at_least
+            self.pos += 1
+        return True
 
     def _resync(self, search_from: int, at_least: int = 1) -> bool:
         """Move to the next top-level record start at or after `search_from`; False if the file has none.
