@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from datasets import ClassLabel, Features, Image, List, Value
 
+from builders.assembly.conversations import conversation_column_docs, conversation_features
 from builders.assembly.sft import MESSAGES
 
 QUESTION_TYPES: tuple[str, ...] = ("open_ended", "closed_ended", "single_choice", "multi_choice")
@@ -93,22 +94,9 @@ TURN_COLUMNS: tuple[str, ...] = ("question_type", "content_type", "question", "c
 """Per question, what its turn is made of (prompt, reply, boxes): the `turns` structs of `sft_per_image`,
 typed as in `features`, so a recipe can write the turns again in another model family's box convention."""
 
-PER_IMAGE_COLUMN_DOCS: dict[str, str] = {
-    "conversation_id": "`<split>/<dicom_id>/<k>`: the image's k-th conversation row (k > 0 only for an image cut at the length limit)",
-    **{c: COLUMN_DOCS[c] for c in IMAGE_COLUMNS_PER_IMAGE},
-    "question_ids": "the `question_id`s of the row's turns, in turn order",
-    "turns": f"per turn, in turn order, the question's typed columns ({', '.join(TURN_COLUMNS)})",
-    "messages": "the image's questions as TRL chat turns, the image in the first user turn",
-}
+PER_IMAGE_COLUMN_DOCS = conversation_column_docs(COLUMN_DOCS, IMAGE_COLUMNS_PER_IMAGE, TURN_COLUMNS, "image", "dicom_id")
 
 
 def per_image_features(image_mode: str) -> Features:
     """Columns of `sft_per_image` (only in builds with images): one row per image, its questions as turns."""
-    columns = features(image_mode)
-    return Features({
-        "conversation_id": Value("string"),
-        **{c: columns[c] for c in IMAGE_COLUMNS_PER_IMAGE},
-        "question_ids": List(Value("string")),
-        "turns": List({c: columns[c] for c in TURN_COLUMNS}),
-        "messages": MESSAGES,
-    })
+    return conversation_features(features(image_mode), IMAGE_COLUMNS_PER_IMAGE, TURN_COLUMNS)

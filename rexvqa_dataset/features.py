@@ -10,6 +10,7 @@ import re
 
 from datasets import ClassLabel, Features, Image, List, Value
 
+from builders.assembly.conversations import conversation_column_docs, conversation_features
 from builders.assembly.sft import MESSAGES
 
 TASKS: tuple[str, ...] = (
@@ -141,23 +142,11 @@ TURN_COLUMNS: tuple[str, ...] = ("question", "options", "answer", "answer_index"
                                  "category", "subcategory")
 """Per question, what its turn is made of: the `turns` structs of `sft_per_study`, typed as in `features`."""
 
-PER_STUDY_COLUMN_DOCS: dict[str, str] = {
-    "conversation_id": "`<split>/<study_id>/<k>`: the study's k-th conversation row (k > 0 only for a study cut at the length limit)",
-    **{c: COLUMN_DOCS[c] for c in STUDY_COLUMNS},
+PER_STUDY_COLUMN_DOCS = conversation_column_docs(COLUMN_DOCS, STUDY_COLUMNS, TURN_COLUMNS, "study", "study_id") | {
     "images": "the images of all the study's questions that could be read, in order of first appearance",
-    "question_ids": "the `question_id`s of the row's turns, in turn order",
-    "turns": f"per turn, in turn order, the question's typed columns ({', '.join(TURN_COLUMNS)})",
-    "messages": "the study's questions as TRL chat turns, its images in the first user turn",
 }
 
 
 def per_study_features(image_mode: str) -> Features:
     """Columns of `sft_per_study` (only in builds with images): one row per study, its questions as turns."""
-    columns = features(image_mode)
-    return Features({
-        "conversation_id": Value("string"),
-        **{c: columns[c] for c in STUDY_COLUMNS},
-        "question_ids": List(Value("string")),
-        "turns": List({c: columns[c] for c in TURN_COLUMNS}),
-        "messages": MESSAGES,
-    })
+    return conversation_features(features(image_mode), STUDY_COLUMNS, TURN_COLUMNS)

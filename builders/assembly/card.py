@@ -11,17 +11,14 @@ from __future__ import annotations
 import hashlib
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from datasets import DatasetInfo, Features, SplitDict, SplitInfo
 from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
 
+from builders.assembly.conversations import ConversationLayout
 from builders.assembly.shards import SHARED_PREFIX, count_rows
-
-if TYPE_CHECKING:
-    from builders.assembly.conversations import ConversationLayout
 
 SPLIT_ORDER = ("train", "validation", "test")
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-from datasets import Features
+from datasets import Features, List, Value
 
-from builders.assembly.sft import conversation, system_text
+from builders.assembly.sft import MESSAGES, conversation, system_text
 
 CHARS_PER_TOKEN = 4
 """English text in the Qwen2/Llama tokenizers: about four characters a token."""
@@ -34,6 +34,30 @@ image tokens for Qwen2.5-VL's 28-pixel patches) a row stays under 4,096 tokens w
 template's few tokens a turn; about 10 GEMeX questions of ~150 tokens each fit, so most images are one row."""
 TURN_SEED = 0
 """Default seed of the turn order."""
+
+
+def conversation_features(questions: Features, group_columns: tuple[str, ...], turn_columns: tuple[str, ...]) -> Features:
+    """A conversation config's columns, typed as the question rows' (`questions`): its id, the group's columns,
+    `question_ids`, `turns` (one struct of `turn_columns` a turn) and `messages`."""
+    return Features({
+        "conversation_id": Value("string"),
+        **{c: questions[c] for c in group_columns},
+        "question_ids": List(Value("string")),
+        "turns": List({c: questions[c] for c in turn_columns}),
+        "messages": MESSAGES,
+    })
+
+
+def conversation_column_docs(column_docs: dict[str, str], group_columns: tuple[str, ...], turn_columns: tuple[str, ...],
+                             group: str, key: str) -> dict[str, str]:
+    """The card's line for each column of `conversation_features`; a group (`image`, `study`) is named by `key`."""
+    return {
+        "conversation_id": f"`<split>/<{key}>/<k>`: the {group}'s k-th conversation row (k > 0 only for a {group} cut at the length limit)",
+        **{c: column_docs[c] for c in group_columns},
+        "question_ids": "the `question_id`s of the row's turns, in turn order",
+        "turns": f"per turn, in turn order, the question's typed columns ({', '.join(turn_columns)})",
+        "messages": f"the {group}'s questions as TRL chat turns, its image parts in the first user turn",
+    }
 
 
 def turn_order(seed: int, key: str, turns: int) -> np.ndarray:

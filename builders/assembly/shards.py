@@ -36,17 +36,14 @@ from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from datasets import Features
 
+from builders.assembly.conversations import ConversationLayout
 from builders.provenance import ContentHash, shard_stamp
-
-if TYPE_CHECKING:
-    from builders.assembly.conversations import ConversationLayout
 
 SHARD_LAYOUTS = ("auto", "by-config", "shared")
 SHARED_PREFIX = "questions"

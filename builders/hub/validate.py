@@ -39,6 +39,7 @@ from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
 from builders.assembly.shards import count_rows, sha256
+from builders.hub.conversation_rows import split_problems
 
 ID_COLUMN = "question_id"
 
@@ -233,8 +234,6 @@ def check_viewer_rows(folder: Path, name: str, config: dict) -> list[Problem]:
 
 def check_conversations(folder: Path, configs: dict[str, dict]) -> list[Problem]:
     """Each config whose shards carry `question_ids` against the `sft` config, split by split."""
-    from builders.hub.conversation_rows import split_problems
-
     if "sft" not in configs:
         return []
     asked = config_shards(folder, configs["sft"])
@@ -272,9 +271,9 @@ def validate(folder: Path) -> list[Problem]:
         if path not in read:
             problems.append(Problem(_rel(folder, path), "stray-file", "no config of the card reads this file"))
     problems += check_build_report(folder, configs)
-    if not broken:
+    if not problems:  # reading rows needs sound files and card; otherwise the problems above say why
         problems += check_conversations(folder, configs)
-    if not problems:  # loading needs sound files and card; otherwise the problems above say why
+    if not problems:
         for name, config in configs.items():
             problems += check_viewer_rows(folder, name, config)
     return problems
