@@ -15,8 +15,8 @@ by text length (`balanced_parts`); every question is in exactly one row.
 
 from __future__ import annotations
 
-import hashlib
 import math
+import random
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -60,10 +60,12 @@ def conversation_column_docs(column_docs: dict[str, str], group_columns: tuple[s
     }
 
 
-def turn_order(seed: int, key: str, turns: int) -> np.ndarray:
-    """A permutation of `turns`, fixed by `seed` and the image's (study's) `key` alone."""
-    digest = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "little")
-    return np.random.default_rng([seed, digest]).permutation(turns)
+def turn_order(seed: int, key: str, turns: int) -> list[int]:
+    """A permutation of `turns`, fixed by `seed` and the image's (study's) `key` alone (Python's `random`
+    seeded by the string through SHA-512: the same on every run and machine)."""
+    order = list(range(turns))
+    random.Random(f"{seed}/{key}").shuffle(order)
+    return order
 
 
 def balanced_parts(costs: list[int], per_row: int, limit: int) -> list[list[int]]:
@@ -75,6 +77,8 @@ def balanced_parts(costs: list[int], per_row: int, limit: int) -> list[list[int]
     total = sum(costs)
     if not costs:
         return []
+    if per_row + total <= limit:
+        return [list(range(len(costs)))]
     parts = max(1, math.ceil(total / max(limit - per_row, 1)))
     middle = np.cumsum(costs) - np.asarray(costs) / 2
     while True:
@@ -128,9 +132,12 @@ class ConversationLayout:
         return out
 
     def table_rows(self, table: pa.Table) -> list[dict]:
-        """The conversation rows of a chunk of question rows sorted by `key` (whole groups)."""
+        """The conversation rows of a chunk of question rows sorted by `key` (whole groups); only the columns
+        a conversation row is made of are converted to Python."""
+        made_of = {self.key, "question_id", "messages", *self.turn_columns,
+                   *(c for c in self.features if c not in ("conversation_id", "question_ids", "turns"))}
         groups: dict[str, list[dict]] = {}
-        for row in table.to_pylist():
+        for row in table.select([c for c in table.column_names if c in made_of]).to_pylist():
             groups.setdefault(row[self.key], []).append(row)
         return [row for questions in groups.values() for row in self.rows(questions)]
 
