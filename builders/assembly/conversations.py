@@ -52,7 +52,7 @@ def conversation_column_docs(column_docs: dict[str, str], group_columns: tuple[s
                              group: str, key: str) -> dict[str, str]:
     """The card's line for each column of `conversation_features`; a group (`image`, `study`) is named by `key`."""
     return {
-        "conversation_id": f"`<split>/<{key}>/<k>`: the {group}'s k-th conversation row (k > 0 only for a {group} cut at the length limit)",
+        "conversation_id": f"`<split>/<{key}>/<k>`: the {group}'s k-th conversation row (k > 0 only where its conversation was cut at the length limit)",
         **{c: column_docs[c] for c in group_columns},
         "question_ids": "the `question_id`s of the row's turns, in turn order",
         "turns": f"per turn, in turn order, the question's typed columns ({', '.join(turn_columns)})",
