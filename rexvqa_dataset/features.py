@@ -10,6 +10,7 @@ import re
 
 from datasets import ClassLabel, Features, Image, List, Value
 
+from builders.assembly.conversations import conversation_column_docs, conversation_features
 from builders.assembly.sft import MESSAGES
 
 TASKS: tuple[str, ...] = (
@@ -130,3 +131,22 @@ def features(image_mode: str) -> Features:
     if image_mode != "none":
         columns["messages"] = MESSAGES
     return Features(columns)
+
+
+PER_STUDY_CONFIG = "sft_per_study"
+"""The config of one conversation per study (`builders.assembly.conversations`)."""
+STUDY_COLUMNS: tuple[str, ...] = ("images", "image_paths", "view_positions", "missing_images", "image_widths", "image_heights",
+                                  "study_id", "patient_id", "split")
+"""The study's columns in `sft_per_study`: its images (those of all its questions, in order of first appearance) and ids."""
+TURN_COLUMNS: tuple[str, ...] = ("question", "options", "answer", "answer_index", "explanation", "task_name", "task_name_raw",
+                                 "category", "subcategory")
+"""Per question, what its turn is made of: the `turns` structs of `sft_per_study`, typed as in `features`."""
+
+PER_STUDY_COLUMN_DOCS = conversation_column_docs(COLUMN_DOCS, STUDY_COLUMNS, TURN_COLUMNS, "study", "study_id") | {
+    "images": "the images of all the study's questions that could be read, in order of first appearance",
+}
+
+
+def per_study_features(image_mode: str) -> Features:
+    """Columns of `sft_per_study` (only in builds with images): one row per study, its questions as turns."""
+    return conversation_features(features(image_mode), STUDY_COLUMNS, TURN_COLUMNS)
