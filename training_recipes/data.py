@@ -150,9 +150,9 @@ def conversational_stream(dataset: Dataset | IterableDataset, settings: Conversa
     re-encoded on the way; `decode_images` decodes each once, as the mixed stream is read.
     """
     kind = dataset_kind(dataset.column_names)
-    dataset = undecoded(dataset, kind)
     if not isinstance(dataset, IterableDataset):  # a streamed split already is one
         dataset = dataset.to_iterable_dataset(num_shards=min(num_shards, max(len(dataset), 1)))
+    dataset = undecoded(dataset, kind)
 
     def convert(row: dict) -> dict:
         images = [row["image"]] if kind == "gemex" else list(row["images"])
@@ -162,10 +162,17 @@ def conversational_stream(dataset: Dataset | IterableDataset, settings: Conversa
 
 
 def undecoded(dataset: Dataset | IterableDataset, kind: str) -> Dataset | IterableDataset:
-    """The split with its image column left as stored bytes, for `decode_image` to decode."""
+    """The split with its image column left as stored bytes, for `decode_image` to decode.
+
+    A map-style ReXVQA split keeps decoding its images: `datasets` casts a list of images by
+    rewriting the whole split (a single image column only changes its schema), and a PNG gains
+    nothing from being read by us (`draft` is for JPEG). A stream casts lazily.
+    """
     if kind == "gemex":
         return dataset.cast_column("image", Image(decode=False))
-    return dataset.cast_column("images", List(Image(decode=False)))
+    if isinstance(dataset, IterableDataset):
+        return dataset.cast_column("images", List(Image(decode=False)))
+    return dataset
 
 
 def mix(
