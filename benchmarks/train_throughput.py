@@ -38,6 +38,7 @@ from datasets import load_dataset  # noqa: E402
 from trl.chat_template_utils import get_training_chat_template  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
 
+from builders.pixel_budget import MIN_PIXELS, PixelBudget  # noqa: E402
 from training_recipes.data import conversational, settings_for  # noqa: E402
 
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H20": 148.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
@@ -171,7 +172,7 @@ def main(argv: list[str] | None = None) -> dict:
     n_language, n_vision, n_embed = count_parameters(model)
 
     built = build_synthetic_gemex(Path(args.workdir), args.rows, args.image_size)
-    settings = settings_for("qwen2_5_vl", processor)
+    settings = settings_for("qwen2_5_vl", processor, pixel_budget=PixelBudget(min(MIN_PIXELS, args.max_pixels), args.max_pixels))
     dataset = conversational(load_dataset(str(built), split="train").select(range(args.rows)), settings)
     collator = DataCollatorForVisionLanguageModeling(
         processor, assistant_only_loss=True, chat_template=get_training_chat_template(processor)

@@ -49,7 +49,7 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--conversation-tokens", type=int, default=TEXT_TOKENS,
                         help="sft_per_image/sft_per_study: text tokens of one conversation row (about 4 characters a token), "
                              f"a longer one is cut into balanced rows of the same image (default {TEXT_TOKENS}: with the "
-                             "1,280 image tokens of the default 1,003,520-pixel budget a row stays under 4,096 tokens)")
+                             "at most 640 image tokens of the default 501,760-pixel budget a row stays under 3,000 tokens)")
     parser.add_argument("--turn-seed", type=int, default=TURN_SEED,
                         help=f"seed of the turn order in sft_per_image/sft_per_study (default {TURN_SEED}); the order carries no signal")
 

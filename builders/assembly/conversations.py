@@ -29,8 +29,8 @@ from builders.assembly.sft import MESSAGES, conversation, system_text
 CHARS_PER_TOKEN = 4
 """English text in the Qwen2/Llama tokenizers: about four characters a token."""
 TEXT_TOKENS = 2048
-"""Default text tokens of one conversation row. With the default pixel budget (1,003,520 pixels: 1,280
-image tokens for Qwen2.5-VL's 28-pixel patches) a row stays under 4,096 tokens with room for the chat
+"""Default text tokens of one conversation row. With the default pixel budget (`builders.pixel_budget`: 501,760
+pixels, at most 640 image tokens for Qwen2.5-VL's 28-pixel patches) a row stays under 3,000 tokens with room for the chat
 template's few tokens a turn; about 10 GEMeX questions of ~150 tokens each fit, so most images are one row."""
 TURN_SEED = 0
 """Default seed of the turn order."""
