@@ -8,7 +8,7 @@ that fails, hangs or runs out of memory costs only itself: it is recorded with i
 and the next step runs. After every step `$OUT` holds the whole story so far, in three files (the
 device tool brings back at most eight): `results.jsonl` (one JSON object per table row, with the
 exact command behind it), `results.md` (the tables) and `logs.tar.gz` (every step's log, profiler
-traces, predictions and scores).
+operator tables, predictions and scores), and a `trace-<row>.json.gz` per profiled row.
 
 Steps: `data` (synthesize full-size releases, build them), `train` (B.1, benchmarks/train_throughput.py),
 `generate` (B.2), `loop` (B.3: LoRA fine-tune, predictions, `cxr-vqa evaluate`), `epoch_hours` (B.4).
@@ -20,6 +20,7 @@ import argparse
 import json
 import os
 import shlex
+import shutil
 import signal
 import subprocess
 import sys
@@ -37,8 +38,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(KIT)]
 from report import results_markdown  # noqa: E402  (benchmarks/gpu/report.py)
 
 PLAN = KIT / "plan.yaml"
-LOGS_LIMIT_BYTES = 15 * 2**20
-"""`logs.tar.gz` stays under the device tool's 16 MiB a file; past it, profiler traces are left out."""
+TRACE = "trace.json.gz"
+FILE_LIMIT_BYTES = 15 * 2**20
+MAX_TRACES = 4
+"""results.md, results.jsonl, logs.tar.gz and at most four traces: within the eight files a call brings back."""
 
 
 def merged(base: dict, override: dict) -> dict:
@@ -129,13 +132,18 @@ class Kit:
         (self.out / "results.md").write_text(results_markdown(self.rows, self.plan, self.part, self.tiny))
 
     def pack_logs(self) -> None:
-        target = self.out / "logs.tar.gz"
-        for keep_traces in (True, False):
-            with tarfile.open(target, "w:gz") as archive:
-                archive.add(self.logs, arcname=f"logs-part{self.part}",
-                            filter=lambda info, keep=keep_traces: info if keep or not info.name.endswith("trace.json.gz") else None)
-            if target.stat().st_size <= LOGS_LIMIT_BYTES:
-                return
+        """Logs into `logs.tar.gz`; each profiler trace beside it as `trace-<row>.json.gz` (the device tool
+        brings back at most 8 files of 16 MiB: a trace too large, or past the fourth, stays behind)."""
+        def no_traces(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+            return None if info.name.endswith(TRACE) else info
+
+        with tarfile.open(self.out / "logs.tar.gz", "w:gz") as archive:
+            archive.add(self.logs, arcname=f"logs-part{self.part}", filter=no_traces)
+        traces = sorted(self.logs.glob(f"profile-*/{TRACE}"))
+        for trace in [t for t in traces if t.stat().st_size <= FILE_LIMIT_BYTES][:MAX_TRACES]:
+            target = self.out / f"trace-{trace.parent.name.removeprefix('profile-')}.json.gz"
+            if not target.exists():
+                shutil.copyfile(trace, target)
 
 
 def log_tail(log: Path, lines: int = 6) -> str:
@@ -212,7 +220,7 @@ def step_train(kit: Kit, spec: dict) -> None:
     if config not in built_configs(kit.built(spec["dataset"])):
         kit.record("B.1", name, Outcome("skipped", error=f"the {spec['dataset']} build has no `{config}` config"), **facts)
         return
-    batch_size = train["batch_size"]
+    batch_size = train["batch_size"][spec["tuning"]]
     while True:
         result_file = kit.logs / f"train-{name}-bs{batch_size}.json"
         command = python(
@@ -224,7 +232,8 @@ def step_train(kit: Kit, spec: dict) -> None:
             "--gradient_checkpointing" if train["gradient_checkpointing"] else "--no-gradient_checkpointing",
             *(["--model", kit.plan["model"]] if not kit.tiny else ["--tiny"]),
             *(["--lora", "--lora_r", str(train["lora_r"]), "--lora_alpha", str(train["lora_alpha"])] if spec["tuning"] == "lora" else []),
-            *(["--profile", kit.logs / f"profile-{name}", "--profile_when", train["profile_when"]] if spec.get("profile") else []),
+            *(["--profile", kit.logs / f"profile-{name}", "--profile_when", train["profile_when"],
+               "--profile_steps", str(train["profile_steps"])] if spec.get("profile") else []),
         )
         outcome = kit.run(f"train-{name}-bs{batch_size}", command, train["timeout"])
         out_of_memory = outcome.status == "failed" and "out of memory" in (outcome.error or "").lower()
@@ -312,7 +321,8 @@ def environment_note(kit: Kit) -> None:
     """The machine and the versions the figures were taken with (first line of the logs)."""
     command = python("-c", "from importlib.metadata import version; import platform; print('python', "
                            "platform.python_version(), *(f'{n} {version(n)}' for n in ('torch', 'transformers', 'trl', "
-                           "'datasets', 'peft', 'accelerate', 'pyarrow')))")
+                           "'datasets', 'peft', 'accelerate', 'pyarrow', 'fsspec', 'huggingface-hub')))"
+                           + ("" if kit.tiny else "; import datasets, trl, peft, transformers"))  # carried wheels import?
     outcome = kit.run("environment", command, 120)
     kit.record("env", "versions", outcome, versions=log_tail(kit.logs / "environment.log", 2))
 
@@ -320,8 +330,8 @@ def environment_note(kit: Kit) -> None:
 def run_part(plan: dict, part: str, out: Path, work: Path, tiny: bool) -> list[dict]:
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
-    for name in ("results.jsonl", "results.md", "logs.tar.gz"):
-        (out / name).unlink(missing_ok=True)
+    for stale in [*(out / name for name in ("results.jsonl", "results.md", "logs.tar.gz")), *out.glob("trace-*.json.gz")]:
+        stale.unlink(missing_ok=True)
     kit = Kit(plan, part, out, work, tiny, started + plan["seconds"])
     kit.logs.mkdir(parents=True, exist_ok=True)
     environment_note(kit)
