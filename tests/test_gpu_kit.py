@@ -90,3 +90,15 @@ def test_a_broken_step_is_recorded_and_the_next_still_runs(tmp_path):
     assert all(r["status"] == "skipped" for r in rows if r["bench"] == "B.4") and len([r for r in rows if r["bench"] == "B.4"]) == 4
     assert rows_of(tmp_path / "out") == rows
     assert "B.2" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_the_carried_qwen25vl_3b_config_has_the_published_size():
+    """benchmarks/models/qwen2.5-vl-3b.json builds Qwen2.5-VL-3B's 3.75 B parameters (on the meta device: no memory)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import train_throughput
+
+    preset = train_throughput.model_preset(train_throughput.MODELS["qwen2.5-vl-3b"])
+    model, _ = train_throughput.build_model_and_processor(preset, 1003520, "sdpa", 3136, "meta")
+    language, vision, embeddings = train_throughput.count_parameters(model)
+    assert round((language + vision + embeddings) / 1e9, 2) == 3.75
+    assert round(vision / 1e6) == 669 and embeddings == 151936 * 2048
