@@ -46,6 +46,7 @@ from datasets import load_dataset  # noqa: E402
 from trl.chat_template_utils import get_training_chat_template  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
 
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget  # noqa: E402
 from training_recipes.data import conversational, settings_for  # noqa: E402
 
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H20": 148.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
@@ -63,7 +64,7 @@ def model_preset(path: Path) -> dict:
     return {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
 
 
-def build_processor(max_pixels: int, min_pixels: int = 56 * 56):
+def build_processor(max_pixels: int = MAX_PIXELS, min_pixels: int = MIN_PIXELS):
     """Qwen2.5-VL's processor (images only) around a tokenizer trained offline, bounded to `max_pixels`."""
     from transformers import Qwen2VLImageProcessorPil
 
@@ -76,7 +77,7 @@ def build_processor(max_pixels: int, min_pixels: int = 56 * 56):
     )
 
 
-def build_model_and_processor(preset: dict, max_pixels: int, attn_implementation: str, min_pixels: int = 56 * 56,
+def build_model_and_processor(preset: dict, max_pixels: int, attn_implementation: str, min_pixels: int = MIN_PIXELS,
                               device: str | torch.device = "cpu"):
     """A Qwen2.5-VL of `preset`'s size with random weights, initialised on `device`, and its processor."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
@@ -169,8 +170,8 @@ def parse_args(argv):
     parser.add_argument("--warmup_steps", type=int, default=5)
     parser.add_argument("--rows", type=int, default=512, help="Rows of the split trained on (a synthetic build's size).")
     parser.add_argument("--image_size", type=int, default=512, help="Side of the stored synthetic images (no --dataset).")
-    parser.add_argument("--max_pixels", type=int, default=448 * 448, help="Processor bound: 448^2 -> 256 image tokens.")
-    parser.add_argument("--min_pixels", type=int, default=56 * 56)
+    parser.add_argument("--max_pixels", type=int, default=MAX_PIXELS, help="The pixel budget (builders/pixel_budget.py).")
+    parser.add_argument("--min_pixels", type=int, default=MIN_PIXELS)
     parser.add_argument("--num_workers", type=int, default=8, help="DataLoader workers decoding and collating.")
     parser.add_argument("--gradient_checkpointing", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--attn_implementation", default="sdpa")
@@ -237,7 +238,7 @@ def main(argv: list[str] | None = None) -> dict:
         model = add_lora(model, args.lora_r, args.lora_alpha)
     model.train()
 
-    settings = settings_for("qwen2_5_vl", processor)
+    settings = settings_for("qwen2_5_vl", processor, pixel_budget=PixelBudget(args.min_pixels, args.max_pixels))
     dataset = conversational(training_split(args), settings)
     collator = DataCollatorForVisionLanguageModeling(
         processor, assistant_only_loss=True, chat_template=get_training_chat_template(processor)

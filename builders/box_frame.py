@@ -25,6 +25,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS
+
 FRAME = 224
 Box = Sequence[float]
 BOX_CONVENTIONS = ("pixels", "qwen2.5-vl", "norm1000", "frame224")
@@ -75,11 +77,12 @@ def scale_box(box: Box, sx: float, sy: float) -> list[float]:
 
 
 def qwen25vl_resized_size(
-    width: int, height: int, factor: int = 28, min_pixels: int = 56 * 56, max_pixels: int = 28 * 28 * 1280
+    width: int, height: int, factor: int = 28, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS
 ) -> tuple[int, int]:
     """(width, height) of the image after Qwen2.5-VL's `smart_resize`: both sides multiples of
     `factor`, the area kept within [min_pixels, max_pixels], aspect kept as closely as possible.
-    Pass the processor's own `min_pixels`/`max_pixels` when they differ from the defaults."""
+    The bounds default to the pixel budget (`builders.pixel_budget`); the recipes resize images
+    with this same function, so an image and its boxes follow one resize."""
     h_bar = max(factor, round(height / factor) * factor)
     w_bar = max(factor, round(width / factor) * factor)
     if h_bar * w_bar > max_pixels:

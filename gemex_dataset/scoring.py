@@ -243,19 +243,19 @@ def score_gemex(
     return {"table": table, "per_question": per_question}
 
 
-def format_boxes(row: Mapping, boxes_224: Sequence[Sequence[int]], box_convention: str) -> str:
+def format_boxes(row: Mapping, boxes_224: Sequence[Sequence[int]], box_convention: str, **resize_kwargs: int) -> str:
     """Boxes given in the release's 224 frame, written as a model in `box_convention` would write them
-    (a row without an image size can only be written in the 224 frame)."""
+    (a row without an image size can only be written in the 224 frame); `resize_kwargs` as `score_gemex`'s."""
     width, height = row.get("image_width"), row.get("image_height")
     if box_convention == "frame224" or not (width and height):
         return json.dumps([[int(v) for v in box] for box in boxes_224])
     pixels = [frame224_to_pixels(box, width, height)[0] for box in boxes_224]
     if box_convention == "pixels":
         return json.dumps([[round(float(v), 2) for v in box] for box in pixels])
-    return json.dumps([to_model_frame(box, width, height, box_convention) for box in pixels])
+    return json.dumps([to_model_frame(box, width, height, box_convention, **resize_kwargs) for box in pixels])
 
 
-def reference_reply(row: Mapping, box_convention: str = "pixels") -> str:
+def reference_reply(row: Mapping, box_convention: str = "pixels", **resize_kwargs: int) -> str:
     """The reference written as the paper's target ``<answer> ... <reason> ... <location> [[...]]``.
 
     In ``pixels`` the stored pixel boxes are written as they are (2 decimals); other conventions
@@ -264,11 +264,11 @@ def reference_reply(row: Mapping, box_convention: str = "pixels") -> str:
     if box_convention == "pixels" and row.get("boxes") and row.get("image_width"):
         location = json.dumps([[round(float(v), 2) for v in box] for box in row["boxes"]])
     else:
-        location = format_boxes(row, row.get("boxes_224") or [], box_convention)
+        location = format_boxes(row, row.get("boxes_224") or [], box_convention, **resize_kwargs)
     return f"<answer> {row['answer']} <reason> {row['reason']} <location> {location}"
 
 
-def random_replies(rows: Sequence[Mapping], seed: int = 0, box_convention: str = "pixels") -> dict[str, str]:
+def random_replies(rows: Sequence[Mapping], seed: int = 0, box_convention: str = "pixels", **resize_kwargs: int) -> dict[str, str]:
     """A seeded chance baseline: closed a fair yes/no, single a uniform letter, multi a uniform
     non-empty set of letters; its reason and boxes (at the same place of the 224 frame) are those
     of a random question of the same type, so the AR- and V-scores show what an unrelated but
@@ -291,12 +291,12 @@ def random_replies(rows: Sequence[Mapping], seed: int = 0, box_convention: str =
             answer = json.dumps(rng.choice(subsets))
         else:
             answer = donor["answer"]
-        location = format_boxes(row, donor.get("boxes_224") or [], box_convention)
+        location = format_boxes(row, donor.get("boxes_224") or [], box_convention, **resize_kwargs)
         replies[row["question_id"]] = f"<answer> {answer} <reason> {donor['reason']} <location> {location}"
     return replies
 
 
-def majority_replies(rows: Sequence[Mapping], box_convention: str = "pixels") -> dict[str, str]:
+def majority_replies(rows: Sequence[Mapping], box_convention: str = "pixels", **resize_kwargs: int) -> dict[str, str]:
     """The most common answer, reason and 224-frame box set of each question type in the split,
     given to every question of that type (ties broken by first occurrence)."""
     replies = {}
@@ -308,5 +308,5 @@ def majority_replies(rows: Sequence[Mapping], box_convention: str = "pixels") ->
         reason = Counter(r["reason"] for r in group).most_common(1)[0][0]
         boxes = json.loads(Counter(json.dumps(r.get("boxes_224") or []) for r in group).most_common(1)[0][0])
         for row in group:
-            replies[row["question_id"]] = f"<answer> {answer} <reason> {reason} <location> {format_boxes(row, boxes, box_convention)}"
+            replies[row["question_id"]] = f"<answer> {answer} <reason> {reason} <location> {format_boxes(row, boxes, box_convention, **resize_kwargs)}"
     return replies

@@ -24,6 +24,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import tiny_builds  # noqa: E402
 import tiny_models  # noqa: E402
 
+from builders import cli  # noqa: E402
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PROCESSOR_MAX_PIXELS, PixelBudget  # noqa: E402
 from gemex_dataset.prompts import type_prompt  # noqa: E402
 from training_recipes import data, generate, sft  # noqa: E402
 
@@ -112,11 +114,12 @@ def test_qwen25vl_boxes_are_in_the_processed_image_pixels(gemex_dir):
     vlm = tiny_models.tiny_vlm("qwen2_5_vl")
     settings = data.settings_for("qwen2_5_vl", vlm.processor)
     assert settings.box_convention == "qwen2.5-vl"
-    assert settings.resize_kwargs == {"factor": 28, "min_pixels": 56 * 56, "max_pixels": 56 * 56}
+    assert settings.resize_kwargs == {"factor": 28, "min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}  # the default budget
     row = tiny_builds.load_built(gemex_dir)[0]
     example = data.to_trl_example(row, "gemex", settings)
     grid = vlm.processor.image_processor(example["images"], return_tensors="pt")["image_grid_thw"][0]
     processed_w, processed_h = int(grid[2]) * 14, int(grid[1]) * 14
+    assert example["images"][0].size == (processed_w, processed_h)  # decoded at the budget: the processor's resize is a no-op
     x1, y1, x2, y2 = row["boxes"][0]
     sx, sy = processed_w / row["image_width"], processed_h / row["image_height"]
     expected = [round(x1 * sx), round(y1 * sy), round(x2 * sx), round(y2 * sy)]
@@ -293,3 +296,83 @@ def test_end_to_end_on_a_real_demo_build(tmp_path):
                    "--max_new_tokens", "4", "--dtype", "float32"])
     split = tiny_builds.load_built(gemex_dir, "train").select(range(6))
     assert_scorer_accepts(predictions, split)
+
+
+SMALL_BUDGET = PixelBudget(min_pixels=28 * 28, max_pixels=4 * 28 * 28)
+"""Below the tiny builds' 64 x 80 images (which the processor's own 12.8 M leaves at 56 x 84), so a
+budget that reached the processor shows as 28 x 56 images."""
+
+
+def at_processor_limit(processor):
+    """`processor` as Qwen2.5-VL is released: 12.8 M pixels."""
+    size = type(processor.image_processor.size)
+    processor.image_processor.size = size(shortest_edge=MIN_PIXELS, longest_edge=PROCESSOR_MAX_PIXELS)
+    return processor
+
+
+def grids(batch) -> list[list[int]]:
+    return batch["image_grid_thw"].tolist()
+
+
+def test_a_processor_at_its_own_limit_trains_at_the_budget_and_is_scored_at_it(gemex_dir, tmp_path):
+    """Training: the processor, the images the collator sees and the boxes in the targets follow
+    the budget; those targets scored as replies at the same budget match the stored boxes (up to
+    the rounding of a 28 x 56 image's integer pixels), at the default budget they do not."""
+    vlm = tiny_models.tiny_vlm("qwen2_5_vl")
+    processor = at_processor_limit(vlm.processor)
+    assert grids(processor(images=[tiny_builds.load_built(gemex_dir)[0]["image"]], text=["<|image_pad|>"]))[0] == [1, 6, 4]
+    data_args = sft.DataArguments(gemex_path=str(gemex_dir), max_train_samples=4,
+                                  max_pixels=SMALL_BUDGET.max_pixels, min_pixels=SMALL_BUDGET.min_pixels)
+    trainer = sft.train(data_args, sft_config(tmp_path / "run", max_steps=1), ModelConfig(), vlm.model, processor)
+    size = processor.image_processor.size
+    assert (size.shortest_edge, size.longest_edge) == (SMALL_BUDGET.min_pixels, SMALL_BUDGET.max_pixels)
+    examples = [trainer.train_dataset[i] for i in range(4)]
+    assert all(image.size == (28, 56) for e in examples for image in e["images"])
+    assert grids(trainer.data_collator([dict(e) for e in examples])) == [[1, 4, 2]] * 4
+
+    replies = tmp_path / "replies.jsonl"
+    split = tiny_builds.load_built(gemex_dir).select(range(4))
+    replies.write_text("".join(json.dumps({"question_id": row["question_id"], "prediction": e["messages"][-1]["content"][0]["text"]}) + "\n"
+                               for row, e in zip(split, examples)))
+    ious = {}
+    for budget in (SMALL_BUDGET, PixelBudget()):
+        out = tmp_path / f"scores-{budget.max_pixels}.json"
+        assert cli.main(["evaluate", "gemex", "--dataset", str(gemex_dir), "--split", "train", "--predictions", str(replies),
+                         "--box-convention", "qwen2.5-vl", "--max-pixels", str(budget.max_pixels),
+                         "--min-pixels", str(budget.min_pixels), "--text-metrics", "", "--out", str(out)]) == 0
+        scores = json.loads(out.read_text())
+        ious[budget] = [q["iou"] for q in scores["per_question"] if q["question_id"] in set(split["question_id"])]
+        assert scores["settings"]["max_pixels"] == budget.max_pixels
+    assert min(ious[SMALL_BUDGET]) > 0.7 and max(ious[PixelBudget()]) < 0.5, ious
+
+
+def test_generation_asks_at_the_budget_not_the_saved_processors_limit(gemex_dir, tmp_path, monkeypatch):
+    from transformers import Qwen2_5_VLForConditionalGeneration
+
+    vlm = tiny_models.tiny_vlm("qwen2_5_vl")
+    model_dir = tmp_path / "model"
+    vlm.model.save_pretrained(model_dir)
+    at_processor_limit(vlm.processor).save_pretrained(model_dir)
+    seen = []
+    original = Qwen2_5_VLForConditionalGeneration.generate
+
+    def recording_generate(self, *args, **kwargs):
+        seen.extend(kwargs["image_grid_thw"].tolist())
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(Qwen2_5_VLForConditionalGeneration, "generate", recording_generate)
+    monkeypatch.setattr(generate.AutoProcessor, "from_pretrained", lambda *a, **k: at_processor_limit(tiny_models.tiny_vlm("qwen2_5_vl").processor))
+    common = ["--model_name_or_path", str(model_dir), "--dataset_path", str(gemex_dir), "--split", "train",
+              "--max_samples", "2", "--batch_size", "2", "--max_new_tokens", "2", "--dtype", "float32"]
+    generate.main([*common, "--output_file", str(tmp_path / "small.jsonl"),
+                   "--max_pixels", str(SMALL_BUDGET.max_pixels), "--min_pixels", str(SMALL_BUDGET.min_pixels)])
+    assert seen == [[1, 4, 2]] * 2
+    seen.clear()
+    generate.main([*common, "--output_file", str(tmp_path / "default.jsonl")])
+    assert seen == [[1, 6, 4]] * 2  # the default budget (above these images' size), never a silent 12.8 M
+
+
+@pytest.mark.parametrize("parser", [sft.make_parser, lambda: generate.HfArgumentParser(generate.GenerateArguments)])
+def test_help_shows_the_pixel_budget_default(parser):
+    text = parser().format_help()
+    assert "--max_pixels" in text and "--min_pixels" in text and f"{MAX_PIXELS:,}" in text

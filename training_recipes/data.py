@@ -2,19 +2,26 @@
 
 The conversion is lazy: a split is wrapped with `Dataset.with_transform`, so an image is decoded
 only when the row is part of a batch, and a mixture of datasets is a stream
-(`interleave_datasets` over `IterableDataset`s) that decodes as it goes. The text comes from
+(`interleave_datasets` over `IterableDataset`s) that decodes as it goes. For processors that resize
+to a pixel count (the Qwen families) each image is decoded straight to the pixel budget's size
+(`decode_image`), so the processor's own resize has nothing left to do and a box written in the
+resized image's pixels is in the pixels the model sees. The text comes from
 `gemex_dataset.prompts` / `rexvqa_dataset.prompts`, the same functions generation uses.
 """
 
 from __future__ import annotations
 
+import io
 from dataclasses import dataclass, field
 from types import ModuleType
 
 import numpy as np
 from datasets import Dataset, Features, Image, IterableDataset, List, Value, interleave_datasets
 from PIL import Image as PILImage
+from PIL import ImageOps
 
+from builders.box_frame import qwen25vl_resized_size
+from builders.pixel_budget import PixelBudget
 from gemex_dataset import prompts as gemex_prompts
 from rexvqa_dataset import prompts as rexvqa_prompts
 
@@ -26,8 +33,6 @@ TRL_FEATURES = Features(
 )
 """The conversational vision columns of a stream, typed so streams of both datasets interleave;
 images stay encoded until `decode_images`."""
-
-IMAGE = Image()
 
 PROMPTS: dict[str, ModuleType] = {"gemex": gemex_prompts, "rexvqa": rexvqa_prompts}
 
@@ -43,7 +48,9 @@ BOX_CONVENTION_BY_MODEL_TYPE: dict[str, str] = {
 @dataclass
 class ConversationSettings:
     """How rows become conversations for one model: the box convention, whether the system prompt
-    is folded into the user turn, and (Qwen2.5-VL) the processor's resize bounds."""
+    is folded into the user turn, and, for a processor that resizes to a pixel count (Qwen
+    families), that resize (`qwen25vl_resized_size` arguments: the pixel budget and the factor):
+    images are decoded to it and Qwen2.5-VL's boxes are written in its pixels."""
 
     box_convention: str = "pixels"
     fold_system: bool = False
@@ -68,9 +75,36 @@ def to_rgb(image: PILImage.Image) -> PILImage.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def row_images(row: dict, kind: str) -> list[PILImage.Image]:
+def decode_image(image: PILImage.Image | dict, resize_kwargs: dict[str, int] | None = None) -> PILImage.Image:
+    """An RGB image from stored bytes (``{"bytes", "path"}``) or a decoded image; with `resize_kwargs`,
+    at the size the processor resizes it to (`qwen25vl_resized_size` of the stored size).
+
+    A JPEG is decoded at a reduced scale (Pillow's `draft`: libjpeg's 1/2, 1/4 or 1/8 DCT
+    scaling, never below the target size) before the exact resize, so a 2,539 x 3,050 MIMIC-CXR
+    image bound for 644 x 756 is decoded at 1/2 scale, not in full. The EXIF orientation is
+    applied, as `datasets` does.
+    """
+    if isinstance(image, dict):
+        image = PILImage.open(io.BytesIO(image["bytes"]) if image.get("bytes") else image["path"])
+    target = qwen25vl_resized_size(*image.size, **resize_kwargs) if resize_kwargs else None
+    if target and image.format == "JPEG":
+        image.draft(image.mode, target)
+    orientation = image.getexif().get(PILImage.ExifTags.Base.Orientation)
+    if orientation is not None:
+        image = ImageOps.exif_transpose(image)
+        if target and orientation in (5, 6, 7, 8):  # a quarter turn swaps the sides; the resize is symmetric
+            target = target[::-1]
+    image = to_rgb(image)
+    if target and image.size != target:
+        image = image.resize(target, PILImage.Resampling.BICUBIC)
+    return image
+
+
+def row_images(row: dict, kind: str, settings: ConversationSettings | None = None) -> list[PILImage.Image]:
+    """The row's images (decoded or stored bytes) as RGB, at the settings' pixel budget when it has one."""
     images = [row["image"]] if kind == "gemex" else list(row["images"])
-    return [to_rgb(image) for image in images]
+    resize_kwargs = settings.resize_kwargs if settings else None
+    return [decode_image(image, resize_kwargs) for image in images]
 
 
 def to_messages(row: dict, kind: str, settings: ConversationSettings, with_answer: bool = True) -> list[dict]:
@@ -85,7 +119,7 @@ def to_messages(row: dict, kind: str, settings: ConversationSettings, with_answe
 
 def to_trl_example(row: dict, kind: str, settings: ConversationSettings, with_answer: bool = True) -> dict:
     """One row as ``{"images": [PIL, ...], "messages": [...]}``."""
-    return {"images": row_images(row, kind), "messages": to_messages(row, kind, settings, with_answer)}
+    return {"images": row_images(row, kind, settings), "messages": to_messages(row, kind, settings, with_answer)}
 
 
 def rows_of(batch: dict[str, list]) -> list[dict]:
@@ -97,8 +131,10 @@ def conversational(dataset: Dataset, settings: ConversationSettings, with_answer
     """The split as `images` + `messages`, converted (and its images decoded) per accessed batch.
 
     Train with ``remove_unused_columns=False``: the stored columns are what the transform reads.
+    The images are read as stored bytes and decoded by `decode_image` (at the pixel budget).
     """
     kind = dataset_kind(dataset.column_names)
+    dataset = undecoded(dataset, kind)
 
     def transform(batch: dict[str, list]) -> dict[str, list]:
         examples = [to_trl_example(row, kind, settings, with_answer) for row in rows_of(batch)]
@@ -114,9 +150,7 @@ def conversational_stream(dataset: Dataset | IterableDataset, settings: Conversa
     re-encoded on the way; `decode_images` decodes each once, as the mixed stream is read.
     """
     kind = dataset_kind(dataset.column_names)
-    column = "image" if kind == "gemex" else "images"
-    undecoded = Image(decode=False) if kind == "gemex" else List(Image(decode=False))
-    dataset = dataset.cast_column(column, undecoded)
+    dataset = undecoded(dataset, kind)
     if not isinstance(dataset, IterableDataset):  # a streamed split already is one
         dataset = dataset.to_iterable_dataset(num_shards=min(num_shards, max(len(dataset), 1)))
 
@@ -125,6 +159,13 @@ def conversational_stream(dataset: Dataset | IterableDataset, settings: Conversa
         return {"images": images, "messages": to_messages(row, kind, settings)}
 
     return dataset.map(convert, remove_columns=dataset.column_names, features=TRL_FEATURES)
+
+
+def undecoded(dataset: Dataset | IterableDataset, kind: str) -> Dataset | IterableDataset:
+    """The split with its image column left as stored bytes, for `decode_image` to decode."""
+    if kind == "gemex":
+        return dataset.cast_column("image", Image(decode=False))
+    return dataset.cast_column("images", List(Image(decode=False)))
 
 
 def mix(
@@ -147,32 +188,38 @@ def mix(
         seed=seed,
         stopping_strategy="all_exhausted",
     )
-    return mixed.shuffle(seed=seed, buffer_size=shuffle_buffer).map(decode_images)
+    return mixed.shuffle(seed=seed, buffer_size=shuffle_buffer).map(decode_images, fn_kwargs={"settings": settings})
 
 
-def decode_images(example: dict) -> dict:
-    """Encoded images (``{"bytes", "path"}``) of a stream example as RGB PIL images."""
-    return {"images": [to_rgb(IMAGE.decode_example(image)) for image in example["images"]]}
+def decode_images(example: dict, settings: ConversationSettings | None = None) -> dict:
+    """Encoded images (``{"bytes", "path"}``) of a stream example as RGB PIL images, at the settings' pixel budget."""
+    resize_kwargs = settings.resize_kwargs if settings else None
+    return {"images": [decode_image(image, resize_kwargs) for image in example["images"]]}
 
 
 def box_convention_for(model_type: str) -> str:
     return BOX_CONVENTION_BY_MODEL_TYPE.get(model_type, "pixels")
 
 
-def resize_kwargs_for(processor, box_convention: str) -> dict[str, int]:
-    """Qwen2.5-VL's resize bounds (`qwen25vl_resized_size` arguments) read off its image processor."""
-    if box_convention != "qwen2.5-vl":
+def apply_pixel_budget(processor, budget: PixelBudget) -> dict[str, int]:
+    """Set a processor that resizes to a pixel count (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) to `budget`,
+    whatever it was saved with (12.8 M pixels for Qwen2.5-VL's release), and return that resize
+    (`qwen25vl_resized_size` arguments); ``{}`` for processors with fixed input sizes."""
+    image_processor = getattr(processor, "image_processor", None)
+    size = getattr(image_processor, "size", None)
+    bounds = ("shortest_edge", "longest_edge")
+    if not (hasattr(image_processor, "merge_size") and size is not None and all(_get(size, k) for k in bounds)):
         return {}
-    image_processor = processor.image_processor
-    size = getattr(image_processor, "size", None) or {}
-    min_pixels = getattr(image_processor, "min_pixels", None) or size.get("shortest_edge")
-    max_pixels = getattr(image_processor, "max_pixels", None) or size.get("longest_edge")
-    kwargs = {"factor": image_processor.patch_size * image_processor.merge_size}
-    if min_pixels:
-        kwargs["min_pixels"] = int(min_pixels)
-    if max_pixels:
-        kwargs["max_pixels"] = int(max_pixels)
-    return kwargs
+    wanted = {"shortest_edge": budget.min_pixels, "longest_edge": budget.max_pixels}
+    image_processor.size = wanted if isinstance(size, dict) else type(size)(**wanted)
+    for name in ("min_pixels", "max_pixels"):  # transformers 4.x keeps them beside `size` too
+        if getattr(image_processor, name, None) is not None:
+            setattr(image_processor, name, getattr(budget, name))
+    return budget.resize_kwargs(image_processor.patch_size * image_processor.merge_size)
+
+
+def _get(size, key: str):
+    return size.get(key) if isinstance(size, dict) else getattr(size, key, None)
 
 
 def chat_template_accepts_system(processor) -> bool:
@@ -189,10 +236,18 @@ def chat_template_accepts_system(processor) -> bool:
 
 
 def settings_for(
-    model_type: str, processor, box_convention: str | None = None, fold_system: bool | None = None
+    model_type: str,
+    processor,
+    box_convention: str | None = None,
+    fold_system: bool | None = None,
+    pixel_budget: PixelBudget | None = None,
 ) -> ConversationSettings:
-    """The conversation settings a model family needs; explicit arguments win over the defaults."""
+    """The conversation settings a model family needs; explicit arguments win over the defaults.
+
+    Sets `processor` to the pixel budget (`apply_pixel_budget`; the default budget when none is
+    given), so training, generation and the boxes never use the processor's own limit.
+    """
     convention = box_convention or box_convention_for(model_type)
     if fold_system is None:
         fold_system = not chat_template_accepts_system(processor)
-    return ConversationSettings(convention, fold_system, resize_kwargs_for(processor, convention))
+    return ConversationSettings(convention, fold_system, apply_pixel_budget(processor, pixel_budget or PixelBudget()))

@@ -22,7 +22,16 @@ from datasets import Dataset, load_dataset
 from transformers import AutoModelForImageTextToText, AutoProcessor, HfArgumentParser
 
 from builders.files import write_text
-from training_recipes.data import ConversationSettings, dataset_kind, row_images, settings_for, to_messages
+from builders.pixel_budget import HELP as PIXEL_HELP
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
+from training_recipes.data import (
+    ConversationSettings,
+    dataset_kind,
+    row_images,
+    settings_for,
+    to_messages,
+    undecoded,
+)
 
 
 @dataclass
@@ -39,6 +48,8 @@ class GenerateArguments:
     device: str | None = field(default=None, metadata={"help": "Default: cuda when available, else cpu."})
     box_convention: str | None = field(default=None, metadata={"help": "As in training; default from the model."})
     fold_system_prompt: bool | None = field(default=None, metadata={"help": "As in training; default: auto."})
+    max_pixels: int = field(default=MAX_PIXELS, metadata={"help": PIXEL_HELP["max_pixels"] + " Give the training run's."})
+    min_pixels: int = field(default=MIN_PIXELS, metadata={"help": PIXEL_HELP["min_pixels"]})
 
 
 def done_question_ids(output_file: Path) -> set[str]:
@@ -83,7 +94,7 @@ def generate_batch(model, processor, rows: list[dict], kind: str, settings: Conv
     """Raw model text for each row: greedy, left-padded, the prompt's tokens cut off."""
     conversations = []
     for row in rows:
-        images = iter(row_images(row, kind))
+        images = iter(row_images(row, kind, settings))
         messages = to_messages(row, kind, settings, with_answer=False)
         for message in messages:  # put each image into its placeholder, as TRL's collator does
             message["content"] = [
@@ -126,12 +137,13 @@ def generate_predictions(
     output_file.parent.mkdir(parents=True, exist_ok=True)
     kind = dataset_kind(dataset.column_names)
     settings = settings or settings_for(model.config.model_type, processor)
+    dataset = undecoded(dataset, kind)  # `row_images` decodes each image at the pixel budget
     drop_torn_last_line(output_file)
     done = done_question_ids(output_file)
     todo = [i for i, question_id in enumerate(dataset["question_id"]) if question_id not in done]
     with output_file.open("a") as out:
         for start in range(0, len(todo), batch_size):
-            rows = list(dataset.select(todo[start : start + batch_size]))  # decodes this batch's images only
+            rows = list(dataset.select(todo[start : start + batch_size]))  # reads this batch's images only
             texts = generate_batch(model, processor, rows, kind, settings, max_new_tokens)
             for row, text in zip(rows, texts):
                 out.write(json.dumps({"question_id": row["question_id"], "prediction": text}) + "\n")
@@ -146,7 +158,8 @@ def main(argv: list[str] | None = None) -> int:
     dataset = load_dataset(args.dataset_path, args.dataset_config, split=args.split)
     if args.max_samples is not None:
         dataset = dataset.select(range(min(args.max_samples, len(dataset))))
-    settings = settings_for(model.config.model_type, processor, args.box_convention, args.fold_system_prompt)
+    budget = PixelBudget(args.min_pixels, args.max_pixels)
+    settings = settings_for(model.config.model_type, processor, args.box_convention, args.fold_system_prompt, budget)
     written = generate_predictions(
         model, processor, dataset, args.output_file, args.batch_size, args.max_new_tokens, settings
     )

@@ -26,6 +26,8 @@ from datasets import Dataset, IterableDataset, load_dataset
 from transformers import AutoModelForImageTextToText, AutoProcessor
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
+from builders.pixel_budget import HELP as PIXEL_HELP
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 from training_recipes.data import conversational, mix, settings_for
 
 
@@ -54,6 +56,8 @@ class DataArguments:
         default=None,
         metadata={"help": "Put the instruction in the user turn; by default when the chat template rejects a system turn."},
     )
+    max_pixels: int = field(default=MAX_PIXELS, metadata={"help": PIXEL_HELP["max_pixels"]})
+    min_pixels: int = field(default=MIN_PIXELS, metadata={"help": PIXEL_HELP["min_pixels"]})
 
 
 def load_split(path: str, config: str | None, split: str, max_samples: int | None = None,
@@ -106,8 +110,9 @@ def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelC
         processor = AutoProcessor.from_pretrained(
             model_args.model_name_or_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
         )
+    budget = PixelBudget(data_args.min_pixels, data_args.max_pixels)
     settings = settings_for(
-        model.config.model_type, processor, data_args.box_convention, data_args.fold_system_prompt
+        model.config.model_type, processor, data_args.box_convention, data_args.fold_system_prompt, budget
     )
     train_dataset = training_data(data_args, settings, data_args.train_split, training_args.seed, data_args.max_train_samples)
     eval_dataset = None
@@ -134,7 +139,7 @@ def make_parser() -> TrlParser:
     parser.set_defaults(
         bf16=True,
         gradient_checkpointing=True,
-        max_length=None,  # never cut image tokens; bound the sequence with the processor's image size
+        max_length=None,  # never cut image tokens; the pixel budget bounds the sequence
         lora_target_modules=["all-linear"],
         dtype="bfloat16",
         report_to="none",

@@ -279,7 +279,9 @@ def step_loop(kit: Kit, spec: dict) -> None:
     for dataset, predictions in trained.get("predictions", {}).items():
         scores = kit.logs / f"scores-{dataset}.json"
         evaluate = cli("evaluate", dataset, "--dataset", kit.built(dataset), "--predictions", predictions["file"], "--split",
-                       "test", "--out", scores, *(["--box-convention", "qwen2.5-vl"] if dataset == "gemex" else []),
+                       "test", "--out", scores,
+                       *(["--box-convention", "qwen2.5-vl", "--max-pixels", str(kit.plan["max_pixels"]), "--min-pixels",
+                          str(kit.plan["min_pixels"])] if dataset == "gemex" else []),
                        *(["--text-metrics", loop["text_metrics"]] if loop["text_metrics"] and dataset == "gemex" else []))
         outcome = kit.run(f"evaluate-{dataset}", evaluate, 120)
         kit.record("B.3", f"evaluate {dataset}", outcome, evaluate, questions=predictions["count"],

@@ -28,6 +28,12 @@ from kit import load_plan  # noqa: E402
 from train_throughput import MODELS, TINY, build_model_and_processor, model_preset  # noqa: E402
 
 
+def budget(plan: dict):
+    from builders.pixel_budget import PixelBudget
+
+    return PixelBudget(plan["min_pixels"], plan["max_pixels"])
+
+
 def model_on_device(plan: dict, tiny: bool):
     torch.manual_seed(0)
     preset = model_preset(TINY if tiny else MODELS[plan["model"]])
@@ -67,7 +73,7 @@ def generate_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
     model = for_generation(model, device)
     split = load_dataset(str(work / "built" / settings["dataset"]), split=settings["split"])
     questions = split.select(range(min(settings["questions"], len(split))))
-    conversation = settings_for("qwen2_5_vl", processor)
+    conversation = settings_for("qwen2_5_vl", processor, pixel_budget=budget(plan))
     runs = work / "runs" / "generate"
     runs.mkdir(parents=True, exist_ok=True)
     warm = runs / "warm-up.jsonl"
@@ -112,7 +118,8 @@ def loop_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
     model, processor = model_on_device(plan, tiny)
     built = {name: work / "built" / name for name in ("gemex", "rexvqa")}
     data_args = sft.DataArguments(gemex_path=str(built["gemex"]), rexvqa_path=str(built["rexvqa"]), gemex_config="sft",
-                                  rexvqa_config="sft", gemex_weight=loop["gemex_weight"], rexvqa_weight=loop["rexvqa_weight"])
+                                  rexvqa_config="sft", gemex_weight=loop["gemex_weight"], rexvqa_weight=loop["rexvqa_weight"],
+                                  max_pixels=plan["max_pixels"], min_pixels=plan["min_pixels"])
     on_gpu = device.startswith("cuda")
     training_args = SFTConfig(
         output_dir=str(work / "runs" / "loop"), max_steps=loop["steps"], per_device_train_batch_size=loop["batch_size"],
@@ -131,7 +138,7 @@ def loop_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
                     "peak_memory_gb": peak_memory_gb(device), "predictions": {}}, result)
 
     model = for_generation(trainer.model.merge_and_unload(), device)
-    conversation = settings_for("qwen2_5_vl", processor)
+    conversation = settings_for("qwen2_5_vl", processor, pixel_budget=budget(plan))
     predictions = trained["predictions"]
     for name, folder in built.items():
         test = load_dataset(str(folder), split="test")

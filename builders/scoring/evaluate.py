@@ -19,6 +19,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
+from builders import pixel_budget
 from builders.box_frame import BOX_CONVENTIONS
 from builders.files import write_text
 from builders.hub.validate import card_configs, config_shards, default_config
@@ -61,6 +62,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument("--strict", action="store_true", help="exit 1 when predictions are missing, repeated or unknown")
     gemex = parser.add_argument_group("GEMeX")
     gemex.add_argument("--box-convention", choices=BOX_CONVENTIONS, default="pixels", help="how the model writes boxes")
+    pixel_budget.add_arguments(gemex)  # qwen2.5-vl boxes are in the pixels of the image resized to it
     gemex.add_argument(
         "--text-metrics", default=None,
         help="comma-separated AR text metrics (rougeL, bleu1, bertscore); empty for none (default: every one whose extra is installed)"
@@ -125,14 +127,18 @@ def load_split(dataset_dir: Path, split: str, wanted: Sequence[str], required: S
 
 def _predictions(args: argparse.Namespace, rows: list[dict], module) -> tuple[dict[str, str], PredictionsCheck | None, dict]:
     ids = [row["question_id"] for row in rows]
+    kwargs = {"box_convention": args.box_convention, **resize_kwargs(args)} if args.benchmark == "gemex" else {}
     if args.baseline == "random":
-        kwargs = {"box_convention": args.box_convention} if args.benchmark == "gemex" else {}
         return module.random_replies(rows, seed=args.seed, **kwargs), None, {"baseline": "random", "seed": args.seed}
     if args.baseline == "majority":
-        kwargs = {"box_convention": args.box_convention} if args.benchmark == "gemex" else {}
         return module.majority_replies(rows, **kwargs), None, {"baseline": "majority"}
     check = match_to_split(read_predictions(args.predictions, args.predictions_format), ids, source=str(args.predictions))
     return check.predictions, check, {"predictions": str(args.predictions), "predictions_format": args.predictions_format}
+
+
+def resize_kwargs(args: argparse.Namespace) -> dict[str, int]:
+    """The pixel budget the boxes of a ``qwen2.5-vl`` reply are read in (`builders.box_frame`)."""
+    return pixel_budget.from_arguments(args).resize_kwargs(factor=28)
 
 
 def _fmt(value, digits: int = 2) -> str:
@@ -193,11 +199,12 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
         judge = ChatJudge(args.judge_url, args.judge_model, api_key_env=args.judge_api_key_env)
     result = scoring.score_gemex(
         rows, predictions, box_convention=args.box_convention, metrics=metrics, bert_scorer=bert, judge=judge,
-        judge_workers=args.judge_workers, progress=sys.stderr.isatty()
+        judge_workers=args.judge_workers, progress=sys.stderr.isatty(), **resize_kwargs(args)
     )
     settings = {
         **source,
         "box_convention": args.box_convention,
+        **({"min_pixels": args.min_pixels, "max_pixels": args.max_pixels} if args.box_convention == "qwen2.5-vl" else {}),
         "text_metrics": metrics,
         "bertscore_model": str(bert.model_path) if bert else None,
         "bertscore_note": BERTSCORE_NOTE if bert else None,

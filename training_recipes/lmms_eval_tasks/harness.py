@@ -4,7 +4,11 @@ generate with, in lmms-eval's message format, and the per-question payload the s
 The dataset comes from an environment variable (``CXR_VQA_GEMEX`` / ``CXR_VQA_REXVQA``: a built
 folder or a Hub repo id) because lmms-eval's task files take no arguments; the box convention
 the model writes in comes from ``CXR_VQA_BOX_CONVENTION`` (default ``pixels``, as
-``cxr-vqa evaluate --box-convention``).
+``cxr-vqa evaluate --box-convention``), and the pixel budget from ``CXR_VQA_MAX_PIXELS`` /
+``CXR_VQA_MIN_PIXELS`` (default `builders.pixel_budget`'s, as ``--max-pixels``/``--min-pixels``).
+For the Qwen conventions (``qwen2.5-vl``, ``norm1000``) each image is handed to the model already
+resized to the budget, exactly as the recipes train on it, so the model sees at most the budget
+whatever its wrapper's own ``max_pixels``, and ``qwen2.5-vl`` boxes are scored in those pixels.
 """
 
 from __future__ import annotations
@@ -14,9 +18,12 @@ import os
 from collections.abc import Mapping, Sequence
 
 from builders.box_frame import BOX_CONVENTIONS
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 from training_recipes.data import ConversationSettings, row_images, to_messages
 
 BOX_CONVENTION_VARIABLE = "CXR_VQA_BOX_CONVENTION"
+PIXEL_VARIABLES = {"max_pixels": ("CXR_VQA_MAX_PIXELS", MAX_PIXELS), "min_pixels": ("CXR_VQA_MIN_PIXELS", MIN_PIXELS)}
+QWEN_CONVENTIONS = ("qwen2.5-vl", "norm1000")
 
 
 def dataset_source(variable: str, dataset: str) -> str:
@@ -34,16 +41,42 @@ def box_convention() -> str:
     return value
 
 
+def pixel_budget() -> PixelBudget:
+    bounds = {}
+    for name, (variable, default) in PIXEL_VARIABLES.items():
+        value = os.environ.get(variable, "").strip()
+        try:
+            bounds[name] = int(value) if value else default
+        except ValueError:
+            raise ValueError(f"{variable}={value!r}: expected a number of pixels") from None
+    return PixelBudget(**bounds)
+
+
+def resize_kwargs() -> dict[str, int]:
+    """The resize ``qwen2.5-vl`` boxes are read in (Qwen2.5-VL's factor, 28), as `cxr-vqa evaluate`'s."""
+    return pixel_budget().resize_kwargs(factor=28)
+
+
+def settings() -> ConversationSettings:
+    """The recipes' conversation settings for the configured model family: images at the pixel budget for the Qwen conventions."""
+    convention = box_convention()
+    return ConversationSettings(convention, resize_kwargs=resize_kwargs() if convention in QWEN_CONVENTIONS else {})
+
+
+def images(row: Mapping, kind: str) -> list:
+    return row_images(dict(row), kind, settings())
+
+
 def chat_messages(row: Mapping, kind: str) -> list[dict]:
     """The recipes' generation prompt (system turn, one image part per image, the question) with
     each image part carrying its RGB image, as lmms-eval's chat models take it."""
-    images = iter(row_images(dict(row), kind))
-    messages = to_messages(dict(row), kind, ConversationSettings(box_convention()), with_answer=False)
+    images_ = iter(images(row, kind))
+    messages = to_messages(dict(row), kind, settings(), with_answer=False)
     return [
         {
             "role": message["role"],
             "content": [
-                {"type": "image", "url": next(images)} if part["type"] == "image" else {"type": "text", "text": part["text"]}
+                {"type": "image", "url": next(images_)} if part["type"] == "image" else {"type": "text", "text": part["text"]}
                 for part in message["content"]
             ],
         }

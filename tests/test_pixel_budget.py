@@ -1,0 +1,78 @@
+"""The pixel budget (`builders.pixel_budget`): one default, shown in `--help`, decoded to by the
+recipes' data path (JPEG at reduced scale, then the exact resize), and read by the lmms-eval tasks.
+The recipes' processors and `evaluate`'s box conversion are tested in tests/test_recipes.py."""
+
+from __future__ import annotations
+
+import io
+
+import numpy as np
+import pytest
+from PIL import Image
+
+from builders import cli
+from builders.box_frame import qwen25vl_resized_size
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
+from training_recipes.data import decode_image
+from training_recipes.lmms_eval_tasks import harness
+
+
+def jpeg(width: int, height: int, orientation: int | None = None) -> bytes:
+    """A smooth greyscale radiograph-like gradient with noise, as MIMIC-CXR-JPG stores them."""
+    y, x = np.mgrid[0:height, 0:width]
+    pixels = 128 + 90 * np.sin(x / 97.0) * np.cos(y / 131.0) + np.random.default_rng(0).normal(0, 4, (height, width))
+    image = Image.fromarray(np.clip(pixels, 0, 255).astype(np.uint8), mode="L")
+    exif = Image.Exif()
+    if orientation is not None:
+        exif[Image.ExifTags.Base.Orientation] = orientation
+    out = io.BytesIO()
+    image.save(out, format="JPEG", quality=90, exif=exif)
+    return out.getvalue()
+
+
+def test_the_default_budget_is_for_chest_x_rays():
+    assert PixelBudget() == PixelBudget(MIN_PIXELS, MAX_PIXELS) and MAX_PIXELS <= 2_000_000
+    assert qwen25vl_resized_size(2539, 3050) == (644, 756)  # 23 x 27 = 621 tokens of 28 x 28 pixels
+    with pytest.raises(ValueError, match="min_pixels <= max_pixels"):
+        PixelBudget(min_pixels=10_000, max_pixels=5_000)
+
+
+def test_a_full_size_jpeg_decodes_at_the_budget_as_a_full_decode_resized_would():
+    data = jpeg(2539, 3050)
+    resize = PixelBudget().resize_kwargs(factor=28)
+    decoded = decode_image({"bytes": data, "path": None}, resize)
+    full = Image.open(io.BytesIO(data)).convert("RGB").resize((644, 756), Image.Resampling.BICUBIC)
+    assert decoded.size == (644, 756) and decoded.mode == "RGB"
+    difference = np.abs(np.asarray(decoded, dtype=np.int16) - np.asarray(full, dtype=np.int16))
+    assert difference.mean() < 1.5 and np.percentile(difference, 99) < 8
+
+
+def test_decoding_turns_the_image_upright_before_sizing_it():
+    decoded = decode_image({"bytes": jpeg(600, 400, orientation=6), "path": None}, PixelBudget(max_pixels=28 * 28 * 64).resize_kwargs(28))
+    assert decoded.size == qwen25vl_resized_size(400, 600, max_pixels=28 * 28 * 64)
+
+
+def test_without_a_budget_the_image_keeps_its_size():
+    assert decode_image({"bytes": jpeg(300, 200), "path": None}).size == (300, 200)
+
+
+def test_evaluate_help_shows_the_default(capsys):
+    with pytest.raises(SystemExit):
+        cli.main(["evaluate", "--help"])
+    text = capsys.readouterr().out
+    assert "--max-pixels" in text and "--min-pixels" in text and f"{MAX_PIXELS:,}" in text
+
+
+def test_lmms_eval_tasks_read_the_budget_and_hand_qwen_models_images_at_it(monkeypatch):
+    row = {"image": {"bytes": jpeg(1200, 1500), "path": None}}
+    monkeypatch.setenv("CXR_VQA_BOX_CONVENTION", "qwen2.5-vl")
+    monkeypatch.delenv("CXR_VQA_MAX_PIXELS", raising=False)
+    assert harness.resize_kwargs() == {"factor": 28, "min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
+    assert harness.images(row, "gemex")[0].size == qwen25vl_resized_size(1200, 1500)
+    monkeypatch.setenv("CXR_VQA_MAX_PIXELS", str(28 * 28 * 100))
+    assert harness.images(row, "gemex")[0].size == qwen25vl_resized_size(1200, 1500, max_pixels=28 * 28 * 100)
+    monkeypatch.setenv("CXR_VQA_BOX_CONVENTION", "pixels")  # another family: its own processor sizes the image
+    assert harness.images(row, "gemex")[0].size == (1200, 1500)
+    monkeypatch.setenv("CXR_VQA_MAX_PIXELS", "lots")
+    with pytest.raises(ValueError, match="CXR_VQA_MAX_PIXELS='lots'"):
+        harness.pixel_budget()
