@@ -18,8 +18,12 @@ stored plus the annotation text (`img+text`):
   time; with `streaming=True` nothing is written, and the time is that of reading every row.
 
 Layouts: `by-config` (the default: each config's files hold its rows, Parquet written with
-content-defined chunking), `by-config, no CDC` (the same without it) and `shared` (one shard
-set per split, configs as Parquet filters; not viewer-correct, for comparison).
+content-defined chunking), `by-config, no CDC` (the same without it), `shared` (one shard
+set per split, configs as Parquet filters; not viewer-correct, for comparison) and
+`by-config, no sft_per_image` (the default less the one-conversation-per-image config, GEMeX
+`sft_per_image` / ReXVQA `sft_per_study`: the Hub storage that config adds is the ratio of
+`by-config` to it, printed last). The consumer's `cache / img+text` column is the Arrow cache
+of a non-streaming load of one config over the distinct image bytes plus the text.
 """
 
 from __future__ import annotations
@@ -36,7 +40,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-LAYOUTS = {"by-config": ("by-config", True), "by-config, no CDC": ("by-config", False), "shared": ("shared", True)}
+LAYOUTS = {"by-config": ("by-config", True), "by-config, no CDC": ("by-config", False), "shared": ("shared", True),
+           "by-config, no sft_per_image": ("by-config", True)}
+WITHOUT_CONVERSATIONS = "by-config, no sft_per_image"
+"""The default layout less the one-conversation-per-image config (`sft_per_image`, `sft_per_study`): what it costs."""
 
 
 def folder_bytes(folder: Path, pattern: str = "*") -> int:
@@ -56,20 +63,24 @@ def release(dataset: str, images: int, work: Path, downscale: int) -> tuple[Path
     return made.root, None, made.metadata
 
 
-def build(dataset: str, source: Path, images: Path | None, out: Path, layout: str, cdc: bool) -> float:
+def build(dataset: str, source: Path, images: Path | None, out: Path, layout: str, cdc: bool, conversations: bool = True) -> float:
     from builders.assembly.pipeline import BuildSettings
     from builders.assembly.shards import ShardWriter
 
     if dataset == "gemex":
-        from gemex_dataset.build import build_gemex as build_dataset
+        from gemex_dataset.build import GemexBuild as Build
     else:
-        from rexvqa_dataset.build import build_rexvqa as build_dataset
+        from rexvqa_dataset.build import RexvqaBuild as Build
     ShardWriter.CONTENT_DEFINED_CHUNKING = cdc
+    with_conversations = Build.conversation_layout
+    if not conversations:
+        Build.conversation_layout = lambda self: None
     start = time.perf_counter()
     try:
-        build_dataset(BuildSettings(source=source, out=out, images=images, image_mode="embed", shard_layout=layout, num_proc=2))
+        Build(BuildSettings(source=source, out=out, images=images, image_mode="embed", shard_layout=layout, num_proc=2)).run()
     finally:
         ShardWriter.CONTENT_DEFINED_CHUNKING = True
+        Build.conversation_layout = with_conversations
     return time.perf_counter() - start
 
 
@@ -136,8 +147,8 @@ def bench(dataset: str, images: int, downscale: int, work: Path, layouts_wanted:
     text = folder_bytes(annotations)
     layouts, consumers = [], []
     for label, (layout, cdc) in ((label, LAYOUTS[label]) for label in layouts_wanted):
-        out = work / f"{dataset}-{layout}-{cdc}"
-        seconds = build(dataset, source, image_root, out, layout, cdc)
+        out = work / f"{dataset}-{layout}-{cdc}-{label != WITHOUT_CONVERSATIONS}"
+        seconds = build(dataset, source, image_root, out, layout, cdc, conversations=label != WITHOUT_CONVERSATIONS)
         count, image_bytes = distinct_images(out)
         base = image_bytes + text
         row = {"dataset": dataset, "layout": label, "images": count, "base_mb": base / 1e6, "build_s": seconds,
@@ -145,9 +156,10 @@ def bench(dataset: str, images: int, downscale: int, work: Path, layouts_wanted:
                "hub": hub_stored(out, work / "xet") / base, "hub_one_call": hub_stored(out, work / "xet", grouped=False) / base}
         layouts.append(row)
         print(f"{dataset} {label}: {row}", file=sys.stderr, flush=True)
-        if loads and cdc:
+        if loads and cdc and label != WITHOUT_CONVERSATIONS:
             for c in consumer(out, work):
-                consumers.append({"dataset": dataset, "layout": label, **c, "disk": (c["download"] + c["cache"]) / base})
+                consumers.append({"dataset": dataset, "layout": label, **c, "disk": (c["download"] + c["cache"]) / base,
+                                  "cache_ratio": c["cache"] / base})
         shutil.rmtree(out, ignore_errors=True)
     return layouts, consumers
 
@@ -177,9 +189,15 @@ def main() -> None:
                 [[r["dataset"], r["layout"], str(r["images"]), f"{r['base_mb']:.1f}", f"{r['build_s']:.1f}", f"{r['local']:.2f}",
                   f"{r['hub']:.2f}", f"{r['hub_one_call']:.2f}"] for r in layouts]))
     print("\nA consumer's disk per config: download (its Parquet files) + `load_dataset` Arrow cache; streaming writes nothing\n")
-    print(table(["dataset", "layout", "config", "download", "cache", "disk (non-streaming)", "disk (streaming)", "load s", "stream s"],
+    print(table(["dataset", "layout", "config", "download", "cache", "cache / img+text", "disk (non-streaming)", "disk (streaming)",
+                 "load s", "stream s"],
                 [[c["dataset"], c["layout"], c["config"], f"{c['download'] / 1e6:.1f} MB", f"{c['cache'] / 1e6:.1f} MB",
-                  f"{c['disk']:.2f}", "0.00", f"{c['load_s']:.1f}", f"{c['stream_s']:.1f}"] for c in consumers]))
+                  f"{c['cache_ratio']:.2f}", f"{c['disk']:.2f}", "0.00", f"{c['load_s']:.1f}", f"{c['stream_s']:.1f}"] for c in consumers]))
+    without = {r["dataset"]: r["hub"] for r in layouts if r["layout"] == WITHOUT_CONVERSATIONS}
+    with_them = {r["dataset"]: r["hub"] for r in layouts if r["layout"] == "by-config"}
+    if without and with_them:
+        print("\nHub storage with the one-conversation-per-image config over the same layout without it\n")
+        print(table(["dataset", "hub with / without"], [[d, f"{with_them[d] / without[d]:.3f}"] for d in without if d in with_them]))
 
 
 if __name__ == "__main__":

@@ -5,7 +5,8 @@
 Builds a full-size synthetic GEMeX (`--downscale 1`: MIMIC-CXR-JPG's 2,539 x 3,050-class JPEGs)
 and ReXVQA (the release's 600-800 px 16-bit PNGs), then for Qwen2.5-VL and Qwen3-VL at four pixel
 budgets (the default, 336 px, 1 M, the processor's own) counts the tokens of every row of `sft`
-(one question a row) and of the per-image layout (one conversation per image, or study):
+(one question a row) and of the per-image layout (the `sft_per_image` / `sft_per_study` config:
+one conversation per image, or study, rewritten turn by turn as the recipes' `--layout per_image`):
 
 - the text: each row's messages as the recipes write them (`training_recipes.data.to_messages`,
   boxes in the family's convention at that budget), rendered by the processor's chat template
@@ -38,7 +39,6 @@ import json
 import statistics
 import sys
 import time
-from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -136,7 +136,7 @@ def processor_for(family: Family):
 
 def built_splits(work: Path, gemex_images: int, rexvqa_studies: int) -> dict:
     """Full-size synthetic releases built with images referenced (read from disk at their size)."""
-    from datasets import load_dataset
+    from datasets import Image, List, concatenate_datasets, load_dataset
 
     from builders.assembly.pipeline import BuildSettings
     from gemex_dataset.build import build_gemex
@@ -145,7 +145,7 @@ def built_splits(work: Path, gemex_images: int, rexvqa_studies: int) -> dict:
     from rexvqa_dataset.synthetic import generate as rexvqa_release
 
     out = {}
-    gemex_dir, rexvqa_dir = work / f"gemex-{gemex_images}", work / f"rexvqa-{rexvqa_studies}"
+    gemex_dir, rexvqa_dir = work / f"gemex-{gemex_images}-v2", work / f"rexvqa-{rexvqa_studies}-v2"
     if not gemex_dir.exists():
         release = gemex_release(work / "raw" / gemex_dir.name, num_images=gemex_images, downscale=1)
         build_gemex(BuildSettings(source=release.root / "per_type", out=gemex_dir, images=release.image_root, overwrite=True))
@@ -153,41 +153,20 @@ def built_splits(work: Path, gemex_images: int, rexvqa_studies: int) -> dict:
         release = rexvqa_release(work / "raw" / rexvqa_dir.name, num_studies=rexvqa_studies, downscale=1)
         build_rexvqa(BuildSettings(source=release.root, out=rexvqa_dir, images=release.root / "metadata", overwrite=True))
     for kind, folder in (("gemex", gemex_dir), ("rexvqa", rexvqa_dir)):
-        splits = load_dataset(str(folder))
-        from datasets import concatenate_datasets
-
-        dataset = concatenate_datasets([splits[s] for s in splits])
-        out[kind] = data.undecoded(dataset, kind)
+        for layout, config in (("sft", "sft"), ("per_image", data.CONVERSATION_CONFIGS[kind])):
+            splits = load_dataset(str(folder), config)
+            dataset = concatenate_datasets([splits[s] for s in splits])
+            # stored bytes, so the CPU timing below includes decoding (the recipe decodes each image on access)
+            column, stored = ("image", Image(decode=False)) if kind == "gemex" else ("images", List(Image(decode=False)))
+            out[(kind, layout)] = list(dataset.cast_column(column, stored))
     return out
 
+
+# ---- counting ---------------------------------------------------------------------------------
 
 def group_key(row: dict, kind: str) -> str:
     return row["image_path"] if kind == "gemex" else row["study_id"]
 
-
-def per_image_conversation(questions: list[list[dict]]) -> list[dict]:
-    """One conversation from the `sft` messages of one image's (study's) questions, as the
-    `sft_per_image`/`sft_per_study` configs lay it out (branch h23c, `builders.assembly.sft.conversation`):
-    the image parts in the first user turn only; an instruction all questions share as the one
-    system turn, else each user turn starting with its own; every reply kept."""
-    def system(messages):
-        return next((m["content"][0]["text"] for m in messages if m["role"] == "system"), None)
-
-    instructions = [system(m) for m in questions]
-    shared = len(set(instructions)) == 1 and instructions[0] is not None
-    turns = [{"role": "system", "content": [{"type": "text", "text": instructions[0]}]}] if shared else []
-    for k, (messages, instruction) in enumerate(zip(questions, instructions)):
-        user = next(m for m in messages if m["role"] == "user")
-        images = [p for p in user["content"] if p["type"] == "image"] if k == 0 else []
-        text = "\n".join(p["text"] for p in user["content"] if p["type"] == "text")
-        if instruction is not None and not shared:
-            text = f"{instruction}\n{text}"
-        turns.append({"role": "user", "content": [*images, {"type": "text", "text": text}]})
-        turns.extend(m for m in messages if m["role"] == "assistant")
-    return turns
-
-
-# ---- counting ---------------------------------------------------------------------------------
 
 def image_sizes(row: dict, kind: str) -> list[tuple[int, int]]:
     """(height, width) of each image, from the build's columns."""
@@ -204,20 +183,17 @@ def sequence_tokens(processor, encode, messages: list[dict], sizes: list[tuple[i
     return encode(text) - len(sizes) + sum(images), sum(images)
 
 
-def count(rows: list[dict], kind: str, family: Family, processor, encode, budget: PixelBudget) -> dict:
+def count(rows: list[dict], conversations: list[dict], kind: str, family: Family, processor, encode, budget: PixelBudget) -> dict:
+    """Tokens of the `sft` rows and of the conversation config's rows (rewritten turn by turn in
+    the family's box convention at this budget, as the recipes' `--layout per_image` does)."""
     settings = data.settings_for(family.model_type, processor, pixel_budget=budget)
-    groups: dict[str, list[dict]] = defaultdict(list)
-    sft, per_image = [], []
-    for row in rows:
-        messages = data.to_messages(row, kind, settings)
-        sft.append(sequence_tokens(processor, encode, messages, image_sizes(row, kind)))
-        groups[group_key(row, kind)].append({"messages": messages, "sizes": image_sizes(row, kind)})
-    for questions in groups.values():
-        conversation = per_image_conversation([q["messages"] for q in questions])
-        per_image.append((*sequence_tokens(processor, encode, conversation, questions[0]["sizes"]), len(questions)))
+    sft = [sequence_tokens(processor, encode, data.to_messages(row, kind, settings), image_sizes(row, kind)) for row in rows]
+    per_image = [(*sequence_tokens(processor, encode, data.to_messages(row, kind, settings), image_sizes(row, kind)),
+                  len(row["question_ids"])) for row in conversations]
+    assert sum(q for _, _, q in per_image) == len(rows), "every question in exactly one conversation row"
     release = RELEASE[kind]
     sft_per_question = statistics.fmean(t for t, _ in sft)
-    image_per_group = statistics.fmean(i for _, i, _ in per_image)
+    image_per_group = sum(i for _, i, _ in per_image) / len({group_key(row, kind) for row in conversations})
     text_per_question = sum(t - i for t, i, _ in per_image) / len(rows)
     sft_epoch = sft_per_question * release["questions"]
     per_image_epoch = image_per_group * release["images"] + text_per_question * release["questions"]
@@ -270,7 +246,7 @@ def check_against_the_processor(rows: list[dict], kind: str, family: Family, pro
 
 # ---- the CPU data path ------------------------------------------------------------------------
 
-def cpu_rate(rows: list[dict], kind: str, family: Family, layout: str, budget: PixelBudget, draft: bool = True) -> dict:
+def cpu_rate(samples: list[dict], kind: str, family: Family, budget: PixelBudget, draft: bool = True) -> dict:
     """Samples per CPU second of this process through the recipe's path: decode at the budget
     (`decode_image`), the messages, and TRL's collator (chat template, processor, tokenize, labels)."""
     import torch
@@ -284,20 +260,12 @@ def cpu_rate(rows: list[dict], kind: str, family: Family, layout: str, budget: P
         settings = data.ConversationSettings(settings.box_convention, settings.fold_system, {})
     collator = DataCollatorForVisionLanguageModeling(processor, assistant_only_loss=True,
                                                      chat_template=get_training_chat_template(processor))
-    if layout == "sft":
-        samples = [(row, [row]) for row in rows]
-    else:
-        groups: dict[str, list[dict]] = defaultdict(list)
-        for row in rows:
-            groups[group_key(row, kind)].append(row)
-        samples = [(group[0], group) for group in groups.values()]
     decode = rest = 0.0
-    for first, questions in samples:
+    for row in samples:
         start = time.process_time()
-        images = data.row_images(first, kind, settings)
+        images = data.row_images(row, kind, settings)
         middle = time.process_time()
-        conversation = per_image_conversation([data.to_messages(q, kind, settings) for q in questions])
-        collator([{"images": images, "messages": conversation}])
+        collator([{"images": images, "messages": data.to_messages(row, kind, settings)}])
         rest += time.process_time() - middle
         decode += middle - start
     total = decode + rest
@@ -334,35 +302,36 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gemex-images", type=int, default=40, help="full-size synthetic GEMeX images")
     parser.add_argument("--rexvqa-studies", type=int, default=40, help="synthetic ReXVQA studies")
-    parser.add_argument("--feed-samples", type=int, default=24, help="questions timed through the CPU data path per dataset")
+    parser.add_argument("--feed-samples", type=int, default=24, help="sft rows timed through the CPU data path per dataset")
+    parser.add_argument("--feed-conversations", type=int, default=8, help="conversation rows timed per dataset")
     parser.add_argument("--work", type=Path, default=Path("/tmp/cxr-vqa-token-bill"))
     parser.add_argument("--json", type=Path, help="also write every number here")
     args = parser.parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
     encode = qwen_text_encoder()
-    splits = built_splits(args.work, args.gemex_images, args.rexvqa_studies)
-    rows = {kind: list(split) for kind, split in splits.items()}
+    rows = built_splits(args.work, args.gemex_images, args.rexvqa_studies)
     results: dict = {}
     for family in FAMILIES:
         processor = processor_for(family)
-        for kind, kind_rows in rows.items():
-            check_against_the_processor(kind_rows, kind, family, processor)
-            results[(kind, family.name)] = {name: count(kind_rows, kind, family, processor, encode, budget)
-                                            for name, budget in budgets(family).items()}
-    print(f"## Tokens ({len(rows['gemex'])} GEMeX questions over {args.gemex_images} images, "
-          f"{len(rows['rexvqa'])} ReXVQA questions over {args.rexvqa_studies} studies, extrapolated to the releases)\n")
+        for kind in RELEASE:
+            check_against_the_processor(rows[(kind, "sft")], kind, family, processor)
+            results[(kind, family.name)] = {
+                name: count(rows[(kind, "sft")], rows[(kind, "per_image")], kind, family, processor, encode, budget)
+                for name, budget in budgets(family).items()}
+    print(f"## Tokens ({len(rows[('gemex', 'sft')])} GEMeX questions over {args.gemex_images} images, "
+          f"{len(rows[('rexvqa', 'sft')])} ReXVQA questions over {args.rexvqa_studies} studies, extrapolated to the releases)\n")
     print(table(results))
     family = FAMILIES[0]
     rates = []
-    for kind, kind_rows in rows.items():
-        sample = kind_rows[: args.feed_samples]
-        for layout in ("sft", "per_image"):
+    for kind in RELEASE:
+        for layout, sample in (("sft", rows[(kind, "sft")][: args.feed_samples]),
+                               ("per_image", rows[(kind, "per_image")][: args.feed_conversations])):
             for name, budget in list(budgets(family).items())[:1] + list(budgets(family).items())[-1:]:
                 variants = [(True, "draft" if kind == "gemex" else "PNG")]
-                if kind == "gemex" and name.startswith("default") and layout == "sft":
+                if kind == "gemex" and name.startswith("default"):
                     variants.append((False, "full, processor resizes"))
                 for draft, label in variants:
-                    rate = cpu_rate(sample, kind, family, layout, budget, draft)
+                    rate = cpu_rate(sample, kind, family, budget, draft)
                     gpu = results[(kind, family.name)][name]["gpu_samples_per_s"][layout]
                     rates.append({"kind": kind, "layout": layout, "budget": name, "decode": label, **rate, "gpu": gpu})
     print(f"\n## Can the CPUs feed it ({family.name}, one process, CPU seconds; H100 rate from the estimate above)\n")

@@ -25,6 +25,7 @@ def _terminate(signum, frame) -> None:
 
 
 def _add_build_options(parser: argparse.ArgumentParser) -> None:
+    from builders.assembly.conversations import TEXT_TOKENS, TURN_SEED
     from builders.assembly.pipeline import IMAGE_MODES
     from builders.assembly.shards import SHARD_LAYOUTS
 
@@ -44,6 +45,12 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
                         help="by-config (auto, the default): a shard set per question type/task, what the Hub's viewer shows "
                              "(an image is in each type's files; the Hub stores it once); shared: one set per split, configs "
                              "select rows by a Parquet filter (each image once locally; not for the Hub: its viewer ignores filters)")
+    parser.add_argument("--conversation-tokens", type=int, default=TEXT_TOKENS,
+                        help="sft_per_image/sft_per_study: text tokens of one conversation row (about 4 characters a token), "
+                             f"a longer one is cut into balanced rows of the same image (default {TEXT_TOKENS}: with the "
+                             "1,280 image tokens of the default 1,003,520-pixel budget a row stays under 4,096 tokens)")
+    parser.add_argument("--turn-seed", type=int, default=TURN_SEED,
+                        help=f"seed of the turn order in sft_per_image/sft_per_study (default {TURN_SEED}); the order carries no signal")
 
 
 def _settings(args: argparse.Namespace):
@@ -51,7 +58,8 @@ def _settings(args: argparse.Namespace):
 
     return BuildSettings(source=args.source, out=args.out, images=args.images, image_mode=args.image_mode,
                          image_size=args.image_size, split=args.split, strict=args.strict, overwrite=args.overwrite,
-                         num_proc=args.num_proc, image_ext=args.image_ext, keep_16bit=args.keep_16bit, shard_layout=args.shard_layout)
+                         num_proc=args.num_proc, image_ext=args.image_ext, keep_16bit=args.keep_16bit, shard_layout=args.shard_layout,
+                         turn_seed=args.turn_seed, conversation_tokens=args.conversation_tokens)
 
 
 def _print_report(report, out: Path) -> None:

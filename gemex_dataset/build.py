@@ -17,6 +17,7 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from builders.assembly.card import build_configs, release_card_data, render_card
+from builders.assembly.conversations import ConversationLayout
 from builders.assembly.image_source import ImageSource, Loaded
 from builders.assembly.pipeline import BuildSettings, DatasetBuild, Staging
 from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
@@ -25,7 +26,16 @@ from builders.columns import offsets
 from builders.images import ImageError, StoredImage
 from gemex_dataset import per_type_columns
 from gemex_dataset.anatomy import REGIONS
-from gemex_dataset.features import COLUMN_DOCS, QUESTION_TYPES, features
+from gemex_dataset.features import (
+    COLUMN_DOCS,
+    IMAGE_COLUMNS_PER_IMAGE,
+    PER_IMAGE_COLUMN_DOCS,
+    PER_IMAGE_CONFIG,
+    QUESTION_TYPES,
+    TURN_COLUMNS,
+    features,
+    per_image_features,
+)
 from gemex_dataset.prompts import messages_array, to_messages
 from gemex_dataset.readers import RawQuestion, find_source_files
 from gemex_dataset.rows import question_row
@@ -44,6 +54,15 @@ class GemexBuild(DatasetBuild):
 
     def image_source(self) -> ImageSource | None:
         return ImageSource(self.settings, provenance=self.provenance) if self.settings.images else None
+
+    def conversation_layout(self) -> ConversationLayout | None:
+        """`sft_per_image`: an image's questions as one conversation (builds with images only)."""
+        if "messages" not in self.features:
+            return None
+        return ConversationLayout(PER_IMAGE_CONFIG, "image_path", per_image_features(self.settings.image_mode), TURN_COLUMNS,
+                                  group_columns=lambda rows: {c: rows[0][c] for c in IMAGE_COLUMNS_PER_IMAGE},
+                                  group_id=lambda row: row["question_id"].rsplit("/", 2)[0],
+                                  seed=self.settings.turn_seed, text_tokens=self.settings.conversation_tokens)
 
     def stage(self, staging: Staging) -> None:
         files = find_source_files(Path(self.settings.source), self.settings.split)
@@ -207,7 +226,8 @@ class GemexBuild(DatasetBuild):
 
     def write_card(self, out: Path) -> None:
         filters = {qtype: [["question_type", "==", k]] for k, qtype in enumerate(QUESTION_TYPES)}
-        configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features)
+        configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features,
+                                       conversations=self.conversation_layout())
         synthetic = self.provenance.synthetic
         data = release_card_data(configs, infos, name="GEMeX", synthetic=synthetic,
                                  licence=("physionet-credentialed-health-data-license-1.5.0", "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/"),
@@ -216,6 +236,7 @@ class GemexBuild(DatasetBuild):
         counts = {s: {t: self.report.rows.get(f"{s}/{t}", 0) for t in QUESTION_TYPES} for s in self.report.images}
         card = render_card("gemex.md", data, synthetic=synthetic, settings=self.settings.to_dict(), shared_shards=self.settings.shared_shards, counts=counts,
                            images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report, sft="sft" in configs,
+                           conversation=self.conversation_card(configs), conversation_column_docs=PER_IMAGE_COLUMN_DOCS,
                            columns=list(self.features), column_docs=COLUMN_DOCS)
         card.save(out / "README.md")
 

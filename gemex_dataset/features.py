@@ -82,3 +82,33 @@ def features(image_mode: str) -> Features:
     if image_mode != "none":
         columns["messages"] = MESSAGES
     return Features(columns)
+
+
+PER_IMAGE_CONFIG = "sft_per_image"
+"""The config of one conversation per image (`builders.assembly.conversations`)."""
+IMAGE_COLUMNS_PER_IMAGE: tuple[str, ...] = ("image", "image_path", "image_width", "image_height", "subject_id", "study_id", "dicom_id", "split")
+"""The columns every question of an image shares: one value per conversation row."""
+TURN_COLUMNS: tuple[str, ...] = ("question_type", "content_type", "question", "choices", "answer", "answer_letters",
+                                 "reason", "regions", "boxes", "boxes_224")
+"""Per question, what its turn is made of (prompt, reply, boxes): the `turns` structs of `sft_per_image`,
+typed as in `features`, so a recipe can write the turns again in another model family's box convention."""
+
+PER_IMAGE_COLUMN_DOCS: dict[str, str] = {
+    "conversation_id": "`<split>/<dicom_id>/<k>`: the image's k-th conversation row (k > 0 only for an image cut at the length limit)",
+    **{c: COLUMN_DOCS[c] for c in IMAGE_COLUMNS_PER_IMAGE},
+    "question_ids": "the `question_id`s of the row's turns, in turn order",
+    "turns": f"per turn, in turn order, the question's typed columns ({', '.join(TURN_COLUMNS)})",
+    "messages": "the image's questions as TRL chat turns, the image in the first user turn",
+}
+
+
+def per_image_features(image_mode: str) -> Features:
+    """Columns of `sft_per_image` (only in builds with images): one row per image, its questions as turns."""
+    columns = features(image_mode)
+    return Features({
+        "conversation_id": Value("string"),
+        **{c: columns[c] for c in IMAGE_COLUMNS_PER_IMAGE},
+        "question_ids": List(Value("string")),
+        "turns": List({c: columns[c] for c in TURN_COLUMNS}),
+        "messages": MESSAGES,
+    })

@@ -23,16 +23,28 @@ import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
 from builders.assembly.card import build_configs, release_card_data, render_card
+from builders.assembly.conversations import ConversationLayout
 from builders.assembly.image_source import ImageSource, Loaded
 from builders.assembly.pipeline import BuildSettings, DatasetBuild, Staging
 from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
 from builders.columns import empty_lists, offsets
 from builders.images import ImageError, StoredImage
 from rexvqa_dataset import record_columns
-from rexvqa_dataset.features import COLUMN_DOCS, IMAGE_COLUMNS, OTHER_TASK, TASK_CONFIGS, TASKS, features
+from rexvqa_dataset.features import (
+    COLUMN_DOCS,
+    IMAGE_COLUMNS,
+    OTHER_TASK,
+    PER_STUDY_COLUMN_DOCS,
+    PER_STUDY_CONFIG,
+    TASK_CONFIGS,
+    TASKS,
+    TURN_COLUMNS,
+    features,
+    per_study_features,
+)
 from rexvqa_dataset.prompts import messages_array, to_messages
 from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder
-from rexvqa_dataset.rows import drop_missing_views, question_row
+from rexvqa_dataset.rows import drop_missing_views, question_row, study_columns
 
 CONFIGS = (*TASK_CONFIGS, OTHER_TASK)
 KEPT_IN_EXTRA = "{} kept as released in extra (not representable in its column)"
@@ -59,6 +71,14 @@ class RexvqaBuild(DatasetBuild):
         if self.settings.image_mode == "none":
             return None
         return ImageSource(self.settings, allowed_root=Path(self.settings.images).absolute().parent, provenance=self.provenance)
+
+    def conversation_layout(self) -> ConversationLayout | None:
+        """`sft_per_study`: a study's questions as one conversation with all its images (builds with images only)."""
+        if "messages" not in self.features:
+            return None
+        return ConversationLayout(PER_STUDY_CONFIG, "study_id", per_study_features(self.settings.image_mode), TURN_COLUMNS,
+                                  group_columns=study_columns, group_id=lambda row: f"{row['split']}/{row['study_id']}",
+                                  seed=self.settings.turn_seed, text_tokens=self.settings.conversation_tokens)
 
     def stage(self, staging: Staging) -> None:
         files = find_source_files(Path(self.settings.source), self.settings.split)
@@ -237,7 +257,8 @@ class RexvqaBuild(DatasetBuild):
 
     def write_card(self, out: Path) -> None:
         filters = {config: [["task_name", "==", k]] for k, config in enumerate(TASK_CONFIGS)} | {OTHER_TASK: [["task_name", "==", -1]]}
-        configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features)
+        configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features,
+                                       conversations=self.conversation_layout())
         synthetic = self.provenance.synthetic
         data = release_card_data(configs, infos, name="ReXVQA", synthetic=synthetic,
                                  licence=("rexgradient-160k-research-use", "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K"),
@@ -249,18 +270,21 @@ class RexvqaBuild(DatasetBuild):
         card = render_card("rexvqa.md", data, synthetic=synthetic, settings=self.settings.to_dict(), shared_shards=self.settings.shared_shards, counts=counts,
                            totals=totals, tasks=dict(zip(CONFIGS, [*TASKS, "other (unknown task)"])),
                            images=dict(self.report.images), report=self.report, columns=list(self.features), column_docs=COLUMN_DOCS, sft="sft" in configs,
+                           conversation=self.conversation_card(configs), conversation_column_docs=PER_STUDY_COLUMN_DOCS,
                            categories=self.category_counts(out),
                            missing_images=sum(n for k, n in self.report.notices.items() if k.startswith("images ")))
         card.save(out / "README.md")
 
     @staticmethod
     def category_counts(out: Path) -> list[tuple[str, int]]:
-        """Rows per `category` over all splits, most frequent first, read back from the shards."""
+        """Rows per `category` over all splits, most frequent first, read back from the question shards."""
         import pyarrow.compute as pc
         import pyarrow.parquet as pq
 
         counts: dict[str, int] = {}
         for path in sorted((out / "data").rglob("*.parquet")):
+            if path.name.startswith(f"{PER_STUDY_CONFIG}-"):
+                continue
             table = pq.read_table(path, columns=["category"])
             for item in pc.value_counts(table.column("category")).to_pylist():
                 counts[item["values"]] = counts.get(item["values"], 0) + item["counts"]

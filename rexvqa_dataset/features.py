@@ -130,3 +130,34 @@ def features(image_mode: str) -> Features:
     if image_mode != "none":
         columns["messages"] = MESSAGES
     return Features(columns)
+
+
+PER_STUDY_CONFIG = "sft_per_study"
+"""The config of one conversation per study (`builders.assembly.conversations`)."""
+STUDY_COLUMNS: tuple[str, ...] = ("images", "image_paths", "view_positions", "missing_images", "image_widths", "image_heights",
+                                  "study_id", "patient_id", "split")
+"""The study's columns in `sft_per_study`: its images (those of all its questions, in order of first appearance) and ids."""
+TURN_COLUMNS: tuple[str, ...] = ("question", "options", "answer", "answer_index", "explanation", "task_name", "task_name_raw",
+                                 "category", "subcategory")
+"""Per question, what its turn is made of: the `turns` structs of `sft_per_study`, typed as in `features`."""
+
+PER_STUDY_COLUMN_DOCS: dict[str, str] = {
+    "conversation_id": "`<split>/<study_id>/<k>`: the study's k-th conversation row (k > 0 only for a study cut at the length limit)",
+    **{c: COLUMN_DOCS[c] for c in STUDY_COLUMNS},
+    "images": "the images of all the study's questions that could be read, in order of first appearance",
+    "question_ids": "the `question_id`s of the row's turns, in turn order",
+    "turns": f"per turn, in turn order, the question's typed columns ({', '.join(TURN_COLUMNS)})",
+    "messages": "the study's questions as TRL chat turns, its images in the first user turn",
+}
+
+
+def per_study_features(image_mode: str) -> Features:
+    """Columns of `sft_per_study` (only in builds with images): one row per study, its questions as turns."""
+    columns = features(image_mode)
+    return Features({
+        "conversation_id": Value("string"),
+        **{c: columns[c] for c in STUDY_COLUMNS},
+        "question_ids": List(Value("string")),
+        "turns": List({c: columns[c] for c in TURN_COLUMNS}),
+        "messages": MESSAGES,
+    })

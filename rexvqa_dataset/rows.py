@@ -215,3 +215,26 @@ def raw_record(row: dict) -> dict:
         record.pop(key, None)
     record.update(extra)
     return record
+
+
+def study_columns(rows: list[dict]) -> dict:
+    """The `sft_per_study` columns of one study's question rows: the images of all of them (each once, in order
+    of first appearance, with its view and size), every released path and every missing one, and the ids."""
+    first = rows[0]
+    images: dict[str, tuple] = {}
+    released: dict[str, None] = {}
+    missing: dict[str, None] = {}
+    for row in rows:
+        released.update(dict.fromkeys(row["image_paths"]))
+        missing.update(dict.fromkeys(row["missing_images"] or []))
+        shown = [path for path in row["image_paths"] if path not in set(row["missing_images"] or [])]
+        views = row["view_positions"] if len(row["view_positions"] or []) == len(shown) else [None] * len(shown)
+        for item in zip(shown, row["images"], views, row["image_widths"], row["image_heights"]):
+            images.setdefault(item[0], item[1:])
+    kept = list(images.values())
+    return {
+        "images": [image for image, *_ in kept], "image_paths": list(released),
+        "view_positions": [view for _, view, _, _ in kept], "missing_images": [p for p in missing if p not in images],
+        "image_widths": [width for *_, width, _ in kept], "image_heights": [height for *_, height in kept],
+        "study_id": first["study_id"], "patient_id": first["patient_id"], "split": first["split"],
+    }

@@ -10,7 +10,12 @@ from PIL import Image
 from builders.assembly.pipeline import BuildSettings
 from builders.assembly.report import BuildError
 from gemex_dataset.build import build_gemex
-from gemex_dataset.features import QUESTION_TYPES, features
+from gemex_dataset.features import PER_IMAGE_CONFIG, QUESTION_TYPES, features
+
+
+def question_shards(folder: Path, pattern: str = "data/*/*.parquet") -> list[Path]:
+    """The build's question shards: every Parquet file but `sft_per_image`'s."""
+    return sorted(p for p in folder.glob(pattern) if not p.name.startswith(f"{PER_IMAGE_CONFIG}-"))
 
 
 def build(release, out, **kw):
@@ -74,7 +79,7 @@ def test_embedded_images_default_to_a_shard_set_per_type(gemex_embed):
     image once per file (dictionary-encoded), each type's file of an image in the same row group."""
     out, _ = gemex_embed
     for split in ("train", "validation", "test"):
-        paths = sorted((out / "data" / split).glob("*.parquet"))
+        paths = question_shards(out / "data" / split, "*.parquet")
         assert {p.name.split("-")[0] for p in paths} == set(QUESTION_TYPES)
         groups = []
         for path in paths:
@@ -91,7 +96,7 @@ def test_shared_layout_reads_the_same_rows_through_filters(gemex_release, gemex_
     by_config, _ = gemex_embed
     out = tmp_path / "shared"
     build(gemex_release, out, image_mode="embed", shard_layout="shared")
-    assert {p.name.split("-")[0] for p in out.glob("data/*/*.parquet")} == {"questions"}
+    assert {p.name.split("-")[0] for p in question_shards(out)} == {"questions"}
     card = DatasetCard.load(by_config / "README.md").data
     assert not any("filters" in c for c in card["configs"])
     shared_card = DatasetCard.load(out / "README.md").data
@@ -102,8 +107,8 @@ def test_shared_layout_reads_the_same_rows_through_filters(gemex_release, gemex_
         theirs = load_dataset(str(out), qtype, split="test")
         assert sorted(mine["question_id"]) == sorted(theirs["question_id"])
         assert mine.features == theirs.features
-    local = sum(p.stat().st_size for p in by_config.glob("data/*/*.parquet"))
-    assert local > 2 * sum(p.stat().st_size for p in out.glob("data/*/*.parquet"))
+    local = sum(p.stat().st_size for p in question_shards(by_config))
+    assert local > 2 * sum(p.stat().st_size for p in question_shards(out))
 
 
 def test_reference_mode_points_at_the_users_files(gemex_release, tmp_path):
@@ -209,7 +214,7 @@ def test_a_rebuilt_folder_loads_afresh(gemex_release, tmp_path):
 def test_shards_declare_exactly_the_features_schema(gemex_embed):
     """Images are written dictionary-encoded, but every reader sees the features' own types."""
     out, _ = gemex_embed
-    for path in out.glob("data/*/*.parquet"):
+    for path in question_shards(out):
         assert pq.ParquetFile(path).schema_arrow.equals(features("embed").arrow_schema, check_metadata=False)
         assert pq.read_table(path).schema.field("image").type == features("embed").arrow_schema.field("image").type
 
@@ -233,7 +238,7 @@ def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_ma
     builds = {mode: build(release, tmp_path / mode, image_mode=mode) for mode in ("embed", "reference", "none")}
 
     def rows(mode: str) -> list[dict]:
-        table = pq.read_table(sorted((tmp_path / mode / "data").rglob("*.parquet")))
+        table = pq.read_table(question_shards(tmp_path / mode))
         return sorted(table.drop_columns([c for c in ("image",) if c in table.column_names]).to_pylist(), key=lambda r: r["question_id"])
 
     embed, reference, none = rows("embed"), rows("reference"), rows("none")

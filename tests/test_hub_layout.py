@@ -31,9 +31,16 @@ def build(dataset: str, source: Path, out: Path, layout: str, gemex_release=None
     return out
 
 
+def row_id(folder: Path, config: dict) -> str:
+    """The config's id column: `question_id`, or `conversation_id` in the one-conversation-per-image config."""
+    paths = next(paths for paths in config_shards(folder, config).values() if paths)
+    return "question_id" if "question_id" in pq.read_schema(paths[0]).names else "conversation_id"
+
+
 def viewer_rows(folder: Path, config: dict) -> dict[str, list[str]]:
     """What the viewer shows per split: every row of the config's files, unfiltered."""
-    return {split: [i for path in paths for i in pq.read_table(path, columns=["question_id"]).column("question_id").to_pylist()]
+    column = row_id(folder, config)
+    return {split: [i for path in paths for i in pq.read_table(path, columns=[column]).column(column).to_pylist()]
             for split, paths in config_shards(folder, config).items()}
 
 
@@ -41,11 +48,11 @@ def viewer_rows(folder: Path, config: dict) -> dict[str, list[str]]:
 def test_every_config_shows_in_the_viewer_what_load_dataset_returns(dataset, gemex_release, rexvqa_release, tmp_path):
     out = build(dataset, rexvqa_release, tmp_path / dataset, "auto", gemex_release)
     configs, _ = card_configs(out)
-    assert {"default", "sft"} < set(configs) and len(configs) > 3
+    assert {"default", "sft", {"gemex": "sft_per_image", "rexvqa": "sft_per_study"}[dataset]} < set(configs) and len(configs) > 3
     for name, config in configs.items():
         assert "filters" not in config
         for split, shown in viewer_rows(out, config).items():
-            loaded = load_dataset(str(out), name, split=split)["question_id"]
+            loaded = load_dataset(str(out), name, split=split)[row_id(out, config)]
             assert sorted(shown) == sorted(loaded) and len(shown) == len(set(shown)), (name, split)
     assert validate(out) == []
 
@@ -74,7 +81,7 @@ def test_images_two_configs_share_lie_in_one_run_in_both_files(rexvqa_release, t
     largest config shares with the largest one must be one unbroken run in each file's row group,
     in the same order, not scattered among the studies only one of them has."""
     out = build("rexvqa", rexvqa_release, tmp_path / "rexvqa", "auto")
-    files = {p.name.split("-")[0]: p for p in (out / "data" / "train").glob("*.parquet")}
+    files = {p.name.split("-")[0]: p for p in (out / "data" / "train").glob("*.parquet") if not p.name.startswith("sft_per_study-")}
     first, second = sorted(files, key=lambda c: -pq.ParquetFile(files[c]).metadata.num_rows)[:2]
     for big, small in zip(studies_per_row_group(files[first]), studies_per_row_group(files[second])):
         shared = set(big) & set(small)

@@ -302,7 +302,8 @@ def test_each_config_shard_set_is_a_commit_of_its_own_largest_first_card_last(ro
     *shard_sets, rest = groups
     assert sorted(rest) == sorted(p for p, _ in plan.files if not p.startswith("data/")) and "README.md" in rest
     prefixes = [{p.rsplit("/", 1)[1].split("-")[0] for p in group} for group in shard_sets]
-    assert all(len(names) == 1 for names in prefixes) and len(prefixes) == 4
+    assert all(len(names) == 1 for names in prefixes) and len(prefixes) == 5  # four types and sft_per_image
+    assert {"sft_per_image"} in prefixes
     assert all(len({p.split("/")[1] for p in group}) == 3 for group in shard_sets)  # every split of the config
     totals = [sum(sizes[p] for p in group) for group in shard_sets]
     assert totals == sorted(totals, reverse=True)

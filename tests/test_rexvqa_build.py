@@ -18,7 +18,7 @@ from builders.assembly.pipeline import BuildSettings
 from builders.assembly.report import BuildError
 from builders.cli import main
 from rexvqa_dataset.build import build_rexvqa
-from rexvqa_dataset.features import TASK_CONFIGS, features
+from rexvqa_dataset.features import PER_STUDY_CONFIG, TASK_CONFIGS, features
 from rexvqa_dataset.rows import raw_record, same_value
 from rexvqa_dataset.synthetic import generate
 
@@ -60,6 +60,11 @@ def release(root: Path, records: dict[str, dict], split_file: str = "test_vqa_da
     return root
 
 
+def question_shards(folder: Path, pattern: str = "data/*/*.parquet") -> list[Path]:
+    """The build's question shards: every Parquet file but `sft_per_study`'s."""
+    return sorted(p for p in folder.glob(pattern) if not p.name.startswith(f"{PER_STUDY_CONFIG}-"))
+
+
 def build(source: Path, out: Path, **settings) -> tuple[dict, Path]:
     report = build_rexvqa(BuildSettings(source=source, out=out, **{"image_mode": "embed", **settings}))
     return json.loads((out / "build_report.json").read_text()), report
@@ -85,7 +90,7 @@ def test_every_record_is_written_and_accounted(synthetic_build):
     made, out, report = synthetic_build
     assert report["records_read"] == sum(made.questions.values()) == report["rows_written"]
     assert sorted(p.name for p in (out / "data").iterdir()) == ["test", "train", "validation"]
-    names = {p.name.split("-")[0] for p in (out / "data").rglob("*.parquet")}
+    names = {p.name.split("-")[0] for p in question_shards(out)}
     assert names <= set(TASK_CONFIGS) and len(names) > 1  # embedded images too: a shard set per task
 
 
@@ -93,8 +98,8 @@ def test_shared_layout_reads_the_same_rows_through_filters(synthetic_build, tmp_
     made, by_config, _ = synthetic_build
     report, _ = build(made.root, tmp_path / "shared", shard_layout="shared")
     assert report["rows_written"] == sum(made.questions.values())
-    assert {p.name.split("-")[0] for p in (tmp_path / "shared" / "data").rglob("*.parquet")} == {"questions"}
-    for task in {p.name.split("-")[0] for p in (by_config / "data" / "train").glob("*.parquet")}:
+    assert {p.name.split("-")[0] for p in question_shards(tmp_path / "shared")} == {"questions"}
+    for task in {p.name.split("-")[0] for p in question_shards(by_config, "data/train/*.parquet")}:
         mine = load_dataset(str(by_config), task, split="train")
         theirs = load_dataset(str(tmp_path / "shared"), task, split="train")
         assert sorted(mine["question_id"]) == sorted(theirs["question_id"])
@@ -127,7 +132,7 @@ def test_rows_are_grouped_by_study_and_images_shared_in_the_dictionary(synthetic
     import pyarrow.parquet as pq
 
     _, out, _ = synthetic_build
-    for path in (out / "data" / "train").glob("*.parquet"):
+    for path in question_shards(out, "data/train/*.parquet"):
         studies = pq.read_table(path, columns=["study_id"]).column("study_id").to_pylist()
         runs = [study for k, study in enumerate(studies) if k == 0 or studies[k - 1] != study]
         assert len(runs) == len(set(runs))  # a study's rows together
@@ -243,7 +248,7 @@ def test_keep_16bit_stores_the_release_png_as_is(tmp_path):
     build(root, tmp_path / "out", keep_16bit=True)
     import pyarrow.parquet as pq
 
-    [path] = (tmp_path / "out" / "data" / "test").glob("*.parquet")
+    [path] = question_shards(tmp_path / "out", "data/test/*.parquet")
     stored = pq.read_table(path, columns=["images"]).column("images").to_pylist()[0][0]["bytes"]
     assert stored == (root / "metadata" / image_path("s1", 0)).read_bytes()
     assert Image.open(io.BytesIO(stored)).mode == "I;16"
@@ -302,7 +307,7 @@ def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_ma
               for mode in ("embed", "reference")}
 
     def rows(mode: str) -> list[dict]:
-        table = pq.read_table(sorted((tmp_path / mode / "data").rglob("*.parquet")))
+        table = pq.read_table(question_shards(tmp_path / mode))
         return sorted(table.drop_columns([c for c in ("images",) if c in table.column_names]).to_pylist(), key=lambda r: r["question_id"])
 
     embed, reference = rows("embed"), rows("reference")

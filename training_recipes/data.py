@@ -1,5 +1,7 @@
 """Built GEMeX / ReXVQA splits as TRL's conversational vision format (`images` + `messages`).
 
+A split of either layout (`LAYOUTS`: one question a row, or one conversation per image) converts
+the same way; conversation rows are written again turn by turn in the model's box convention.
 The conversion is lazy: a split is wrapped with `Dataset.with_transform`, so an image is decoded
 only when the row is part of a batch, and a mixture of datasets is a stream
 (`interleave_datasets` over `IterableDataset`s) that decodes as it goes. For processors that resize
@@ -20,10 +22,13 @@ from datasets import Dataset, Features, Image, IterableDataset, List, Value, int
 from PIL import Image as PILImage
 from PIL import ImageOps
 
+from builders.assembly.sft import conversation
 from builders.box_frame import qwen25vl_resized_size
 from builders.pixel_budget import PixelBudget
 from gemex_dataset import prompts as gemex_prompts
+from gemex_dataset.features import PER_IMAGE_CONFIG
 from rexvqa_dataset import prompts as rexvqa_prompts
+from rexvqa_dataset.features import PER_STUDY_CONFIG
 
 TRL_FEATURES = Features(
     {
@@ -57,13 +62,35 @@ class ConversationSettings:
     resize_kwargs: dict[str, int] = field(default_factory=dict)
 
 
-def dataset_kind(column_names: list[str]) -> str:
-    """``gemex`` or ``rexvqa``, from the columns of a built split."""
+LAYOUTS = ("per_question", "per_image")
+"""How a split's rows are laid out: one question a row (`sft`, `default`, a per-type config), or one
+conversation a row (GEMeX `sft_per_image`, ReXVQA `sft_per_study`: an image's questions as turns)."""
+CONVERSATION_CONFIGS: dict[str, str] = {"gemex": PER_IMAGE_CONFIG, "rexvqa": PER_STUDY_CONFIG}
+"""The config each dataset's `per_image` layout reads."""
+
+
+def dataset_kind(column_names: list[str], features: Features | None = None) -> str:
+    """``gemex`` or ``rexvqa``, from the columns of a built split (and, for conversation rows, their `turns`)."""
+    if "turns" in column_names:
+        if features is None or "turns" not in features:
+            raise ValueError("conversation rows (a `turns` column) need the split's features to tell the dataset")
+        column_names = list(features["turns"].feature)
     if "question_type" in column_names and "reason" in column_names:
         return "gemex"
     if "options" in column_names:
         return "rexvqa"
     raise ValueError(f"not a built GEMeX or ReXVQA split: columns {column_names}")
+
+
+def layout_config(kind: str, layout: str, config: str | None) -> str | None:
+    """The config to load for `layout`: `config` as given per question; the dataset's conversation config per image."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout {layout!r}: expected one of {', '.join(LAYOUTS)}")
+    if layout == "per_question":
+        return config
+    if config not in (None, CONVERSATION_CONFIGS[kind]):
+        raise ValueError(f"{kind} config {config!r} holds one question a row; the per_image layout reads {CONVERSATION_CONFIGS[kind]!r}")
+    return CONVERSATION_CONFIGS[kind]
 
 
 def to_rgb(image: PILImage.Image) -> PILImage.Image:
@@ -108,6 +135,11 @@ def row_images(row: dict, kind: str, settings: ConversationSettings | None = Non
 
 
 def to_messages(row: dict, kind: str, settings: ConversationSettings, with_answer: bool = True) -> list[dict]:
+    """The row's chat turns for this model. A conversation row (`turns`) is written again a question at a
+    time from its typed turns, with the image's columns, and joined as the build joins them."""
+    if "turns" in row:
+        shared = {k: v for k, v in row.items() if k not in ("turns", "question_ids", "messages")}
+        return conversation([to_messages({**shared, **turn}, kind, settings, with_answer) for turn in row["turns"]])
     return PROMPTS[kind].to_messages(
         row,
         box_convention=settings.box_convention,
@@ -133,7 +165,7 @@ def conversational(dataset: Dataset, settings: ConversationSettings, with_answer
     Train with ``remove_unused_columns=False``: the stored columns are what the transform reads.
     The images are read as stored bytes and decoded by `decode_image` (at the pixel budget).
     """
-    kind = dataset_kind(dataset.column_names)
+    kind = dataset_kind(dataset.column_names, dataset.features)
     dataset = undecoded(dataset, kind)
 
     def transform(batch: dict[str, list]) -> dict[str, list]:
@@ -149,10 +181,10 @@ def conversational_stream(dataset: Dataset | IterableDataset, settings: Conversa
     Images pass through as their stored bytes (decoding off), so nothing is decoded and
     re-encoded on the way; `decode_images` decodes each once, as the mixed stream is read.
     """
-    kind = dataset_kind(dataset.column_names)
-    dataset = undecoded(dataset, kind)
+    kind = dataset_kind(dataset.column_names, dataset.features)
     if not isinstance(dataset, IterableDataset):  # a streamed split already is one
         dataset = dataset.to_iterable_dataset(num_shards=min(num_shards, max(len(dataset), 1)))
+    dataset = undecoded(dataset, kind)
 
     def convert(row: dict) -> dict:
         images = [row["image"]] if kind == "gemex" else list(row["images"])
@@ -162,10 +194,17 @@ def conversational_stream(dataset: Dataset | IterableDataset, settings: Conversa
 
 
 def undecoded(dataset: Dataset | IterableDataset, kind: str) -> Dataset | IterableDataset:
-    """The split with its image column left as stored bytes, for `decode_image` to decode."""
+    """The split with its image column left as stored bytes, for `decode_image` to decode.
+
+    A map-style ReXVQA split keeps decoding its images: `datasets` casts a list of images by
+    rewriting the whole split (a single image column only changes its schema), and a PNG gains
+    nothing from being read by us (`draft` is for JPEG). A stream casts lazily.
+    """
     if kind == "gemex":
         return dataset.cast_column("image", Image(decode=False))
-    return dataset.cast_column("images", List(Image(decode=False)))
+    if isinstance(dataset, IterableDataset):
+        return dataset.cast_column("images", List(Image(decode=False)))
+    return dataset
 
 
 def mix(

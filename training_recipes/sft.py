@@ -5,7 +5,8 @@ LoRA (`--use_peft`) or full fine-tuning, bf16 and gradient checkpointing by defa
 datasets, training draws from each by its weight (`--gemex_weight`, `--rexvqa_weight`) and
 needs `--max_steps`. `--streaming` reads the rows as they train (`load_dataset(streaming=True)`):
 a non-streaming load writes an Arrow cache with one copy of an image per question (about 11x the
-images for GEMeX), a stream writes nothing; it also needs `--max_steps`.
+images for GEMeX), a stream writes nothing; it also needs `--max_steps`. `--layout per_image` trains on one conversation
+per image instead (GEMeX `sft_per_image`, ReXVQA `sft_per_study`): each image is sent, and cached, once.
 
     accelerate launch --config_file training_recipes/accelerate/single_gpu.yaml \\
         training_recipes/sft.py \\
@@ -28,7 +29,7 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from builders.pixel_budget import HELP as PIXEL_HELP
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
-from training_recipes.data import conversational, mix, settings_for
+from training_recipes.data import conversational, layout_config, mix, settings_for
 
 
 @dataclass
@@ -52,6 +53,12 @@ class DataArguments:
         default=None,
         metadata={"help": "pixels, qwen2.5-vl, norm1000 or frame224; by default from the model family."},
     )
+    layout: str = field(
+        default="per_question",
+        metadata={"help": "per_question: one question a row (the paper's setup; --gemex_config/--rexvqa_config pick the config). "
+                          "per_image: one conversation per image (GEMeX sft_per_image, ReXVQA sft_per_study), loss on every "
+                          "reply; each image is sent once, not once per question, and a non-streaming load caches it once."},
+    )
     fold_system_prompt: bool | None = field(
         default=None,
         metadata={"help": "Put the instruction in the user turn; by default when the chat template rejects a system turn."},
@@ -74,10 +81,12 @@ def training_data(data_args: DataArguments, settings, split: str, seed: int, max
     """One dataset: its lazy conversational split. Two, or `streaming`: a (weighted) stream."""
     weighted = []
     if data_args.gemex_path:
-        gemex = load_split(data_args.gemex_path, data_args.gemex_config, split, max_samples, data_args.streaming)
+        config = layout_config("gemex", data_args.layout, data_args.gemex_config)
+        gemex = load_split(data_args.gemex_path, config, split, max_samples, data_args.streaming)
         weighted.append((gemex, data_args.gemex_weight))
     if data_args.rexvqa_path:
-        rexvqa = load_split(data_args.rexvqa_path, data_args.rexvqa_config, split, max_samples, data_args.streaming)
+        config = layout_config("rexvqa", data_args.layout, data_args.rexvqa_config)
+        rexvqa = load_split(data_args.rexvqa_path, config, split, max_samples, data_args.streaming)
         weighted.append((rexvqa, data_args.rexvqa_weight))
     if not weighted:
         raise ValueError("give --gemex_path, --rexvqa_path or both")

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from importlib import resources
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from datasets import DatasetInfo, Features, SplitDict, SplitInfo
 from datasets.info import DatasetInfosDict
@@ -19,13 +20,16 @@ from huggingface_hub import DatasetCard, DatasetCardData
 
 from builders.assembly.shards import SHARED_PREFIX, count_rows
 
+if TYPE_CHECKING:
+    from builders.assembly.conversations import ConversationLayout
+
 SPLIT_ORDER = ("train", "validation", "test")
 
 
-def config_files(out: Path, pattern: str) -> dict[str, list[Path]]:
-    """Shards per split matching `data/<split>/<pattern>`, splits in the usual order."""
+def config_files(out: Path, *patterns: str) -> dict[str, list[Path]]:
+    """Shards per split matching any of `data/<split>/<pattern>`, splits in the usual order."""
     splits = sorted((p.name for p in (out / "data").iterdir() if p.is_dir()), key=lambda s: (SPLIT_ORDER + (s,)).index(s))
-    found = {split: sorted((out / "data" / split).glob(pattern)) for split in splits}
+    found = {split: sorted({p for pattern in patterns for p in (out / "data" / split).glob(pattern)}) for split in splits}
     return {split: files for split, files in found.items() if files}
 
 
@@ -49,21 +53,20 @@ def config_entry(splits: list[str], patterns: list[str], checksums: dict[str, st
 
 
 def build_configs(out: Path, filters: dict[str, list], features: Features, checksums: dict[str, str],
-                  sft: bool) -> tuple[dict, dict]:
+                  sft: bool, conversations: ConversationLayout | None = None) -> tuple[dict, dict]:
     """`configs` and `dataset_info` of a build.
 
-    `default` reads every shard. Each config named in `filters` that has rows reads its own
-    `<name>-*.parquet` shards or, when the build's shards are the shared `questions-*.parquet`,
-    those with its filter (`filters[name]`, e.g. `[["question_type", "==", 3]]`). With `sft`,
-    the `sft` config reads the same rows as `default`, its files named explicitly so files
-    added later (such as `preview`) stay out.
+    Each config named in `filters` that has rows reads its own `<name>-*.parquet` shards or,
+    when the build's shards are the shared `questions-*.parquet`, those with its filter
+    (`filters[name]`, e.g. `[["question_type", "==", 3]]`). `default` reads every question
+    shard (and `sft` the same rows, with `sft`), their files named explicitly so that other
+    files (the conversation config's, `preview` added later) stay out. `conversations` is the
+    build's one-conversation-per-image config (`builders.assembly.conversations`), read from
+    its own `<config>-*.parquet` shards.
     """
     configs, infos = {}, {}
-    every = config_files(out, "*.parquet")
-    configs["default"] = config_entry(list(every), ["*.parquet"], checksums, default=True)
-    infos["default"] = config_info(every, features)
     shared = config_files(out, f"{SHARED_PREFIX}-*.parquet")
-    patterns = []
+    patterns, typed = [], {}
     for name, name_filter in filters.items():
         prefix, config_filter = (SHARED_PREFIX, name_filter) if shared else (name, None)
         pattern = f"{prefix}-*.parquet"
@@ -71,11 +74,21 @@ def build_configs(out: Path, filters: dict[str, list], features: Features, check
         if not info.splits:
             continue
         patterns = sorted({*patterns, pattern})
-        configs[name] = config_entry(list(info.splits), [pattern], checksums, filters=config_filter)
-        infos[name] = info
+        typed[name] = config_entry(list(info.splits), [pattern], checksums, filters=config_filter), info
+    every = config_files(out, *patterns)
+    configs["default"] = config_entry(list(every), patterns, checksums, default=True)
+    infos["default"] = config_info(every, features)
+    for name, (entry, info) in typed.items():
+        configs[name], infos[name] = entry, info
     if sft:
         configs["sft"] = config_entry(list(every), patterns, checksums)
         infos["sft"] = config_info(every, features)
+    if conversations is not None:
+        pattern = f"{conversations.config}-*.parquet"
+        info = config_info(config_files(out, pattern), conversations.features)
+        if info.splits:
+            configs[conversations.config] = config_entry(list(info.splits), [pattern], checksums)
+            infos[conversations.config] = info
     return configs, infos
 
 

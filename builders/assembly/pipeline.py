@@ -25,6 +25,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.assembly.card import load_card
+from builders.assembly.conversations import CHARS_PER_TOKEN, TEXT_TOKENS, TURN_SEED, ConversationLayout
 from builders.assembly.image_source import ImageSource, Loaded
 from builders.assembly.lifecycle import staged_output, stop_point
 from builders.assembly.report import BuildError, BuildReport, Reject
@@ -48,6 +49,8 @@ class BuildSettings:
     image_ext: str | None = None
     keep_16bit: bool = False
     shard_layout: str = "auto"
+    turn_seed: int = TURN_SEED
+    conversation_tokens: int = TEXT_TOKENS
 
     @property
     def shared_shards(self) -> bool:
@@ -71,6 +74,8 @@ class BuildSettings:
             raise BuildError("--image-ext dcm needs --image-mode embed: DICOM files cannot be decoded from a path when rows are read")
         if self.shard_layout not in SHARD_LAYOUTS:
             raise BuildError(f"--shard-layout must be one of {', '.join(SHARD_LAYOUTS)}, got {self.shard_layout!r}")
+        if self.conversation_tokens < 1:
+            raise BuildError(f"--conversation-tokens must be at least 1, got {self.conversation_tokens}")
         if self.num_proc < 1:
             raise BuildError(f"--num-proc must be at least 1, got {self.num_proc}")
 
@@ -284,9 +289,22 @@ class DatasetBuild(ABC):
     @abstractmethod
     def write_card(self, out: Path) -> None: ...
 
+    def conversation_layout(self) -> ConversationLayout | None:
+        """The build's one-conversation-per-image config (`builders.assembly.conversations`), or None (a build without images)."""
+        return None
+
+    def conversation_card(self, configs: dict[str, dict]) -> dict | None:
+        """What the card says of the conversation config: its name, rows per split, length limit, seed and columns."""
+        layout = self.conversation_layout()
+        if layout is None or layout.config not in configs:
+            return None
+        rows = {split: self.report.conversation_rows.get(f"{split}/{layout.config}", 0) for split in self.report.images}
+        return {"config": layout.config, "rows": rows, "text_tokens": layout.text_tokens, "seed": layout.seed,
+                "chars_per_token": CHARS_PER_TOKEN, "columns": list(layout.features), "turn_columns": layout.turn_columns}
+
     def split_shards(self, out: Path, split: str, configs: list[str], features, config_of) -> SplitShards:
         return SplitShards(out / "data" / split, configs, features, self.settings.shared_shards, config_of,
-                           synthetic=lambda: self.provenance.synthetic)
+                           synthetic=lambda: self.provenance.synthetic, conversations=self.conversation_layout())
 
     def chunks_with_images(self, chunks: Iterable[pa.Table], paths_of: Callable[[pa.Table], list[str]]
                            ) -> Iterator[tuple[pa.Table, list[Loaded] | None]]:
@@ -303,10 +321,11 @@ class DatasetBuild(ABC):
         stop_point("shards")
         for path in shards.close():
             self.checksums[str(path.relative_to(out))] = self.hasher.submit(sha256, path)
-        for config in shards.configs:
-            if shards.rows[config]:
-                self.report.rows[f"{split}/{config}"] = shards.rows[config]
-        self.report.rows_written += sum(shards.rows.values())
+        for config, rows in shards.rows.items():
+            if rows:
+                counts = self.report.rows if config in shards.configs else self.report.conversation_rows
+                counts[f"{split}/{config}"] = rows
+        self.report.rows_written += sum(shards.rows[config] for config in shards.configs)
 
     def run(self) -> BuildReport:
         self.settings.check()

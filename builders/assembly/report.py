@@ -1,7 +1,8 @@
 """The build report: every raw record is either written or rejected with its reason.
 
 `build_report.json` holds records read, rows written, the rejects (file, record, field,
-reason), counts per split and config, what was noticed without rejecting (clipped boxes,
+reason), counts per split and config (the conversation config's rows apart, in
+`conversation_rows`: they hold the same questions again), what was noticed without rejecting (clipped boxes,
 unknown region names, missing images), the settings, the shards' checksums and the card's
 configs as built (`cxr-vqa validate` checks the folder against both).
 `read == written + rejected` is checked before the report is saved.
@@ -49,6 +50,7 @@ class BuildReport:
     rows_written: int = 0
     rejects: list[Reject] = field(default_factory=list)
     rows: Counter = field(default_factory=Counter)  # "split/config" -> rows
+    conversation_rows: Counter = field(default_factory=Counter)  # "split/sft_per_image" -> rows: the same questions as conversations
     notices: Counter = field(default_factory=Counter)  # e.g. "boxes clipped to the frame"
     unknown_values: dict[str, Counter] = field(default_factory=dict)  # e.g. "region" -> name -> count
     images: Counter = field(default_factory=Counter)  # "split" -> distinct images written
@@ -81,6 +83,7 @@ class BuildReport:
             "rows_written": self.rows_written,
             "rejected": self.rejected,
             "rows": dict(sorted(self.rows.items())),
+            "conversation_rows": dict(sorted(self.conversation_rows.items())),
             "images": dict(sorted(self.images.items())),
             "notices": dict(self.notices),
             "unknown_values": {k: dict(v.most_common()) for k, v in self.unknown_values.items()},

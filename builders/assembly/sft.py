@@ -62,3 +62,31 @@ def chat_messages_array(instruction: pa.Array, question: pa.Array, images: np.nd
     roles = pa.array(["system", "user", "assistant"] * n, pa.string())
     messages = pa.StructArray.from_arrays([roles, content], names=["role", "content"])
     return pa.ListArray.from_arrays(pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32)), messages).cast(MESSAGES_ARROW)
+
+
+def conversation(questions: list[list[dict]]) -> list[dict]:
+    """One conversation from several questions' `chat_messages` (each with its reply), in the given order.
+
+    The image parts stay in the first user turn only. A system instruction that every question
+    shares becomes the one system turn; where they differ (GEMeX's question-type-aware prompts
+    on an image with questions of several types), each user turn starts with its own, as
+    `fold_system` writes it: a system turn speaks for the whole conversation, and a later
+    question of another type must not be answered in the format of the first.
+    """
+    instructions = [system_text(messages) for messages in questions]
+    shared = len(set(instructions)) == 1 and instructions[0] is not None
+    turns: list[dict] = [{"role": "system", "content": [_text(instructions[0])]}] if shared else []
+    for k, (messages, instruction) in enumerate(zip(questions, instructions)):
+        user = next(m for m in messages if m["role"] == "user")
+        images = [part for part in user["content"] if part["type"] == "image"] if k == 0 else []
+        text = "\n".join(part["text"] for part in user["content"] if part["type"] == "text")
+        if instruction is not None and not shared:
+            text = f"{instruction}\n{text}"
+        turns.append({"role": "user", "content": [*images, _text(text)]})
+        turns.extend(m for m in messages if m["role"] == "assistant")
+    return turns
+
+
+def system_text(messages: list[dict]) -> str | None:
+    system = next((m for m in messages if m["role"] == "system"), None)
+    return None if system is None else "".join(part["text"] for part in system["content"] if part["type"] == "text")

@@ -36,6 +36,7 @@ from collections import Counter, deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
@@ -43,6 +44,9 @@ import pyarrow.parquet as pq
 from datasets import Features
 
 from builders.provenance import ContentHash, shard_stamp
+
+if TYPE_CHECKING:
+    from builders.assembly.conversations import ConversationLayout
 
 SHARD_LAYOUTS = ("auto", "by-config", "shared")
 SHARED_PREFIX = "questions"
@@ -295,10 +299,14 @@ class SplitShards:
     """
 
     def __init__(self, folder: Path, configs: list[str], features: Features, shared: bool,
-                 config_of: Callable[[dict], str], synthetic: Callable[[], bool] = lambda: False):
+                 config_of: Callable[[dict], str], synthetic: Callable[[], bool] = lambda: False,
+                 conversations: ConversationLayout | None = None):
         self.configs, self.shared, self.config_of = configs, shared, config_of
+        self.conversations = conversations
         prefixes = [SHARED_PREFIX] if shared else configs
         self.writers = {prefix: ShardWriter(folder, prefix, features, synthetic) for prefix in prefixes}
+        if conversations is not None:
+            self.writers[conversations.config] = ShardWriter(folder, conversations.config, conversations.features, synthetic)
         self.plan = RowGroupPlan(self._cut)
         self.rows: Counter[str] = Counter()
         self.pending: list[tuple[dict[str, list[dict]], int]] = []
@@ -310,10 +318,17 @@ class SplitShards:
             by_config.setdefault(self.config_of(row), []).append(row)
         for config, config_rows in by_config.items():
             self.rows[config] += len(config_rows)
+        if self.conversations is not None and rows:
+            conversation_rows = self.conversations.rows(rows)
+            self.rows[self.conversations.config] += len(conversation_rows)
         if self.shared:
             if rows:
                 self.writers[SHARED_PREFIX].add_image_rows(rows, image_bytes)
+                if self.conversations is not None:
+                    self.writers[self.conversations.config].add_image_rows(conversation_rows, image_bytes)
             return
+        if self.conversations is not None and rows:
+            by_config[self.conversations.config] = conversation_rows
         self.pending.append((by_config, image_bytes))
 
     def add_table(self, table: pa.Table, config_index: np.ndarray) -> None:
@@ -322,6 +337,10 @@ class SplitShards:
         counts = np.bincount(config_index, minlength=len(self.configs))
         for config, count in zip(self.configs, counts.tolist()):
             self.rows[config] += count
+        if self.conversations is not None and table.num_rows:
+            conversation_rows = self.conversations.table_rows(table)
+            self.rows[self.conversations.config] += len(conversation_rows)
+            self.writers[self.conversations.config].add_image_rows(conversation_rows)
         if self.shared:
             self.writers[SHARED_PREFIX].add_table(table)
         else:
@@ -343,7 +362,7 @@ class SplitShards:
             writer.abort()
 
     def _write_group(self) -> None:
-        largest_first = sorted(self.configs, key=lambda c: -self.rows[c])
+        largest_first = sorted(self.rows, key=lambda c: -self.rows[c])
         self.pending.sort(key=lambda image: [config in image[0] for config in largest_first])
         for by_config, image_bytes in self.pending:
             for config, config_rows in by_config.items():

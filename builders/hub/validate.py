@@ -16,6 +16,8 @@ the rule it breaks, so a failure reads as one line:
 - `checksum`: every shard `build_report.json` lists is there with the sha256 the build wrote
   (a shard edited or replaced after the build is caught).
 - `missing-config`: the card still declares every config the build made.
+- `conversations`: a one-conversation-per-image config (`sft_per_image`, `sft_per_study`) asks every
+  question of `sft` exactly once per split, each reply the same text (`builders.hub.conversation_rows`).
 - `viewer-rows`: the viewer reads a config's data files as they are (no `filters`): their rows
   must be the rows `load_dataset(folder, config)` returns, compared by count and `question_id`.
 """
@@ -229,6 +231,24 @@ def check_viewer_rows(folder: Path, name: str, config: dict) -> list[Problem]:
     return problems
 
 
+def check_conversations(folder: Path, configs: dict[str, dict]) -> list[Problem]:
+    """Each config whose shards carry `question_ids` against the `sft` config, split by split."""
+    from builders.hub.conversation_rows import split_problems
+
+    if "sft" not in configs:
+        return []
+    asked = config_shards(folder, configs["sft"])
+    problems = []
+    for name, config in configs.items():
+        shards = {split: paths for split, paths in config_shards(folder, config).items() if paths}
+        if not shards or "question_ids" not in pq.read_schema(next(iter(shards.values()))[0]).names:
+            continue
+        for split, paths in shards.items():
+            problems += [Problem(_rel(folder, paths[0]), "conversations", detail)
+                         for detail in split_problems(name, split, paths, asked.get(split, []))]
+    return problems
+
+
 def validate(folder: Path) -> list[Problem]:
     """Every viewer-readiness problem of a built dataset folder; empty when it is ready."""
     folder = Path(folder)
@@ -252,6 +272,8 @@ def validate(folder: Path) -> list[Problem]:
         if path not in read:
             problems.append(Problem(_rel(folder, path), "stray-file", "no config of the card reads this file"))
     problems += check_build_report(folder, configs)
+    if not broken:
+        problems += check_conversations(folder, configs)
     if not problems:  # loading needs sound files and card; otherwise the problems above say why
         for name, config in configs.items():
             problems += check_viewer_rows(folder, name, config)
