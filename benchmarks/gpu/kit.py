@@ -326,7 +326,7 @@ def environment_note(kit: Kit) -> None:
                            "'datasets', 'peft', 'accelerate', 'pyarrow', 'fsspec', 'huggingface-hub')))"
                            + ("" if kit.tiny else "; import datasets, trl, peft, transformers"))  # carried wheels import?
     outcome = kit.run("environment", command, 120)
-    kit.record("env", "versions", outcome, versions=log_tail(kit.logs / "environment.log", 2))
+    kit.record("env", "versions", outcome, versions=log_tail(kit.logs / "environment.log", 1))
 
 
 def run_part(plan: dict, part: str, out: Path, work: Path, tiny: bool) -> list[dict]:
