@@ -1,28 +1,36 @@
 """Training throughput of the SFT recipe's data path and model on one GPU.
 
-A model of real size is built from its config with random weights (speed does not depend on the
-weights; nothing is downloaded), trained in bf16 autocast with AdamW on a built synthetic GEMeX
-split through the recipe's own lazy conversion (`training_recipes.data.conversational`) and TRL's
-vision collator with reply-only labels. Prints samples/s, tokens/s, model FLOPs utilisation
-against the GPU's dense bf16 peak, peak GPU memory and the share of step time spent waiting for
-the next batch. Targets on one H100: MFU >= 35% for full fine-tuning, data wait < 5%.
+A model of real size is built from its config (`benchmarks/models/*.json`, the published
+architecture numbers) with random weights, straight on the device (speed does not depend on the
+weights; nothing is downloaded), trained in bf16 autocast with AdamW (fused on CUDA), fully or
+with LoRA adapters (`--lora`), on a built split through the recipe's own lazy conversion
+(`training_recipes.data.conversational`) and TRL's vision collator with reply-only labels, the
+images decoded in DataLoader workers. Prints samples/s, tokens/s, model FLOPs utilisation against
+the GPU's dense bf16 peak, peak GPU memory and the share of step time spent waiting for the next
+batch. Targets on one H100: MFU >= 40% for full fine-tuning, data wait < 2%; `--profile DIR` writes
+a torch profiler trace of a few more steps where one is missed (`--profile_when always`: in any case).
 
     python benchmarks/train_throughput.py --model qwen2.5-vl-3b --batch_size 8 --steps 30
+    python benchmarks/train_throughput.py --dataset ./gemex --dataset_config sft --lora   # a given build
     python benchmarks/train_throughput.py --tiny --steps 3      # CPU smoke test
 
+Without `--dataset` it builds a synthetic GEMeX split itself (`--rows`, `--image_size`).
 MFU counts 6 x parameters x tokens for the language model (every input token, image tokens
 included) plus 6 x vision parameters x patches for the vision tower, plus causal attention
-(6 x layers x hidden x seq^2 per sequence); recomputation from gradient checkpointing is not
-counted, as is the convention. The tokenizer is a byte-level BPE trained offline on the prompts
-(the real one cannot be downloaded here), so a text token here is shorter than Qwen's and
-tokens/s reads higher than with the real tokenizer.
+(6 x layers x hidden x seq^2 per sequence); with LoRA the frozen weights count 4x (forward and
+the input gradients; their weight gradients are not computed). Recomputation from gradient
+checkpointing is not counted, as is the convention. The tokenizer is a byte-level BPE trained
+offline on the prompts (the real one cannot be downloaded here), so a text token here is shorter
+than Qwen's and tokens/s reads higher than with the real tokenizer.
 """
 
 from __future__ import annotations
 
 import argparse
+import gzip
 import json
 import resource
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -38,49 +46,44 @@ from datasets import load_dataset  # noqa: E402
 from trl.chat_template_utils import get_training_chat_template  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
 
-from builders.pixel_budget import MIN_PIXELS, PixelBudget  # noqa: E402
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget  # noqa: E402
 from training_recipes.data import conversational, settings_for  # noqa: E402
 
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H20": 148.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 """Dense bf16 tensor-core peaks (SXM parts; an H100 PCIe is 756)."""
 
-QWEN25_VL_3B = {
-    "text_config": dict(
-        vocab_size=151936, hidden_size=2048, intermediate_size=11008, num_hidden_layers=36, num_attention_heads=16,
-        num_key_value_heads=2, max_position_embeddings=128000,
-        rope_parameters={"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]},
-    ),
-    "vision_config": dict(
-        depth=32, hidden_size=1280, intermediate_size=3420, num_heads=16, out_hidden_size=2048, patch_size=14,
-        spatial_merge_size=2, temporal_patch_size=2, window_size=112, fullatt_block_indexes=[7, 15, 23, 31],
-    ),
-    "tie_word_embeddings": True,
-}
-TINY = {
-    "text_config": dict(
-        vocab_size=512, hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=4096,
-        rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-    ),
-    "vision_config": dict(
-        depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64, patch_size=14,
-        spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[0],
-    ),
-}
-MODELS = {"qwen2.5-vl-3b": QWEN25_VL_3B}
+MODEL_CONFIGS = ROOT / "benchmarks" / "models"
+MODELS = {"qwen2.5-vl-3b": MODEL_CONFIGS / "qwen2.5-vl-3b.json"}
+TINY = MODEL_CONFIGS / "tiny-qwen2.5-vl.json"
+MFU_TARGET = 0.40
+DATA_WAIT_TARGET = 0.02
 
 
-def build_model_and_processor(preset: dict, max_pixels: int, attn_implementation: str):
-    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessorPil
+def model_preset(path: Path) -> dict:
+    """A model config file without its `_`-prefixed notes."""
+    return {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
+
+
+def build_processor(max_pixels: int = MAX_PIXELS, min_pixels: int = MIN_PIXELS):
+    """Qwen2.5-VL's processor (images only) around a tokenizer trained offline, bounded to `max_pixels`."""
+    from transformers import Qwen2VLImageProcessorPil
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                 "<|image_pad|>", "<|video_pad|>"]
     tokenizer = tiny_models.train_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    image_processor = Qwen2VLImageProcessorPil(min_pixels=56 * 56, max_pixels=max_pixels, patch_size=14, merge_size=2)
-    processor = tiny_models.image_only_qwen2_5_vl_processor_class()(
+    image_processor = Qwen2VLImageProcessorPil(min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14, merge_size=2)
+    return tiny_models.image_only_qwen2_5_vl_processor_class()(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=tiny_models.chat_template("qwen2_5_vl")
     )
-    ids = tokenizer.convert_tokens_to_ids
+
+
+def build_model_and_processor(preset: dict, max_pixels: int, attn_implementation: str, min_pixels: int = MIN_PIXELS,
+                              device: str | torch.device = "cpu"):
+    """A Qwen2.5-VL of `preset`'s size with random weights, initialised on `device`, and its processor."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    processor = build_processor(max_pixels, min_pixels)
+    ids = processor.tokenizer.convert_tokens_to_ids
     text_config = dict(
         preset["text_config"], bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"),
         pad_token_id=ids("<|endoftext|>"),
@@ -91,8 +94,16 @@ def build_model_and_processor(preset: dict, max_pixels: int, attn_implementation
         vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
     )
     config._attn_implementation = attn_implementation
-    model = Qwen2_5_VLForConditionalGeneration(config)
+    with torch.device(device):  # random init on the GPU: seconds, not the minutes a 3B model takes on CPU
+        model = Qwen2_5_VLForConditionalGeneration(config)
     return model, processor
+
+
+def add_lora(model, r: int, alpha: int):
+    """LoRA adapters on every linear layer (the recipe's `lora_target_modules: all-linear`)."""
+    from peft import LoraConfig, get_peft_model
+
+    return get_peft_model(model, LoraConfig(r=r, lora_alpha=alpha, target_modules="all-linear", task_type="CAUSAL_LM"))
 
 
 def build_synthetic_gemex(workdir: Path, rows: int, image_size: int) -> Path:
@@ -110,22 +121,25 @@ def build_synthetic_gemex(workdir: Path, rows: int, image_size: int) -> Path:
 
 
 def count_parameters(model) -> tuple[int, int, int]:
-    """(language model without embeddings, vision tower, embeddings) parameter counts."""
-    vision = sum(p.numel() for n, p in model.named_parameters() if ".visual." in f".{n}" or n.startswith("visual"))
-    embeddings = sum(p.numel() for n, p in model.named_parameters() if "embed_tokens" in n)
-    if not getattr(model.config, "tie_word_embeddings", False):
-        embeddings += model.lm_head.weight.numel()
-    total = sum(p.numel() for p in model.parameters())
+    """(language model without embeddings, vision tower, embeddings) parameter counts, adapters excluded."""
+    named = [(n, p) for n, p in model.named_parameters() if "lora_" not in n]
+    vision = sum(p.numel() for n, p in named if ".visual." in f".{n}")
+    embeddings = sum(p.numel() for n, p in named if "embed_tokens" in n)
+    config = model.config
+    if not getattr(config, "tie_word_embeddings", False):
+        embeddings += sum(p.numel() for n, p in named if "lm_head" in n)
+    total = sum(p.numel() for _, p in named)
     return total - vision - embeddings, vision, embeddings
 
 
-def step_flops(batch, n_language: int, n_vision: int, text_config) -> float:
+def step_flops(batch, n_language: int, n_vision: int, text_config, weight_factor: int = 6) -> float:
+    """Model FLOPs of one training step; `weight_factor` 6 when every weight is trained, 4 for frozen ones."""
     tokens = int(batch["attention_mask"].sum())
     patches = int(batch["pixel_values"].shape[0]) if "pixel_values" in batch else 0
     seq_sq = float((batch["attention_mask"].sum(dim=1).float() ** 2).sum())
     attention = 6 * text_config.num_hidden_layers * text_config.hidden_size * seq_sq  # causal: half of 12·L·h·s²
-    lm_head = 6 * text_config.hidden_size * text_config.vocab_size * tokens
-    return 6 * n_language * tokens + 6 * n_vision * patches + attention + lm_head
+    lm_head = weight_factor * text_config.hidden_size * text_config.vocab_size * tokens
+    return weight_factor * (n_language * tokens + n_vision * patches) + attention + lm_head
 
 
 def peak_tflops(device: torch.device, override: float | None) -> float | None:
@@ -144,66 +158,114 @@ def parse_args(argv):
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", default="qwen2.5-vl-3b", choices=sorted(MODELS))
     parser.add_argument("--tiny", action="store_true", help="A tiny config on CPU: a smoke test of the script.")
+    parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available; cpu with --tiny).")
+    parser.add_argument("--dataset", default=None, help="A built GEMeX or ReXVQA folder to train on (default: build one).")
+    parser.add_argument("--dataset_config", default=None, help="Its config, e.g. sft or sft_per_image.")
+    parser.add_argument("--split", default="train")
+    parser.add_argument("--lora", action="store_true", help="Train LoRA adapters on all linear layers, not every weight.")
+    parser.add_argument("--lora_r", type=int, default=32)
+    parser.add_argument("--lora_alpha", type=int, default=64)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=30, help="Measured steps, after the warm-up.")
     parser.add_argument("--warmup_steps", type=int, default=5)
-    parser.add_argument("--rows", type=int, default=512, help="Rows of the synthetic built split.")
-    parser.add_argument("--image_size", type=int, default=512, help="Side of the stored synthetic images.")
-    parser.add_argument("--max_pixels", type=int, default=448 * 448, help="Processor bound: 448^2 -> 256 image tokens.")
+    parser.add_argument("--rows", type=int, default=512, help="Rows of the split trained on (a synthetic build's size).")
+    parser.add_argument("--image_size", type=int, default=512, help="Side of the stored synthetic images (no --dataset).")
+    parser.add_argument("--max_pixels", type=int, default=MAX_PIXELS, help="The pixel budget (builders/pixel_budget.py).")
+    parser.add_argument("--min_pixels", type=int, default=MIN_PIXELS)
     parser.add_argument("--num_workers", type=int, default=8, help="DataLoader workers decoding and collating.")
     parser.add_argument("--gradient_checkpointing", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--attn_implementation", default="sdpa")
     parser.add_argument("--peak_tflops", type=float, default=None, help="Override the GPU's dense bf16 peak.")
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help=f"Where MFU < {MFU_TARGET:.0%} (full fine-tuning) or data wait >= {DATA_WAIT_TARGET:.0%}: "
+                             "profile a few more steps into DIR (trace.json.gz, ops.txt).")
+    parser.add_argument("--profile_when", choices=("miss", "always"), default="miss")
+    parser.add_argument("--profile_steps", type=int, default=2)
+    parser.add_argument("--output_json", default=None, help="Also write the result here.")
     parser.add_argument("--workdir", default="/tmp/cxr-vqa-bench")
     return parser.parse_args(argv)
 
 
+def training_split(args):
+    built = Path(args.dataset) if args.dataset else build_synthetic_gemex(Path(args.workdir), args.rows, args.image_size)
+    split = load_dataset(str(built), args.dataset_config, split=args.split)
+    return split.select(range(min(args.rows, len(split))))
+
+
+def missed_targets(result: dict) -> list[str]:
+    missed = []
+    if not result["lora"] and result["mfu"] is not None and result["mfu"] < MFU_TARGET:
+        missed.append(f"MFU {result['mfu']:.1%} < {MFU_TARGET:.0%}")
+    if result["data_wait_share"] >= DATA_WAIT_TARGET:
+        missed.append(f"data wait {result['data_wait_share']:.1%} >= {DATA_WAIT_TARGET:.0%}")
+    return missed
+
+
+def write_profile(step, steps: int, device: torch.device, directory: Path) -> None:
+    """A torch profiler trace of `steps` training steps, and its top operators by device time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
+    with profile(activities=activities) as prof:
+        for _ in range(steps):
+            step()
+    directory.mkdir(parents=True, exist_ok=True)
+    trace = directory / "trace.json"
+    prof.export_chrome_trace(str(trace))
+    with trace.open("rb") as raw, gzip.open(directory / "trace.json.gz", "wb") as packed:
+        shutil.copyfileobj(raw, packed)
+    trace.unlink()
+    sort_by = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
+    (directory / "ops.txt").write_text(prof.key_averages().table(sort_by=sort_by, row_limit=40))
+
+
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    device = torch.device("cuda" if torch.cuda.is_available() and not args.tiny else "cpu")
+    device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and not args.tiny else "cpu"))
     if args.tiny:
-        args.image_size, args.max_pixels, args.num_workers = min(args.image_size, 112), 56 * 56, 0
+        args.image_size, args.max_pixels, args.min_pixels, args.num_workers = min(args.image_size, 112), 56 * 56, 56 * 56, 0
     torch.manual_seed(0)
-    model, processor = build_model_and_processor(TINY if args.tiny else MODELS[args.model], args.max_pixels,
-                                                 args.attn_implementation)
-    model.to(device).train()
+    model, processor = build_model_and_processor(
+        model_preset(TINY if args.tiny else MODELS[args.model]), args.max_pixels, args.attn_implementation,
+        args.min_pixels, device,
+    )
+    n_language, n_vision, n_embed = count_parameters(model)
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-    n_language, n_vision, n_embed = count_parameters(model)
+        if args.lora:
+            model.enable_input_require_grads()
+    if args.lora:
+        model = add_lora(model, args.lora_r, args.lora_alpha)
+    model.train()
 
-    built = build_synthetic_gemex(Path(args.workdir), args.rows, args.image_size)
-    settings = settings_for("qwen2_5_vl", processor, pixel_budget=PixelBudget(min(MIN_PIXELS, args.max_pixels), args.max_pixels))
-    dataset = conversational(load_dataset(str(built), split="train").select(range(args.rows)), settings)
+    settings = settings_for("qwen2_5_vl", processor, pixel_budget=PixelBudget(args.min_pixels, args.max_pixels))
+    dataset = conversational(training_split(args), settings)
     collator = DataCollatorForVisionLanguageModeling(
         processor, assistant_only_loss=True, chat_template=get_training_chat_template(processor)
     )
     loader = DataLoader(
         dataset, batch_size=args.batch_size, shuffle=True, collate_fn=collator, num_workers=args.num_workers,
-        pin_memory=device.type == "cuda", persistent_workers=args.num_workers > 0, drop_last=True,
+        pin_memory=device.type == "cuda", persistent_workers=args.num_workers > 0, drop_last=len(dataset) >= args.batch_size,
         prefetch_factor=4 if args.num_workers > 0 else None,
     )
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-5, fused=device.type == "cuda")
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16)
+    trained = [p for p in model.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(trained, lr=1e-5, fused=device.type == "cuda")
+    weight_factor = 4 if args.lora else 6
+    text_config = model.config.get_text_config()
 
     def batches():
         while True:
             yield from loader
 
     stream = batches()
-    wait = compute = flops = 0.0
-    samples = tokens = 0
-    for step in range(args.warmup_steps + args.steps):
-        if step == args.warmup_steps:
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-                torch.cuda.reset_peak_memory_stats()
-            wait = compute = flops = 0.0
-            samples = tokens = 0
+    totals = {"wait": 0.0, "compute": 0.0, "flops": 0.0, "samples": 0, "tokens": 0}
+
+    def step() -> None:
         started = time.perf_counter()
         batch = next(stream)
         waited = time.perf_counter()
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        with autocast:
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             loss = model(**batch).loss
         loss.backward()
         optimizer.step()
@@ -211,39 +273,63 @@ def main(argv: list[str] | None = None) -> dict:
         if device.type == "cuda":
             torch.cuda.synchronize()
         finished = time.perf_counter()
-        wait += waited - started
-        compute += finished - waited
-        flops += step_flops(batch, n_language, n_vision, model.config.get_text_config())
-        samples += int(batch["input_ids"].shape[0])
-        tokens += int(batch["attention_mask"].sum())
+        totals["wait"] += waited - started
+        totals["compute"] += finished - waited
+        totals["flops"] += step_flops(batch, n_language, n_vision, text_config, weight_factor)
+        totals["samples"] += int(batch["input_ids"].shape[0])
+        totals["tokens"] += int(batch["attention_mask"].sum())
 
-    elapsed = wait + compute
+    for _ in range(args.warmup_steps):
+        step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        torch.cuda.reset_peak_memory_stats()
+    totals.update(wait=0.0, compute=0.0, flops=0.0, samples=0, tokens=0)
+    for _ in range(args.steps):
+        step()
+
+    elapsed = totals["wait"] + totals["compute"]
     peak = peak_tflops(device, args.peak_tflops)
     if device.type == "cuda":
         peak_memory_gb = torch.cuda.max_memory_allocated(device) / 2**30
     else:
         peak_memory_gb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # host RSS on CPU
+    samples = totals["samples"]
     result = {
         "device": torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu",
         "model": "tiny" if args.tiny else args.model,
+        "dataset": args.dataset,
+        "dataset_config": args.dataset_config,
+        "lora": args.lora,
         "parameters_b": round((n_language + n_vision + n_embed) / 1e9, 3),
+        "trainable_parameters_b": round(sum(p.numel() for p in trained) / 1e9, 4),
         "batch_size": args.batch_size,
+        "max_pixels": args.max_pixels,
         "gradient_checkpointing": args.gradient_checkpointing,
+        "attn_implementation": args.attn_implementation,
+        "steps": args.steps,
         "samples_per_s": samples / elapsed,
-        "tokens_per_s": tokens / elapsed,
-        "tokens_per_sample": tokens / max(samples, 1),
-        "achieved_tflops": flops / elapsed / 1e12,
-        "mfu": (flops / elapsed / 1e12) / peak if peak else None,
+        "tokens_per_s": totals["tokens"] / elapsed,
+        "tokens_per_sample": totals["tokens"] / max(samples, 1),
+        "flops_per_sample": totals["flops"] / max(samples, 1),
+        "achieved_tflops": totals["flops"] / elapsed / 1e12,
+        "mfu": (totals["flops"] / elapsed / 1e12) / peak if peak else None,
         "peak_memory_gb": peak_memory_gb,
-        "data_wait_share": wait / elapsed,
+        "data_wait_share": totals["wait"] / elapsed,
     }
+    result["missed_targets"] = missed_targets(result)
+    if args.profile and (result["missed_targets"] or args.profile_when == "always"):
+        write_profile(step, args.profile_steps, device, Path(args.profile))
+        result["profile"] = args.profile
     mfu = f"{result['mfu']:.1%}" if result["mfu"] is not None else "n/a (no known peak; --peak_tflops)"
     print(
-        f"{result['model']} on {result['device']}: {result['samples_per_s']:.2f} samples/s, "
+        f"{result['model']}{' LoRA' if args.lora else ''} on {result['device']}: {result['samples_per_s']:.2f} samples/s, "
         f"{result['tokens_per_s']:.0f} tokens/s, MFU {mfu}, peak memory {peak_memory_gb:.1f} GiB, "
         f"data wait {result['data_wait_share']:.1%} of step time"
     )
     print(json.dumps(result))
+    if args.output_json:
+        Path(args.output_json).write_text(json.dumps(result) + "\n")
     return result
 
 

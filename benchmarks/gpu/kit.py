@@ -1,0 +1,363 @@
+"""The GPU kit's driver: one part of `plan.yaml` in one call of at most ten minutes.
+
+    python benchmarks/gpu/kit.py --part 1 --out "$OUT"            # on the GPU machine (run.sh does this)
+    python benchmarks/gpu/kit.py --part 1 --out /tmp/out --tiny   # the same steps on CPU, tiny model
+
+Each step runs in its own process under a time limit (the part's own deadline included), so a step
+that fails, hangs or runs out of memory costs only itself: it is recorded with its log's last lines
+and the next step runs. After every step `$OUT` holds the whole story so far, in three files (the
+device tool brings back at most eight): `results.jsonl` (one JSON object per table row, with the
+exact command behind it), `results.md` (the tables) and `logs.tar.gz` (every step's log, profiler
+operator tables, predictions and scores), and a `trace-<row>.json.gz` per profiled row.
+
+Steps: `data` (synthesize full-size releases, build them), `train` (B.1, benchmarks/train_throughput.py),
+`generate` (B.2), `loop` (B.3: LoRA fine-tune, predictions, `cxr-vqa evaluate`), `epoch_hours` (B.4).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import signal
+import subprocess
+import sys
+import tarfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+KIT = Path(__file__).resolve().parent
+ROOT = KIT.parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(KIT)]
+
+from report import results_markdown  # noqa: E402  (benchmarks/gpu/report.py)
+
+PLAN = KIT / "plan.yaml"
+TRACE = "trace.json.gz"
+FILE_LIMIT_BYTES = 15 * 2**20
+MAX_TRACES = 4
+"""results.md, results.jsonl, logs.tar.gz and at most four traces: within the eight files a call brings back."""
+
+
+def merged(base: dict, override: dict) -> dict:
+    """`base` with `override`'s keys replaced, tables merged key by key."""
+    result = dict(base)
+    for key, value in override.items():
+        result[key] = merged(base[key], value) if isinstance(value, dict) and isinstance(base.get(key), dict) else value
+    return result
+
+
+def load_plan(tiny: bool, path: Path = PLAN) -> dict:
+    plan = yaml.safe_load(path.read_text())
+    return merged(plan["gpu"], plan["tiny"]) if tiny else plan["gpu"]
+
+
+@dataclass
+class Outcome:
+    status: str  # ok, failed, timeout, skipped
+    seconds: float = 0.0
+    returncode: int | None = None
+    error: str | None = None
+
+
+@dataclass
+class Kit:
+    plan: dict
+    part: str
+    out: Path
+    work: Path
+    tiny: bool
+    deadline: float
+    rows: list[dict] = field(default_factory=list)
+
+    @property
+    def logs(self) -> Path:
+        return self.work / "logs"
+
+    def built(self, dataset: str) -> Path:
+        return self.work / "built" / dataset
+
+    def seconds_left(self) -> float:
+        return self.deadline - time.monotonic()
+
+    def run(self, name: str, command: list[str], timeout: float) -> Outcome:
+        """Run `command` with its output in logs/<name>.log, killed (its whole process group, the
+        DataLoader workers too) past `timeout` or the part's deadline."""
+        limit = min(timeout, self.seconds_left())
+        if limit < 20:
+            return Outcome("skipped", error=f"no time left in part {self.part} ({self.seconds_left():.0f} s)")
+        log = self.logs / f"{name}.log"
+        started = time.monotonic()
+        with log.open("w") as sink:
+            sink.write(f"$ {shlex.join(command)}\n")
+            sink.flush()
+            process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env(),
+                                       start_new_session=True)
+            try:
+                returncode = process.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                os.killpg(process.pid, signal.SIGKILL)
+                process.wait()
+                return Outcome("timeout", time.monotonic() - started, None, f"killed after {limit:.0f} s; {log_tail(log)}")
+        seconds = time.monotonic() - started
+        if returncode != 0:
+            return Outcome("failed", seconds, returncode, log_tail(log))
+        return Outcome("ok", seconds, 0)
+
+    def env(self) -> dict[str, str]:
+        paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
+        return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "PYTHONUNBUFFERED": "1",
+                "HF_DATASETS_CACHE": str(self.work / "hf-cache"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+    def record(self, bench: str, name: str, outcome: Outcome, command: list[str] | None = None, **values) -> dict:
+        row = {"part": self.part, "bench": bench, "name": name, "status": outcome.status,
+               "seconds": round(outcome.seconds, 1), **values}
+        if outcome.error:
+            row["error"] = outcome.error
+        if command:
+            row["command"] = shlex.join(command)
+        self.rows.append(row)
+        with (self.out / "results.jsonl").open("a") as sink:
+            sink.write(json.dumps(row) + "\n")
+        self.write_tables()
+        self.pack_logs()
+        return row
+
+    def write_tables(self) -> None:
+        (self.out / "results.md").write_text(results_markdown(self.rows, self.plan, self.part, self.tiny))
+
+    def pack_logs(self) -> None:
+        """Logs into `logs.tar.gz`; each profiler trace beside it as `trace-<row>.json.gz` (the device tool
+        brings back at most 8 files of 16 MiB: a trace too large, or past the fourth, stays behind)."""
+        def no_traces(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+            return None if info.name.endswith(TRACE) else info
+
+        with tarfile.open(self.out / "logs.tar.gz", "w:gz") as archive:
+            archive.add(self.logs, arcname=f"logs-part{self.part}", filter=no_traces)
+        traces = sorted(self.logs.glob(f"profile-*/{TRACE}"))
+        for trace in [t for t in traces if t.stat().st_size <= FILE_LIMIT_BYTES][:MAX_TRACES]:
+            target = self.out / f"trace-{trace.parent.name.removeprefix('profile-')}.json.gz"
+            if not target.exists():
+                shutil.copyfile(trace, target)
+
+
+def log_tail(log: Path, lines: int = 6) -> str:
+    text = log.read_text(errors="replace").strip().splitlines()
+    return " | ".join(line.strip()[-300:] for line in text[-lines:])
+
+
+def python(*args: str | Path) -> list[str]:
+    return [sys.executable, *map(str, args)]
+
+
+def cli(*args: str | Path) -> list[str]:
+    """`cxr-vqa ARGS` (the package need not be installed: run from the repository root)."""
+    return python("-m", "builders.cli", *args)
+
+
+# ---- steps -------------------------------------------------------------------------------------------------
+
+
+def step_data(kit: Kit, spec: dict) -> None:
+    """Synthesize full-size GEMeX and ReXVQA releases and build each (`--image-mode embed`), once per machine."""
+    data = kit.plan["data"]
+    releases = {
+        "gemex": cli("synthesize", "gemex", "--out", kit.work / "release" / "gemex", "--num-images", str(data["gemex_images"]),
+                     "--downscale", str(data["downscale"]), "--num-proc", str(data["num_proc"])),
+        "rexvqa": cli("synthesize", "rexvqa", "--out", kit.work / "release" / "rexvqa", "--num-studies",
+                      str(data["rexvqa_studies"]), "--downscale", str(data["downscale"]), "--num-proc", str(data["num_proc"])),
+    }
+    sources = {"gemex": ["--source", kit.work / "release" / "gemex" / "per_type", "--images", kit.work / "release" / "gemex" / "files"],
+               "rexvqa": ["--source", kit.work / "release" / "rexvqa"]}
+    for dataset, synthesize in releases.items():
+        if (kit.built(dataset) / "build_report.json").exists():
+            kit.record("data", f"{dataset} build", Outcome("ok"), note="already built on this machine")
+            continue
+        outcome = kit.run(f"synthesize-{dataset}", synthesize, data["timeout"])
+        kit.record("data", f"{dataset} synthesize", outcome, synthesize)
+        if outcome.status != "ok":
+            continue
+        build = cli("build", dataset, *sources[dataset], "--out", kit.built(dataset), "--image-mode", data["image_mode"],
+                    "--num-proc", str(data["num_proc"]), "--overwrite")
+        outcome = kit.run(f"build-{dataset}", build, data["timeout"])
+        kit.record("data", f"{dataset} build", outcome, build, **build_counts(kit.built(dataset)))
+
+
+def build_counts(built: Path) -> dict:
+    report = built / "build_report.json"
+    if not report.exists():
+        return {}
+    data = json.loads(report.read_text())
+    return {key: data[key] for key in ("records_read", "rows_written") if key in data}
+
+
+def built_configs(built: Path) -> set[str]:
+    from builders.hub.validate import card_configs
+
+    try:
+        return set(card_configs(built)[0])
+    except ValueError:
+        return set()
+
+
+def train_name(spec: dict) -> str:
+    parts = [spec["dataset"], spec["layout"], spec["tuning"], spec.get("budget", "default")]
+    return "-".join(parts) + ("-profiled" if spec.get("profile") else "")
+
+
+def step_train(kit: Kit, spec: dict) -> None:
+    """B.1: one row of training throughput; an out-of-memory run is retried once at half the batch."""
+    train, name = kit.plan["train"], train_name(spec)
+    config = kit.plan["layouts"][spec["dataset"]][spec["layout"]]
+    max_pixels = kit.plan["larger_max_pixels" if spec.get("budget") == "larger" else "max_pixels"]
+    facts = {"dataset": spec["dataset"], "layout": spec["layout"], "config": config, "tuning": spec["tuning"],
+             "max_pixels": max_pixels}
+    if config not in built_configs(kit.built(spec["dataset"])):
+        kit.record("B.1", name, Outcome("skipped", error=f"the {spec['dataset']} build has no `{config}` config"), **facts)
+        return
+    batch_size = train["batch_size"][spec["tuning"]]
+    while True:
+        result_file = kit.logs / f"train-{name}-bs{batch_size}.json"
+        command = python(
+            ROOT / "benchmarks" / "train_throughput.py", "--dataset", kit.built(spec["dataset"]), "--dataset_config", config,
+            "--batch_size", str(batch_size), "--steps", str(train["steps"]), "--warmup_steps", str(train["warmup_steps"]),
+            "--rows", str(train["rows"]), "--max_pixels", str(max_pixels), "--min_pixels", str(kit.plan["min_pixels"]),
+            "--num_workers", str(train["num_workers"]), "--attn_implementation", kit.plan["attn_implementation"],
+            "--device", kit.plan["device"], "--output_json", result_file,
+            "--gradient_checkpointing" if train["gradient_checkpointing"] else "--no-gradient_checkpointing",
+            *(["--model", kit.plan["model"]] if not kit.tiny else ["--tiny"]),
+            *(["--lora", "--lora_r", str(train["lora_r"]), "--lora_alpha", str(train["lora_alpha"])] if spec["tuning"] == "lora" else []),
+            *(["--profile", kit.logs / f"profile-{name}", "--profile_when", train["profile_when"],
+               "--profile_steps", str(train["profile_steps"])] if spec.get("profile") else []),
+        )
+        outcome = kit.run(f"train-{name}-bs{batch_size}", command, train["timeout"])
+        out_of_memory = outcome.status == "failed" and "out of memory" in (outcome.error or "").lower()
+        if out_of_memory and batch_size > 1:
+            kit.record("B.1", name, outcome, command, **facts, batch_size=batch_size)
+            batch_size //= 2
+            continue
+        measured = json.loads(result_file.read_text()) if outcome.status == "ok" and result_file.exists() else {}
+        kit.record("B.1", name, outcome, command, **facts, batch_size=batch_size,
+                   **{k: v for k, v in measured.items() if k not in facts and k != "batch_size"})
+        return
+
+
+def step_generate(kit: Kit, spec: dict) -> None:
+    """B.2: questions/s and peak memory of the recipe's batched generation at each batch size."""
+    settings = kit.plan["generate"]
+    result_file = kit.logs / "generate.json"
+    command = worker_command(kit, "generate", result_file)
+    outcome = kit.run("generate", command, settings["timeout"])
+    measured = json.loads(result_file.read_text()) if result_file.exists() else {"batches": []}
+    for batch in measured["batches"]:
+        batch_outcome = Outcome(batch.pop("status"), batch["seconds"], error=batch.pop("error", None))
+        kit.record("B.2", f"{settings['dataset']} batch {batch['batch_size']}", batch_outcome, command,
+                   dataset=settings["dataset"], split=settings["split"], max_new_tokens=settings["max_new_tokens"],
+                   **{k: v for k, v in batch.items() if k != "seconds"})
+    if outcome.status != "ok" or not measured["batches"]:
+        kit.record("B.2", f"{settings['dataset']} generation", outcome, command)
+
+
+def step_loop(kit: Kit, spec: dict) -> None:
+    """B.3: a short LoRA fine-tune on both builds, predictions on each test split, then `cxr-vqa evaluate`."""
+    loop, result_file = kit.plan["loop"], kit.logs / "loop.json"
+    command = worker_command(kit, "loop", result_file)
+    outcome = kit.run("loop", command, loop["timeout"])
+    trained = json.loads(result_file.read_text()) if result_file.exists() else {}
+    losses = trained.get("losses", [])
+    steps, seconds = trained.get("steps"), trained.get("train_seconds")
+    kit.record("B.3", "LoRA fine-tune + predictions", outcome, command, steps=steps, train_seconds=seconds,
+               samples_per_s=steps * loop["batch_size"] / seconds if steps and seconds else None,
+               peak_memory_gb=trained.get("peak_memory_gb"), loss_first=losses[0] if losses else None,
+               loss_last=losses[-1] if losses else None, loss_falls=bool(losses) and losses[-1] < losses[0],
+               losses=losses, predictions=trained.get("predictions"))
+    for dataset, predictions in trained.get("predictions", {}).items():
+        scores = kit.logs / f"scores-{dataset}.json"
+        evaluate = cli("evaluate", dataset, "--dataset", kit.built(dataset), "--predictions", predictions["file"], "--split",
+                       "test", "--out", scores,
+                       *(["--box-convention", "qwen2.5-vl", "--max-pixels", str(kit.plan["max_pixels"]), "--min-pixels",
+                          str(kit.plan["min_pixels"])] if dataset == "gemex" else []),
+                       *(["--text-metrics", loop["text_metrics"]] if loop["text_metrics"] and dataset == "gemex" else []))
+        outcome = kit.run(f"evaluate-{dataset}", evaluate, 120)
+        kit.record("B.3", f"evaluate {dataset}", outcome, evaluate, questions=predictions["count"],
+                   table=scores_table(kit.logs / f"evaluate-{dataset}.log"), **extraction_counts(scores))
+
+
+def scores_table(log: Path) -> str:
+    """The table `cxr-vqa evaluate` prints, out of its log (progress bars and notes left out)."""
+    lines = log.read_text(errors="replace").splitlines() if log.exists() else []
+    return "\n".join(line for line in lines if line.startswith("|"))
+
+
+def extraction_counts(scores: Path) -> dict:
+    """Replies whose answer could not be extracted, from `evaluate --out`'s per-question records."""
+    if not scores.exists():
+        return {}
+    per_question = json.loads(scores.read_text()).get("per_question", [])
+    return {"replies_scored": sum(not q.get("missing") for q in per_question),
+            "missing": sum(bool(q.get("missing")) for q in per_question),
+            "failed_extractions": sum(bool(q.get("failed_extraction")) for q in per_question)}
+
+
+def step_epoch_hours(kit: Kit, spec: dict) -> None:
+    """B.4: hours for one epoch of each full release's train split, from this part's B.1 rows."""
+    from epoch import epoch_rows  # imports torch, datasets and trl (via train_throughput): only here
+
+    for row in epoch_rows(kit.rows, kit.plan):
+        kit.record("B.4", row.pop("name"), Outcome(row.pop("status"), error=row.pop("error", None)), **row)
+
+
+STEPS = {"data": step_data, "train": step_train, "generate": step_generate, "loop": step_loop, "epoch_hours": step_epoch_hours}
+
+
+def worker_command(kit: Kit, worker: str, result_file: Path) -> list[str]:
+    return python(KIT / "workers.py", worker, "--work", kit.work, "--result", result_file, *(["--tiny"] if kit.tiny else []))
+
+
+def environment_note(kit: Kit) -> None:
+    """The machine and the versions the figures were taken with (first line of the logs)."""
+    command = python("-c", "from importlib.metadata import version; import platform; print('python', "
+                           "platform.python_version(), *(f'{n} {version(n)}' for n in ('torch', 'transformers', 'trl', "
+                           "'datasets', 'peft', 'accelerate', 'pyarrow', 'fsspec', 'huggingface-hub')))"
+                           + ("" if kit.tiny else "; import datasets, trl, peft, transformers"))  # carried wheels import?
+    outcome = kit.run("environment", command, 120)
+    kit.record("env", "versions", outcome, versions=log_tail(kit.logs / "environment.log", 1))
+
+
+def run_part(plan: dict, part: str, out: Path, work: Path, tiny: bool) -> list[dict]:
+    started = time.monotonic()
+    out.mkdir(parents=True, exist_ok=True)
+    for stale in [*(out / name for name in ("results.jsonl", "results.md", "logs.tar.gz")), *out.glob("trace-*.json.gz")]:
+        stale.unlink(missing_ok=True)
+    kit = Kit(plan, part, out, work, tiny, started + plan["seconds"])
+    kit.logs.mkdir(parents=True, exist_ok=True)
+    environment_note(kit)
+    for spec in plan["parts"][part]:
+        try:
+            STEPS[spec["step"]](kit, spec)
+        except Exception as err:  # noqa: BLE001 - a broken step is recorded; the next one still runs
+            kit.record(spec["step"], spec["step"], Outcome("failed", error=f"{type(err).__name__}: {err}"))
+    return kit.rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--part", default="1", help="which list of steps in plan.yaml's [parts]")
+    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-kit-out")), help="results (default $OUT)")
+    parser.add_argument("--work", type=Path, default=Path("/tmp/gpu-kit"), help="releases, builds, logs")
+    parser.add_argument("--tiny", action="store_true", help="CPU, tiny model, small releases: the kit's own test")
+    args = parser.parse_args(argv)
+    rows = run_part(load_plan(args.tiny), args.part, args.out, args.work, args.tiny)
+    print((args.out / "results.md").read_text())
+    failed = [row["name"] for row in rows if row["status"] in ("failed", "timeout")]
+    print(f"part {args.part}: {len(rows)} rows, {len(failed)} failed or timed out{': ' + ', '.join(failed) if failed else ''}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,170 @@
+"""The kit's steps that run the recipes in one process with a model built once (kit.py starts each).
+
+    python benchmarks/gpu/workers.py generate --work /tmp/gpu-kit --result generate.json [--tiny]
+    python benchmarks/gpu/workers.py loop --work /tmp/gpu-kit --result loop.json [--tiny]
+
+The model is the benchmark's: Qwen2.5-VL of the plan's size from its config with random weights
+and the offline processor (`benchmarks/train_throughput.py`), built straight on the device; no
+checkpoint is saved and reloaded (a 3B one is 7.5 GB). The recipes' own functions do the work:
+`training_recipes.generate.generate_predictions` (what `generate.py` runs after loading a model) and
+`training_recipes.sft.train` (what `sft.py` runs after parsing its arguments).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+
+KIT = Path(__file__).resolve().parent
+ROOT = KIT.parents[1]
+sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(KIT)]
+
+from kit import load_plan  # noqa: E402
+from train_throughput import MODELS, TINY, build_model_and_processor, model_preset  # noqa: E402
+
+
+def budget(plan: dict):
+    from builders.pixel_budget import PixelBudget
+
+    return PixelBudget(plan["min_pixels"], plan["max_pixels"])
+
+
+def model_on_device(plan: dict, tiny: bool):
+    torch.manual_seed(0)
+    preset = model_preset(TINY if tiny else MODELS[plan["model"]])
+    return build_model_and_processor(preset, plan["max_pixels"], plan["attn_implementation"], plan["min_pixels"],
+                                     plan["device"])
+
+
+def synchronize(device: str) -> None:
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+
+
+def peak_memory_gb(device: str) -> float | None:
+    return torch.cuda.max_memory_allocated() / 2**30 if device.startswith("cuda") else None
+
+
+def for_generation(model, device: str):
+    """Inference dtype as `generate.py` loads it: bf16 on a GPU, float32 on CPU."""
+    return model.to(torch.bfloat16 if device.startswith("cuda") else torch.float32).eval()
+
+
+def save(result: dict, path: Path) -> dict:
+    """Written after each stage, so a step killed later still leaves what it measured."""
+    path.write_text(json.dumps(result, indent=1) + "\n")
+    return result
+
+
+def generate_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
+    """B.2: the same questions at each batch size, after a warm-up batch; questions/s and peak memory."""
+    from datasets import load_dataset
+
+    from training_recipes.data import settings_for
+    from training_recipes.generate import generate_predictions
+
+    settings, device = plan["generate"], plan["device"]
+    model, processor = model_on_device(plan, tiny)
+    model = for_generation(model, device)
+    split = load_dataset(str(work / "built" / settings["dataset"]), split=settings["split"])
+    questions = split.select(range(min(settings["questions"], len(split))))
+    conversation = settings_for("qwen2_5_vl", processor, pixel_budget=budget(plan))
+    runs = work / "runs" / "generate"
+    runs.mkdir(parents=True, exist_ok=True)
+    warm = runs / "warm-up.jsonl"
+    warm.unlink(missing_ok=True)
+    generate_predictions(model, processor, questions.select(range(min(2, len(questions)))), warm, 2,
+                         settings["max_new_tokens"], conversation)
+    batches = []
+    for batch_size in settings["batch_sizes"]:
+        output = runs / f"batch-{batch_size}.jsonl"
+        output.unlink(missing_ok=True)
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        started = time.perf_counter()
+        try:
+            written = generate_predictions(model, processor, questions, output, batch_size, settings["max_new_tokens"],
+                                           conversation)
+        except torch.OutOfMemoryError as err:
+            batches.append({"batch_size": batch_size, "status": "failed", "seconds": time.perf_counter() - started,
+                            "error": f"out of memory: {str(err).splitlines()[0]}"})
+            return save({"batches": batches}, result)
+        synchronize(device)
+        seconds = time.perf_counter() - started
+        replies = [json.loads(line)["prediction"] for line in output.read_text().splitlines()]
+        batches.append({"batch_size": batch_size, "status": "ok", "seconds": seconds, "questions": written,
+                        "questions_per_s": written / seconds, "peak_memory_gb": peak_memory_gb(device),
+                        "mean_reply_chars": sum(map(len, replies)) / max(len(replies), 1)})
+        save({"batches": batches}, result)
+    return save({"batches": batches}, result)
+
+
+def loop_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
+    """B.3: LoRA on the GEMeX + ReXVQA mixture through `sft.train`, then predictions on both test splits."""
+    from datasets import load_dataset
+    from trl import ModelConfig, SFTConfig
+
+    from training_recipes import sft
+    from training_recipes.data import settings_for
+    from training_recipes.generate import generate_predictions
+
+    loop, device = plan["loop"], plan["device"]
+    model, processor = model_on_device(plan, tiny)
+    built = {name: work / "built" / name for name in ("gemex", "rexvqa")}
+    data_args = sft.DataArguments(gemex_path=str(built["gemex"]), rexvqa_path=str(built["rexvqa"]), gemex_config="sft",
+                                  rexvqa_config="sft", gemex_weight=loop["gemex_weight"], rexvqa_weight=loop["rexvqa_weight"],
+                                  max_pixels=plan["max_pixels"], min_pixels=plan["min_pixels"])
+    on_gpu = device.startswith("cuda")
+    training_args = SFTConfig(
+        output_dir=str(work / "runs" / "loop"), max_steps=loop["steps"], per_device_train_batch_size=loop["batch_size"],
+        learning_rate=loop["learning_rate"], lr_scheduler_type="constant_with_warmup", warmup_steps=min(10, loop["steps"] // 5),
+        logging_steps=loop["logging_steps"], save_strategy="no", report_to="none", bf16=on_gpu, use_cpu=not on_gpu,
+        gradient_checkpointing=plan["train"]["gradient_checkpointing"], dataloader_num_workers=loop["num_workers"],
+        max_length=None, seed=0,
+    )
+    model_args = ModelConfig(use_peft=True, lora_r=plan["train"]["lora_r"], lora_alpha=plan["train"]["lora_alpha"],
+                             lora_target_modules=["all-linear"])
+    started = time.perf_counter()
+    trainer = sft.train(data_args, training_args, model_args, model=model, processor=processor)
+    train_seconds = time.perf_counter() - started
+    losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+    trained = save({"steps": trainer.state.global_step, "train_seconds": train_seconds, "losses": losses,
+                    "peak_memory_gb": peak_memory_gb(device), "predictions": {}}, result)
+
+    model = for_generation(trainer.model.merge_and_unload(), device)
+    conversation = settings_for("qwen2_5_vl", processor, pixel_budget=budget(plan))
+    predictions = trained["predictions"]
+    for name, folder in built.items():
+        test = load_dataset(str(folder), split="test")
+        output = work / "runs" / "loop" / f"predictions-{name}.jsonl"
+        output.unlink(missing_ok=True)
+        count = generate_predictions(model, processor, test, output, loop["generate_batch_size"], loop["max_new_tokens"],
+                                     conversation)
+        predictions[name] = {"file": str(output), "count": count}
+        (work / "logs" / f"predictions-{name}.jsonl").write_text(output.read_text())
+        save(trained, result)
+    return trained
+
+
+WORKERS = {"generate": generate_worker, "loop": loop_worker}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("worker", choices=sorted(WORKERS))
+    parser.add_argument("--work", type=Path, required=True)
+    parser.add_argument("--result", type=Path, required=True)
+    parser.add_argument("--tiny", action="store_true")
+    args = parser.parse_args(argv)
+    print(json.dumps(WORKERS[args.worker](load_plan(args.tiny), args.work, args.tiny, args.result), indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

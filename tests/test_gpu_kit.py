@@ -1,0 +1,104 @@
+"""The GPU kit (benchmarks/gpu) on CPU with the tiny model: the very steps a GPU call runs
+(synthesize and build, B.1 rows, B.2 batch sizes, the B.3 loop through `cxr-vqa evaluate`, B.4),
+so the first GPU call is not also the kit's first run; and a step that breaks is recorded while
+the next one still runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
+import kit  # noqa: E402
+
+
+def rows_of(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.slow
+def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
+    completed = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "1", "--tiny", "--work", str(work)],
+                               env=env, capture_output=True, text=True, timeout=1200, check=False)
+    assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+    profiled = [kit.train_name(s) for s in kit.load_plan(tiny=True)["parts"]["1"] if s.get("profile")]
+    assert sorted(p.name for p in out.iterdir()) == sorted(  # the device tool brings back 8 files at most
+        ["logs.tar.gz", "results.jsonl", "results.md", *(f"trace-{name}.json.gz" for name in profiled)])
+
+    plan = kit.load_plan(tiny=True)
+    rows = rows_of(out)
+    assert [r for r in rows if r["status"] not in ("ok", "skipped")] == []
+    bench = {name: [r for r in rows if r["bench"] == name] for name in ("env", "data", "B.1", "B.2", "B.3", "B.4")}
+    assert len(bench["data"]) == 4 and all(r["status"] == "ok" for r in bench["data"])
+
+    train_steps = [s for s in plan["parts"]["1"] if s["step"] == "train"]
+    assert [r["name"] for r in bench["B.1"]] == [kit.train_name(s) for s in train_steps]
+    for row in bench["B.1"]:
+        if row["status"] == "ok":
+            assert row["samples_per_s"] > 0 and row["tokens_per_sample"] > 0 and 0 <= row["data_wait_share"] <= 1
+            assert "train_throughput.py" in row["command"]
+        else:  # a layout whose config the build lacks (sft_per_image before branch h23c)
+            assert row["config"] in row["error"]
+    assert sum(r["status"] == "ok" for r in bench["B.1"]) >= 2
+
+    assert [r["batch_size"] for r in bench["B.2"]] == plan["generate"]["batch_sizes"]
+    assert all(r["questions"] == plan["generate"]["questions"] and r["questions_per_s"] > 0 for r in bench["B.2"])
+
+    loop, *evaluations = bench["B.3"]
+    assert loop["status"] == "ok" and loop["steps"] == plan["loop"]["steps"] and loop["loss_falls"]
+    assert [r["name"] for r in evaluations] == ["evaluate gemex", "evaluate rexvqa"]
+    for row in evaluations:
+        assert row["status"] == "ok" and row["missing"] == 0
+        assert row["replies_scored"] == loop["predictions"][row["name"].split()[1]]["count"] > 0
+        assert 0 <= row["failed_extractions"] <= row["replies_scored"]
+
+    epoch = {r["name"]: r for r in bench["B.4"]}
+    assert epoch["gemex per_question"]["hours_per_epoch"] > 0
+    assert epoch["gemex per_question"]["train_rows"] > 1_500_000
+
+    markdown = (out / "results.md").read_text()
+    assert "| all |" in markdown and "| multi_choice |" in markdown  # GEMeX's scores table, per question type
+    assert "| Overall |" in markdown  # ReXVQA's
+    for title in ("B.1", "B.2", "B.3", "B.4", "## Commands"):
+        assert title in markdown
+    with tarfile.open(out / "logs.tar.gz") as archive:
+        names = {Path(name).name for name in archive.getnames()}
+    assert {"environment.log", "build-gemex.log", "build-rexvqa.log", "generate.log", "loop.log", "evaluate-gemex.log",
+            "scores-gemex.json", "scores-rexvqa.json", "predictions-gemex.jsonl", "ops.txt"} <= names
+
+
+def test_a_broken_step_is_recorded_and_the_next_still_runs(tmp_path):
+    plan = kit.load_plan(tiny=True)
+    plan["parts"] = {"x": [{"step": "generate"}, {"step": "no_such_step"}, {"step": "epoch_hours"}]}
+    rows = kit.run_part(plan, "x", tmp_path / "out", tmp_path / "work", tiny=True)  # nothing built: generation fails
+    by_bench = {r["bench"]: r for r in rows}
+    assert by_bench["B.2"]["status"] == "failed" and by_bench["B.2"]["error"]  # the log's last lines
+    assert by_bench["no_such_step"]["status"] == "failed"
+    assert all(r["status"] == "skipped" for r in rows if r["bench"] == "B.4") and len([r for r in rows if r["bench"] == "B.4"]) == 4
+    assert rows_of(tmp_path / "out") == rows
+    assert "B.2" in (tmp_path / "out" / "results.md").read_text()
+
+
+def test_the_carried_qwen25vl_3b_config_has_the_published_size():
+    """benchmarks/models/qwen2.5-vl-3b.json builds Qwen2.5-VL-3B's 3.75 B parameters (on the meta device: no memory)."""
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import train_throughput
+
+    preset = train_throughput.model_preset(train_throughput.MODELS["qwen2.5-vl-3b"])
+    model, _ = train_throughput.build_model_and_processor(preset, 1003520, "sdpa", 3136, "meta")
+    language, vision, embeddings = train_throughput.count_parameters(model)
+    assert round((language + vision + embeddings) / 1e9, 2) == 3.75
+    assert round(vision / 1e6) == 669 and embeddings == 151936 * 2048
