@@ -39,7 +39,7 @@ SECOND_BOX_SHARE = 0.04  # GEMeX Table 3: 1.02-1.06 boxes a question for open, c
 # paper and the public samples use (no `finding`, which the generator once invented). These are draw
 # weights: abnormality is also the fallback of questions on healthy images, so its weight is lower than
 # the 57.7% the release lands at (tuned, fidelity_gemex).
-CONTENT_TYPE_SHARES = {"abnormality": 0.46, "location": 0.12, "severity": 0.11, "disease": 0.11,
+CONTENT_TYPE_SHARES = {"abnormality": 0.36, "location": 0.12, "severity": 0.11, "disease": 0.11,
                        "size": 0.043, "implication": 0.05}
 CONTENT_TYPES_BY_QUESTION = {
     "open_ended": ("abnormality", "location", "severity", "disease", "size", "implication"),

@@ -17,8 +17,8 @@ from gemex_dataset.synthetic import JsonArrayWriter, generate
 from rexvqa_dataset.synthetic import generate as generate_rexvqa
 
 BEFORE_STREAMING = {  # GEMeX digests re-pinned for issue 25's generator (new distributions and drawn findings)
-    "gemex": "71d102f4fef2cd412a2cee1d90d52bdf8d5a191670f920505b4239de60e72d90",
-    "gemex2": "5306a73c550e11fcc477e7d5c6494804806da83c65964e34563ab85551cd2b8d",
+    "gemex": "14f760cb6d4e0aa13bb96ab9afaa56bf68582f00efcfc940862825862c3635fe",
+    "gemex2": "9ba9bb40f3390e2defc7a59fe188540f09d4222baeb672fdc56cdb7517a34502",
     "rexvqa": "1871001842c5de0a586fea4e6d2296e43ad7eba5d71b6ab9e7c1c599af801d44",
     "rexvqa2": "e20d3103517dea32828c26831b13889bcfc8c7c8a0085197ae5625680317cd12",
 }
