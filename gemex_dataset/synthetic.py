@@ -40,7 +40,7 @@ from gemex_dataset.synthetic_distributions import (
     TEST_QUESTIONS_PER_IMAGE,
 )
 from gemex_dataset.synthetic_drawing import draw_chest
-from gemex_dataset.synthetic_questions import Findings, QuestionWriter, Shown, healthy
+from gemex_dataset.synthetic_questions import Findings, QuestionWriter, Shown, described, healthy
 
 MIMIC_SIZES = ((2544, 3056), (2539, 3050), (2544, 3056), (3056, 2544), (2048, 2500), (3050, 2539))
 LAYOUTS = ("per_type", "llava", "grouped")
@@ -150,7 +150,7 @@ def write_image(image: SyntheticImage, image_root: Path, index: int) -> None:
 
 
 def report(image: SyntheticImage, rng: random.Random) -> str:
-    present = [f"There is {s.severity} {s.finding} in the {s.region}." for s in image.shown]
+    present = [f"{described(s).capitalize()} in the {s.region}." for s in image.shown]
     return " ".join(["PA and lateral views of the chest."] + (present or ["No acute cardiopulmonary process."])
                     + ["Synthetic report, not a patient."])
 

@@ -121,7 +121,7 @@ def _reason(rng: random.Random, region: str, what: str) -> str:
     return text if len(text) >= 60 else text[:-1] + ", as the image shows."
 
 
-def _described(shown: Shown | None) -> str:
+def described(shown: Shown | None) -> str:
     if shown is None:
         return "no abnormality"
     if FINDING_BY_NAME[shown.finding].kind == "nodule":
@@ -164,7 +164,7 @@ class QuestionWriter:
             region = shown.region if shown else pick_region(rng)
             question = _phrase(rng, rng.choice(("what abnormality is seen in the {r}", "what is observed in the {r}",
                                                 "what does the {r} show", "which finding is present in the {r}")).format(r=region))
-            answer = _described(shown).capitalize() + "."
+            answer = described(shown).capitalize() + "."
             ctype = "abnormality"
         else:
             region, f = shown.region, FINDING_BY_NAME[shown.finding]
@@ -177,7 +177,7 @@ class QuestionWriter:
             }[ctype]
             question = _phrase(rng, question)
         return {"question": question, "type": ctype, "answer": answer,
-                "reason": _reason(rng, region, f"the {region} shows {_described(shown)}"), "regions": _boxes(rng, [region])}
+                "reason": _reason(rng, region, f"the {region} shows {described(shown)}"), "regions": _boxes(rng, [region])}
 
     def closed_ended(self) -> dict:
         rng, ctype = self.rng, content_type(self.rng, "closed_ended")
@@ -232,7 +232,7 @@ class QuestionWriter:
                 core = (f"which condition best explains the finding in the {region}" if ctype == "disease"
                         else f"what does the finding in the {region} most likely indicate")
         return {"question": _phrase(rng, core), "choices": _letters(options), "type": ctype, "answer": answer,
-                "reason": _reason(rng, region, f"the {region} shows {_described(shown)}"), "regions": _boxes(rng, [region])}
+                "reason": _reason(rng, region, f"the {region} shows {described(shown)}"), "regions": _boxes(rng, [region])}
 
     def multi_choice(self) -> dict:
         """2-4 correct options; tried again in the rare case earlier questions left none true."""

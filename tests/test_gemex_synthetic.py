@@ -129,3 +129,25 @@ def test_release_has_the_real_records_shapes(tmp_path):
     test = [json.loads(line) for line in (root / "test" / "single_choice_question.jsonl").read_text().splitlines()]
     assert max(Counter(r["image_path"] for r in test).values()) <= 5
     assert all(r["type"] != "finding" for r in every)
+
+
+def test_the_build_keeps_the_real_records_shapes(tmp_path):
+    """Built from the per-type files, every record is a row and the new shapes survive: 4 boxes, 4 correct
+    letters, size and negation options, 5 questions of a type on a test image."""
+    import pyarrow.parquet as pq
+
+    from builders.assembly.pipeline import BuildSettings
+    from gemex_dataset.build import build_gemex
+    from gemex_dataset.features import QUESTION_TYPES
+
+    release = generate(tmp_path / "r", num_images=160, seed=2, downscale=32)
+    build_gemex(BuildSettings(source=release.root / "per_type", out=tmp_path / "gemex", image_mode="none",
+                              images=release.image_root))
+    rows = [row for path in sorted((tmp_path / "gemex").glob("data/*/*.parquet")) for row in pq.read_table(path).to_pylist()]
+    assert len(rows) == sum(release.questions.values())
+    assert max(len(r["boxes_224"]) for r in rows) == 4
+    multi = QUESTION_TYPES.index("multi_choice")  # a class label in the built rows
+    assert max(len(r["answer_letters"]) for r in rows if r["question_type"] == multi) == 4
+    assert any(c.endswith(" cm") for r in rows for c in r["choices"]) and any(c.startswith("No ") for r in rows for c in r["choices"])
+    test = Counter((r["image_path"], r["question_type"]) for r in rows if r["split"] == "test")
+    assert max(test.values()) == 5

@@ -17,7 +17,7 @@ from gemex_dataset.synthetic import JsonArrayWriter, generate
 from rexvqa_dataset.synthetic import generate as generate_rexvqa
 
 BEFORE_STREAMING = {  # GEMeX digests re-pinned for issue 25's generator (new distributions and drawn findings)
-    "gemex": "14f760cb6d4e0aa13bb96ab9afaa56bf68582f00efcfc940862825862c3635fe",
+    "gemex": "fad1e73c5d894b10d1ac2b8fce8335ea50181bd3be1d4cd9708ae4d55572a11d",
     "gemex2": "9ba9bb40f3390e2defc7a59fe188540f09d4222baeb672fdc56cdb7517a34502",
     "rexvqa": "1871001842c5de0a586fea4e6d2296e43ad7eba5d71b6ab9e7c1c599af801d44",
     "rexvqa2": "e20d3103517dea32828c26831b13889bcfc8c7c8a0085197ae5625680317cd12",
