@@ -125,4 +125,6 @@ CONTEXTS = ("", " in a patient with cough", " in a patient with dyspnea", " afte
             " in the ICU setting", " after surgery", " in a patient with fever", " in a patient with chest pain",
             " on admission", " before discharge", " in an elderly patient", " after trauma", " on a portable study",
             " in a smoker", " after intubation")
+AGED_SHARE = 0.75  # questions that end with the patient's age (chosen: plausible; 18-95), for variety alone
+AGES = (18, 95)
 DESCRIPTORS = ("", "any ", "focal ", "visible ", "definite ", "residual ", "new ")

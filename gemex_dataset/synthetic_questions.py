@@ -12,6 +12,8 @@ import random
 from dataclasses import dataclass, field
 
 from gemex_dataset.synthetic_distributions import (
+    AGED_SHARE,
+    AGES,
     ASK_AGAIN_SHARE,
     CLOSED_ASK_PRESENT,
     CONTENT_TYPE_SHARES,
@@ -99,7 +101,8 @@ def content_type(rng: random.Random, qtype: str) -> str:
 
 
 def _phrase(rng: random.Random, core: str) -> str:
-    text = rng.choice(LEADS) + core + rng.choice(TAILS) + rng.choice(CONTEXTS) + "?"
+    aged = f" (patient aged {rng.randint(*AGES)})" if rng.random() < AGED_SHARE else ""
+    text = rng.choice(LEADS) + core + rng.choice(TAILS) + rng.choice(CONTEXTS) + aged + "?"
     return text[0].upper() + text[1:]
 
 
