@@ -29,7 +29,7 @@ CLOSED_YES_SHARE = 0.29  # public samples / issue 25: "Yes." in ~29% of closed-e
 CLOSED_ASK_PRESENT = 0.24
 MULTI_CORRECT = {2: 0.6, 3: 0.3, 4: 0.1}  # public samples: 2-4 correct options, mean ~2.5
 SINGLE_FOUR_OPTIONS = 0.96  # public samples: 4 options in ~96% of single-choice questions (else 3)
-NEGATION_OPTION_SHARE = 0.25  # chosen: plausible ("No pleural effusions" in the public samples)
+NEGATION_OPTION_SHARE = 0.15  # chosen: plausible ("No pleural effusions" in the public samples)
 # A question about a finding asks about one the image already shows this often (chosen: plausible; keeps
 # an image at a few findings, as a report has, instead of one per question).
 ASK_AGAIN_SHARE = 0.75

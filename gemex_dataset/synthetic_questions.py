@@ -271,7 +271,7 @@ class QuestionWriter:
                 shown = self.findings.decide(finding, region, want, rng)
                 truths.append((shown is not None) != negated)
                 options.append(f"no {finding} in the {region}" if negated else f"{finding} in the {region}")
-                if truths[-1]:
+                if truths[-1] and not negated:  # an absence is not boxed (public samples: one box for three)
                     grounded.append(region)
             core = rng.choice(("which findings are present", "which statements describe this image",
                                "which of these are true of this radiograph", "select every correct description"))

@@ -17,8 +17,8 @@ from gemex_dataset.synthetic import JsonArrayWriter, generate
 from rexvqa_dataset.synthetic import generate as generate_rexvqa
 
 BEFORE_STREAMING = {  # GEMeX digests re-pinned for issue 25's generator (new distributions and drawn findings)
-    "gemex": "e14b62d234452eed89e70a2242fba3c1156a57c1040c8ae5deeeaeb990e1385e",
-    "gemex2": "cb3913db7e67ddc1ef3b4178cd6e4dbaefb0bae888e5438598f0e47950fc0be0",
+    "gemex": "8e34f646a1acdd8a848984c36344fc7e88bc2dd8965fda891b9ecb5ed855bea6",
+    "gemex2": "97a2c2401714e80ee0b5f66f300e4f93c66935f2592ed971133275bdd9b1ef2a",
     "rexvqa": "1871001842c5de0a586fea4e6d2296e43ad7eba5d71b6ab9e7c1c599af801d44",
     "rexvqa2": "e20d3103517dea32828c26831b13889bcfc8c7c8a0085197ae5625680317cd12",
 }
