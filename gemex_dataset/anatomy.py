@@ -3,7 +3,8 @@
 Region boxes come from Chest ImaGenome and are reused for every question about that
 region. `REGIONS` is the closed list a build counts names against; `region_layout`
 places each region in a chest, as fractions of the image's width and height, for the
-synthetic images (image left = patient's right, as on a PA radiograph).
+synthetic images (image left = patient's right, as on a PA radiograph); the boxes sit where the
+public samples' boxes of that region sit on average (benchmarks/fidelity_gemex.py measures the offset).
 """
 
 from __future__ import annotations
@@ -47,17 +48,18 @@ def region_layout(lung_top: float = 0.12, lung_bottom: float = 0.78, midline: fl
         boxes[f"{name} lower lung zone"] = (x1, lower[0], x2, lower[1])
         boxes[f"{name} mid-to-lower lung zone"] = (x1, mid[0], x2, lower[1])
         boxes[f"{name} mid-to-upper lung zone"] = (x1, upper[0], x2, mid[1])
-        hilum_x = (x2 - 0.11, x2) if name == "right" else (x1, x1 + 0.11)
-        boxes[f"{name} hilar structures"] = (hilum_x[0], mid[0] - 0.04, hilum_x[1], mid[1] - 0.02)
-        boxes[f"{name} hemidiaphragm"] = (x1, lung_bottom - 0.06, x2, lung_bottom + 0.05)
+        hilum_x = (midline - 0.3, midline - 0.06) if name == "right" else (midline, midline + 0.21)
+        boxes[f"{name} hilar structures"] = (hilum_x[0], lung_top + 1.6 * third, hilum_x[1], lung_top + 2.45 * third)
+        shift = 0.1 if name == "right" else -0.1  # Chest ImaGenome's hemidiaphragm boxes lean medially
+        boxes[f"{name} hemidiaphragm"] = (x1 + 0.08 + shift / 2, lung_bottom - 0.13, x2 + shift, lung_bottom - 0.02)
     for zone in ("lung", "upper lung zone", "mid lung zone", "lower lung zone", "hilar structures",
                  "hemidiaphragm", "mid-to-lower lung zone", "mid-to-upper lung zone"):
         boxes[f"bilateral {zone}"] = _union(boxes[f"right {zone}"], boxes[f"left {zone}"])
-    boxes["trachea"] = (midline - 0.035, 0.02, midline + 0.035, lung_top + third * 0.9)
+    boxes["trachea"] = (midline - 0.21, lung_top + 0.06, midline - 0.065, lung_top + 1.55 * third)
     boxes["spine"] = (midline - 0.06, 0.0, midline + 0.06, 1.0)
-    boxes["svc"] = (midline - 0.1, lung_top + third * 0.6, midline - 0.04, lung_top + 1.5 * third)
+    boxes["svc"] = (midline - 0.25, lung_top + 0.11, midline - 0.15, lung_top + 0.24)
     boxes["mediastinum"] = (midline - 0.1, lung_top - 0.02, midline + 0.1, lung_top + 1.8 * third)
-    boxes["cardiac region"] = (midline - 0.12, lung_top + 1.45 * third, midline + 0.22, lung_bottom - 0.01)
+    boxes["cardiac region"] = (midline - 0.19, lung_top + 1.4 * third, midline + 0.31, lung_bottom - 0.03)
     boxes["abdomen"] = (midline - 0.4, lung_bottom + 0.04, midline + 0.4, 1.0)
     assert set(boxes) == set(REGIONS)
     return boxes

@@ -17,6 +17,8 @@ from huggingface_hub import DatasetCard
 
 from builders.assembly.conversations import CHARS_PER_TOKEN, balanced_parts, turn_order
 from builders.assembly.pipeline import BuildSettings
+from builders.assembly.report import BuildReport
+from builders.assembly.shards import sha256
 from builders.hub.validate import card_configs, config_shards, validate
 from gemex_dataset.build import build_gemex
 from rexvqa_dataset.build import build_rexvqa
@@ -170,17 +172,23 @@ def test_validate_catches_a_conversation_config_that_loses_or_changes_a_question
 
     folder = tmp_path / "copy"
     shutil.copytree(builds["gemex"], folder)
-    (folder / "build_report.json").unlink()  # the checksums would catch any edit first
     [path] = folder.glob("data/test/sft_per_image-*.parquet")
+    shard = path.relative_to(folder).as_posix()
+
+    def rewrite(rows: list[dict]) -> None:
+        """Write the shard and vouch for it in the report, so only the conversation check can object."""
+        pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+        BuildReport.add_files(folder / "build_report.json", {shard: sha256(path)}, {})
+
     table = pq.read_table(path)
     rows = table.to_pylist()
     original = [dict(row) for row in rows]
     rows[0]["messages"][-1]["content"][0]["text"] += " changed"
-    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    rewrite(rows)
     assert [(p.rule, "replies differ" in p.detail) for p in validate(folder)] == [("conversations", True)]
     rows = [dict(row) for row in original]
     rows[0]["question_ids"] = [rows[1]["question_ids"][0], *rows[0]["question_ids"][1:]]
-    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    rewrite(rows)
     [problem] = validate(folder)
     assert problem.rule == "conversations" and "1 asked twice, 1 missing" in problem.detail
 

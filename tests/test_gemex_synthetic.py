@@ -1,5 +1,6 @@
 import json
 import re
+from collections import Counter
 
 import numpy as np
 from PIL import Image
@@ -7,6 +8,8 @@ from PIL import Image
 from builders.box_frame import frame224_to_pixels
 from gemex_dataset.anatomy import REGIONS
 from gemex_dataset.synthetic import generate, make_image, split_sizes
+from gemex_dataset.synthetic_drawing import draw_chest
+from gemex_dataset.synthetic_questions import graded
 
 
 def _files(root):
@@ -40,11 +43,19 @@ def test_images_sit_at_mimic_paths_and_include_both_orientations(gemex_release):
     assert all(Image.open(p).mode == "L" for p in paths)
 
 
+def _box(image, region):
+    box, _ = frame224_to_pixels(image.region_boxes[region], image.width, image.height)
+    return [round(v) for v in box]
+
+
 def test_region_boxes_fall_on_the_drawn_anatomy(gemex_release):
-    """Lungs are drawn dark, the heart and abdomen bright: the mapped boxes must show that."""
+    """Lungs are drawn dark, the heart and abdomen bright (before any finding is painted over them): the
+    mapped boxes must show that."""
     for index in range(6):
         image = make_image(7, index, 8)
-        pixels = np.asarray(Image.open(gemex_release.image_root / image.image_path), dtype=np.float32)
+        assert np.array_equal(np.asarray(Image.open(gemex_release.image_root / image.image_path).convert("L")).shape,
+                              (image.height, image.width))
+        pixels = np.asarray(draw_chest(image.layout, image.width, image.height, index), dtype=np.float32)
 
         def mean(region, image=image, pixels=pixels):
             box, _ = frame224_to_pixels(image.region_boxes[region], image.width, image.height)
@@ -62,3 +73,81 @@ def test_scale_follows_the_paper_at_full_size():
     sizes = split_sizes(151_025)
     assert sum(sizes.values()) == 151_025
     assert sizes == {"train": 149_535, "valid": 1_190, "test": 300}
+
+
+def test_each_finding_is_painted_inside_its_region_box():
+    """Drawing an image with and without one of its findings differs inside that finding's region box."""
+    checked = 0
+    for index in range(12):
+        image = make_image(3, index, 16)
+        full = np.asarray(draw_chest(image.layout, image.width, image.height, index, image.shown), dtype=np.float32)
+        for shown in image.shown:
+            rest = [s for s in image.shown if s != shown]
+            without = np.asarray(draw_chest(image.layout, image.width, image.height, index, rest), dtype=np.float32)
+            change = np.abs(full - without)
+            x1, y1, x2, y2 = _box(image, shown.region)
+            pad = max(image.width, image.height) // 20
+            inside = change[max(0, y1 - pad):y2 + pad, max(0, x1 - pad):x2 + pad].sum()
+            if change.sum() > 0:  # a finding wholly under a later one leaves no trace of its own
+                assert inside / change.sum() > 0.9, (shown, inside / change.sum())
+                checked += 1
+    assert checked > 20
+
+
+def test_closed_answers_follow_what_is_drawn(tmp_path):
+    """A closed-ended "Yes." names a finding drawn in the asked region; "No." one that is not there."""
+    for index in range(40):
+        image = make_image(5, index, 16)
+        drawn = {(s.finding, s.region): s for s in image.shown}
+        for q in image.questions["closed_ended"]:
+            region = q["visual_regions"][0]
+            asked = [f for f, r in drawn if r == region and f in q["question"]]
+            if q["type"] != "severity":
+                assert bool(asked) == (q["answer"] == "Yes."), q
+        for q in image.questions["single_choice"]:
+            if q["type"] == "severity":
+                (shown,) = [s for (f, r), s in drawn.items() if f in q["question"] and r == q["visual_regions"][0]]
+                assert graded(shown.finding)
+                assert q["choices"][ord(q["answer"]) - 65].endswith(shown.severity.capitalize())
+
+
+def test_release_has_the_real_records_shapes(tmp_path):
+    """The shapes the real records have: healthy images, 4 boxes, 4 correct options, 5 of a type on a test
+    image, negation and size options."""
+    release = generate(tmp_path / "r", num_images=160, seed=2, downscale=32, layouts=("per_type",))
+    root = release.root / "per_type"
+    records = {t: [json.loads(line) for split in ("train", "valid", "test")
+                   for line in (root / split / f"{t}_question.jsonl").read_text().splitlines()]
+               for t in ("open_ended", "closed_ended", "single_choice", "multi_choice")}
+    every = [r for rs in records.values() for r in rs]
+    assert max(len(r["visual_locations"]) for r in every) == 4
+    assert max(len(r["answer"]) for r in records["multi_choice"]) == 4
+    assert min(len(r["answer"]) for r in records["multi_choice"]) == 2
+    options = [c for t in ("single_choice", "multi_choice") for r in records[t] for c in r["choices"]]
+    assert any(": No " in c for c in options) and any(c.endswith(" cm") for c in options)
+    assert any("No acute cardiopulmonary process." in r["ori_report"] for r in every)
+    test = [json.loads(line) for line in (root / "test" / "single_choice_question.jsonl").read_text().splitlines()]
+    assert max(Counter(r["image_path"] for r in test).values()) <= 5
+    assert all(r["type"] != "finding" for r in every)
+
+
+def test_the_build_keeps_the_real_records_shapes(tmp_path):
+    """Built from the per-type files, every record is a row and the new shapes survive: 4 boxes, 4 correct
+    letters, size and negation options, 5 questions of a type on a test image."""
+    import pyarrow.parquet as pq
+
+    from builders.assembly.pipeline import BuildSettings
+    from gemex_dataset.build import build_gemex
+    from gemex_dataset.features import QUESTION_TYPES
+
+    release = generate(tmp_path / "r", num_images=160, seed=2, downscale=32)
+    build_gemex(BuildSettings(source=release.root / "per_type", out=tmp_path / "gemex", image_mode="none",
+                              images=release.image_root))
+    rows = [row for path in sorted((tmp_path / "gemex").glob("data/*/*.parquet")) for row in pq.read_table(path).to_pylist()]
+    assert len(rows) == sum(release.questions.values())
+    assert max(len(r["boxes_224"]) for r in rows) == 4
+    multi = QUESTION_TYPES.index("multi_choice")  # a class label in the built rows
+    assert max(len(r["answer_letters"]) for r in rows if r["question_type"] == multi) == 4
+    assert any(c.endswith(" cm") for r in rows for c in r["choices"]) and any(c.startswith("No ") for r in rows for c in r["choices"])
+    test = Counter((r["image_path"], r["question_type"]) for r in rows if r["split"] == "test")
+    assert max(test.values()) == 5

@@ -389,13 +389,17 @@ def test_only_what_the_build_listed_is_uploaded(root, hub, tmp_path):
     assert {path for commit in hub.commits for path in commit["files"]} == {path for path, _ in plan.files}
 
 
+def _as_list(path: str | list[str]) -> list[str]:
+    return [path] if isinstance(path, str) else list(path)
+
+
 def test_a_card_reading_another_builds_shards_is_refused(root, tmp_path):
     """A synthetic build's card pointed at a real build's shards beside it never goes public."""
     copy_build("real-none", root, tmp_path / "real")
     folder = copy_build("synthetic-none", root, tmp_path / "gemex")
     card = DatasetCard.load(folder / "README.md")
     for config in card.data["configs"]:
-        config["data_files"] = [{"split": e["split"], "path": "../real/" + e["path"]} for e in config["data_files"]]
+        config["data_files"] = [{"split": e["split"], "path": [f"../real/{p}" for p in _as_list(e["path"])]} for e in config["data_files"]]
     card.save(folder / "README.md")
     with pytest.raises(ValueError, match="points outside data/"):
         plan_publish(folder, "org/demo", "public", confirm_public=True)

@@ -1,0 +1,114 @@
+"""The synthetic chest picture: anatomy filling its regions' boxes, and each shown finding painted
+into the box of the region it is in, so the image, not the text, carries the answer."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+from PIL import Image, ImageDraw, ImageFilter
+
+from gemex_dataset.synthetic_distributions import CHEST_WIDTH_CM, FINDING_BY_NAME, SEVERITY_EXTENT
+from gemex_dataset.synthetic_questions import Shown
+
+Layout = dict[str, tuple[float, float, float, float]]
+
+
+class ChestPainter:
+    """Draws on one image in pixel coordinates of its regions' boxes."""
+
+    def __init__(self, layout: Layout, width: int, height: int):
+        self.layout, self.width, self.height = layout, width, height
+        self.image = Image.new("L", (width, height), 25)
+        self.draw = ImageDraw.Draw(self.image)
+
+    def box(self, name: str) -> tuple[float, float, float, float]:
+        x1, y1, x2, y2 = self.layout[name]
+        return x1 * self.width, y1 * self.height, x2 * self.width, y2 * self.height
+
+    def anatomy(self, heart_scale: float) -> None:
+        draw, width, height = self.draw, self.width, self.height
+        bl = self.box("bilateral lung")
+        draw.ellipse((bl[0] - 0.06 * width, bl[1] - 0.1 * height, bl[2] + 0.06 * width, height * 1.3), fill=105)
+        draw.rectangle(self.box("abdomen"), fill=150)
+        for side in ("right", "left"):
+            draw.ellipse(self.box(f"{side} lung"), fill=45)
+            x1, y1, x2, y2 = self.box(f"{side} hemidiaphragm")
+            draw.chord((x1, y1 + (y2 - y1) * 0.5, x2, y2 + (y2 - y1) * 2), 180, 360, fill=160)
+            draw.rectangle((x1, y2, x2, y2 + (y2 - y1)), fill=155)
+        step = (bl[3] - bl[1]) / 9
+        for k in range(9):
+            y = bl[1] + k * step
+            for x1, x2 in ((bl[0], (bl[0] + bl[2]) / 2), ((bl[0] + bl[2]) / 2, bl[2])):
+                draw.arc((x1, y, x2, y + step * 2.2), 200, 340, fill=85, width=max(1, width // 120))
+        draw.rectangle(self.box("spine"), fill=135)
+        draw.rectangle(self.box("mediastinum"), fill=150)
+        draw.ellipse(self.box("svc"), fill=165)
+        draw.rectangle(self.box("trachea"), fill=50)
+        x1, y1, x2, y2 = self.box("cardiac region")
+        cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 2 * heart_scale, (y2 - y1) / 2
+        draw.ellipse((cx - hw, cy - hh, cx + hw, cy + hh), fill=190)
+        for side in ("right", "left"):
+            draw.ellipse(self.box(f"{side} hilar structures"), fill=120)
+
+    def finding(self, shown: Shown, seed: int) -> None:
+        """Paint one finding inside its region's box; its extent follows the severity, a nodule's diameter its size."""
+        kind = FINDING_BY_NAME[shown.finding].kind
+        if shown.region.startswith("bilateral ") and kind not in ("nodule", "clips", "line"):
+            for side in ("right", "left"):  # on each lung, not across the mediastinum
+                self.finding(Shown(shown.finding, shown.region.replace("bilateral", side), shown.severity, shown.size_cm), seed)
+            return
+        rng = random.Random(f"{seed}/{shown.finding}/{shown.region}")  # a finding's place does not depend on the others
+        x1, y1, x2, y2 = self.box(shown.region)
+        w, h = x2 - x1, y2 - y1
+        extent = SEVERITY_EXTENT[shown.severity]
+        cx, cy = x1 + w * rng.uniform(0.35, 0.65), y1 + h * rng.uniform(0.35, 0.65)
+        line = max(2, self.width // 90)
+        draw = self.draw
+        if kind == "opacity":
+            draw.ellipse((cx - w * extent / 2, cy - h * extent / 2, cx + w * extent / 2, cy + h * extent / 2), fill=140)
+        elif kind == "nodule":  # its diameter is its size, kept inside the box
+            r = min(shown.size_cm / CHEST_WIDTH_CM * self.width / 2, w / 2, h / 2)
+            cx, cy = rng.uniform(x1 + r, x2 - r), rng.uniform(y1 + r, y2 - r)
+            draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=235 if "calcified" in shown.finding else 185)
+        elif kind == "effusion":
+            top = y2 - h * extent
+            draw.rectangle((x1, top + h * 0.1, x2, y2), fill=175)
+            draw.chord((x1, top, x2, top + h * 0.2), 0, 180, fill=175)  # the meniscus
+        elif kind == "pneumothorax":
+            draw.rectangle((x1, y1, x2, y1 + h * extent), fill=8)
+            draw.line((x1, y1 + h * extent, x2, y1 + h * extent), fill=220, width=line)
+        elif kind == "line":
+            draw.line((cx - w * 0.1, y1, cx + w * 0.1, y1 + h * max(extent, 0.6)), fill=250, width=line)
+        elif kind == "hilum":
+            draw.ellipse((x1, y1, x2, y2), fill=200)
+        elif kind == "dome":
+            draw.chord((x1, y2 - h * extent, x2, y2 + h * extent), 180, 360, fill=200)
+        elif kind == "spots":
+            for k in range(3 + round(extent * 5)):
+                y = y1 + h * (k + 0.5) / 8
+                draw.ellipse((x1, y - line, x2, y + line), fill=240)
+        elif kind == "widening":
+            inset = w * (1 - extent) / 4  # a wider, denser mediastinal shadow than the normal one
+            draw.rectangle((x1 + inset, y1, x2 - inset, y2), fill=200)
+        elif kind == "clips":
+            for _ in range(2 + round(extent * 3)):
+                px, py = x1 + w * rng.uniform(0.2, 0.8), y1 + h * rng.uniform(0.2, 0.8)
+                draw.line((px - 3 * line, py - 3 * line, px, py, px + 3 * line, py - 3 * line), fill=250, width=line)
+
+    def picture(self, seed: int) -> Image.Image:
+        img = self.image.filter(ImageFilter.GaussianBlur(radius=max(1.0, self.width / 250)))
+        noise = np.random.default_rng(seed).normal(0, 6, (self.height, self.width))
+        return Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) + noise, 0, 255).astype(np.uint8))
+
+
+def draw_chest(layout: Layout, width: int, height: int, seed: int, shown: list[Shown] = ()) -> Image.Image:
+    """A grayscale radiograph-like picture whose structures fill their regions' boxes, with `shown` painted in."""
+    painter = ChestPainter(layout, width, height)
+    heart = next((s for s in shown if FINDING_BY_NAME[s.finding].kind == "heart"), None)
+    # the heart fills 0.72 of its box's width when normal, 0.85-0.99 when enlarged
+    painter.anatomy(0.85 + 0.15 * SEVERITY_EXTENT[heart.severity] if heart else 0.72)
+    for s in sorted(shown, key=lambda s: FINDING_BY_NAME[s.finding].kind == "line"):  # lines on top
+        if FINDING_BY_NAME[s.finding].kind != "heart":
+            painter.finding(s, seed)
+    return painter.picture(seed)
