@@ -123,7 +123,7 @@ TAILS = ("", " on this image", " in this CXR", " on the frontal view", " on this
          " on today's film", " on this exam")
 CONTEXTS = ("", " in a patient with cough", " in a patient with dyspnea", " after line placement", " on follow-up",
             " in the ICU setting", " after surgery", " in a patient with fever", " in a patient with chest pain",
-            " on admission", " before discharge", " in an elderly patient", " after trauma", " on a portable study",
+            " on admission", " before discharge", " in a patient with hypoxia", " after trauma", " on a portable study",
             " in a smoker", " after intubation")
 AGED_SHARE = 0.75  # questions that end with the patient's age (chosen: plausible; 18-95), for variety alone
 AGES = (18, 95)

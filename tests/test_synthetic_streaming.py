@@ -21,8 +21,8 @@ from rexvqa_dataset.synthetic import generate as generate_rexvqa
 from rexvqa_dataset.synthetic import make_study, split_sizes
 
 BEFORE_STREAMING = {  # GEMeX digests re-pinned for issue 25's generator (new distributions and drawn findings)
-    "gemex": "8e34f646a1acdd8a848984c36344fc7e88bc2dd8965fda891b9ecb5ed855bea6",
-    "gemex2": "97a2c2401714e80ee0b5f66f300e4f93c66935f2592ed971133275bdd9b1ef2a",
+    "gemex": "e43ee7a15bdfaa98d46f7c7dd2b1c2580236d0967730888450053a683e7106fe",
+    "gemex2": "e3f994bd7f3070f4d44e55fc87d6ec53be0badf2226abbdd54b041780b6b95a0",
 }
 
 

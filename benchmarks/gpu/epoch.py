@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from train_throughput import MFU_TARGET
 
-from gemex_dataset.synthetic import PAPER_IMAGES, PAPER_QUESTIONS
+from gemex_dataset.synthetic_distributions import PAPER_IMAGES, PAPER_QUESTIONS
 from rexvqa_dataset.synthetic import PUBLIC_QUESTIONS, PUBLIC_STUDIES, SPLIT_SHARES
 
 GEMEX_TRAIN_SHARE = PAPER_IMAGES["train"] / sum(PAPER_IMAGES.values())
