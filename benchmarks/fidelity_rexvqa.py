@@ -26,7 +26,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
 
-from fidelity_figures import Figure  # noqa: E402
+from fidelity_figures import Figure, markdown_table  # noqa: E402
 
 from builders.json_stream import Damage, RecordStream, open_text  # noqa: E402
 from rexvqa_dataset.features import TASKS  # noqa: E402
@@ -288,18 +288,6 @@ def image_probe(release: Path) -> list[Figure]:
                    "ridge on 24x32 pixels of the first image; chance +10 or more", None, chance + 10, 100.0)]
 
 
-def table(rows: list[Figure]) -> str:
-    def cell(value: float | None) -> str:
-        return "-" if value is None else f"{value:.4g}"
-
-    header = f"| {'figure':<52} | synthetic | paper | public | range | ok | source |"
-    lines = [header, "|" + "|".join("-" * (len(c)) for c in header.split("|")[1:-1]) + "|"]
-    for r in rows:
-        lines.append(f"| {r.figure:<52} | {cell(r.synthetic):>9} | {cell(r.paper):>5} | {cell(r.public):>6} | "
-                     f"{cell(r.low)}-{cell(r.high)} | {'yes' if r.within else 'NO'} | {r.paper_source} |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--release", type=Path, help="an existing raw release (default: make one)")
@@ -319,7 +307,7 @@ def main(argv: list[str] | None = None) -> int:
         rows = figures(release) + text_only_baseline(release)
         if (Path(release) / "deid_png").is_dir():
             rows += image_probe(release)
-    print(table(rows))
+    print(markdown_table(rows))
     return 0 if all(r.within for r in rows) else 1
 
 
