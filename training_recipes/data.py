@@ -170,32 +170,33 @@ def image_tokens(size: tuple[int, int], settings: ConversationSettings) -> int:
     return width * height // settings.resize_kwargs.get("factor", 28) ** 2
 
 
-MESSAGE_OVERHEAD_TOKENS = 5
-"""What the Qwen chat templates add around a message's text (`<|im_start|>role\\n ... <|im_end|>\\n`)."""
-IMAGE_OVERHEAD_TOKENS = 2
-"""`<|vision_start|>` and `<|vision_end|>` around each image's tokens."""
-
-
-def sequence_lengths(dataset: Dataset, settings: ConversationSettings, tokenizer, with_answer: bool = True,
-                     batch_size: int = 1000) -> list[int]:
-    """Each row's sequence length in tokens, counted without decoding an image: the messages' text
-    through `tokenizer`, a few tokens a message for the chat template, and each image's tokens from
-    its stored size at the pixel budget. For batching rows of like length (`LengthGroupedSampler`,
-    sorted generation): random batches of ReXVQA rows (1-4 images a study) are about a third padding."""
+def sequence_lengths(dataset: Dataset, settings: ConversationSettings, processor, with_answer: bool = True,
+                     num_proc: int | None = None) -> list[int]:
+    """Each row's sequence length in tokens, counted without decoding an image: the conversation
+    rendered by the processor's chat template and tokenized, each image's one placeholder counted as
+    the tokens of its stored size at the pixel budget (`with_answer=False`: the prompt with the
+    generation prompt). For batches of rows of like length (`LengthGroupedSampler`, sorted
+    generation): random batches of ReXVQA rows, 1-4 images a study, are about a third padding.
+    A `datasets` map, so the count is cached beside the split and `num_proc` spreads it."""
     kind = dataset_kind(dataset.column_names, dataset.features)
     image_column = "image" if kind == "gemex" else "images"
     text_only = dataset.remove_columns([c for c in (image_column,) if c in dataset.column_names])
-    lengths: list[int] = []
-    for start in range(0, len(text_only), batch_size):
-        rows = rows_of(text_only[start : start + batch_size])
+
+    def count(batch: dict[str, list]) -> dict[str, list[int]]:
+        rows = rows_of(batch)
         conversations = [to_messages(row, kind, settings, with_answer) for row in rows]
-        texts = ["\n".join(part.get("text") or "" for message in messages for part in message["content"])
-                 for messages in conversations]
-        counted = tokenizer(texts, add_special_tokens=False)["input_ids"]
-        for row, messages, ids in zip(rows, conversations, counted):
-            images = sum(image_tokens(size, settings) + IMAGE_OVERHEAD_TOKENS for size in image_sizes(row, kind))
-            lengths.append(len(ids) + images + MESSAGE_OVERHEAD_TOKENS * len(messages))
-    return lengths
+        texts = processor.apply_chat_template(conversations, tokenize=False, add_generation_prompt=not with_answer)
+        counted = processor.tokenizer(texts, add_special_tokens=False)["input_ids"]
+        lengths = []
+        for row, ids in zip(rows, counted):
+            sizes = image_sizes(row, kind)
+            images = sum(image_tokens(size, settings) for size in sizes)
+            lengths.append(len(ids) + (images - len(sizes) if images else 0))
+        return {"length": lengths}
+
+    counted = text_only.map(count, batched=True, batch_size=1000, remove_columns=text_only.column_names,
+                            num_proc=num_proc, desc="Counting tokens")
+    return list(counted["length"])
 
 
 def rows_of(batch: dict[str, list]) -> list[dict]:

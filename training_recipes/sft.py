@@ -7,6 +7,10 @@ needs `--max_steps`. `--streaming` reads the rows as they train (`load_dataset(s
 a non-streaming load writes an Arrow cache with one copy of an image per question (about 11x the
 images for GEMeX), a stream writes nothing; it also needs `--max_steps`. `--layout per_image` trains on one conversation
 per image instead (GEMeX `sft_per_image`, ReXVQA `sft_per_study`): each image is sent, and cached, once.
+Batches hold rows of like length (`--train_sampling_strategy group_by_length`, the recipe's default;
+`random` for the Trainer's own): random batches of ReXVQA rows, 1-4 images a study, are about a third
+padding, grouped ones a twentieth (`benchmarks/token_bill.py`). `--use_liger_kernel` (Liger's Triton
+kernels; `pip install liger-kernel`, GPU only) and `--torch_compile` are the Trainer's own flags.
 
     accelerate launch --config_file training_recipes/accelerate/single_gpu.yaml \\
         training_recipes/sft.py \\
@@ -25,11 +29,12 @@ from dataclasses import dataclass, field
 import torch
 from datasets import Dataset, IterableDataset, load_dataset
 from transformers import AutoModelForImageTextToText, AutoProcessor
+from transformers.trainer_pt_utils import LengthGroupedSampler
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from builders.pixel_budget import HELP as PIXEL_HELP
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
-from training_recipes.data import conversational, layout_config, mix, settings_for
+from training_recipes.data import conversational, layout_config, mix, sequence_lengths, settings_for
 
 
 @dataclass
@@ -95,6 +100,36 @@ def training_data(data_args: DataArguments, settings, split: str, seed: int, max
     return mix(weighted, settings, seed=seed)
 
 
+class LengthGroupedSFTTrainer(SFTTrainer):
+    """SFTTrainer whose `group_by_length` sampling takes each row's length from `sequence_lengths`
+    (text and stored image sizes). The Trainer's own route reads a length column through the split's
+    lazy transform, which would decode every image of the split first."""
+
+    def __init__(self, *args, lengths: dict[str, list[int]] | None = None, **kwargs):
+        self.lengths = lengths or {}
+        super().__init__(*args, **kwargs)
+
+    def grouped_sampler(self, split: str, batch_size: int) -> LengthGroupedSampler | None:
+        if self.args.train_sampling_strategy != "group_by_length" or split not in self.lengths:
+            return None
+        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
+        return LengthGroupedSampler(batch_size, lengths=self.lengths[split], generator=torch.Generator().manual_seed(seed))
+
+    def _get_train_sampler(self, train_dataset=None):
+        batch_size = self.args.train_batch_size * self.args.gradient_accumulation_steps
+        return self.grouped_sampler("train", batch_size) or super()._get_train_sampler(train_dataset)
+
+    def _get_eval_sampler(self, eval_dataset):
+        return self.grouped_sampler("eval", self.args.eval_batch_size) or super()._get_eval_sampler(eval_dataset)
+
+
+def split_lengths(dataset, settings, processor, num_proc: int | None) -> list[int] | None:
+    """Token counts of a map-style split's rows; None for a stream (read in its own order)."""
+    if not isinstance(dataset, Dataset):
+        return None
+    return sequence_lengths(dataset.with_format(None), settings, processor, num_proc=num_proc)
+
+
 def recipe_defaults(training_args: SFTConfig) -> SFTConfig:
     """Settings the recipe relies on, whatever the command line says."""
     training_args.assistant_only_loss = True  # loss on the reply only, via {% generation %} markers
@@ -127,7 +162,14 @@ def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelC
     eval_dataset = None
     if data_args.eval_split:
         eval_dataset = training_data(data_args, settings, data_args.eval_split, training_args.seed)
-    trainer = SFTTrainer(
+    lengths = {}
+    if training_args.train_sampling_strategy == "group_by_length":
+        for split, dataset in (("train", train_dataset), ("eval", eval_dataset)):
+            counted = split_lengths(dataset, settings, processor, training_args.dataset_num_proc)
+            if counted is not None:
+                lengths[split] = counted
+    trainer = LengthGroupedSFTTrainer(
+        lengths=lengths,
         model=model,
         args=training_args,
         train_dataset=train_dataset,
@@ -152,6 +194,7 @@ def make_parser() -> TrlParser:
         lora_target_modules=["all-linear"],
         dtype="bfloat16",
         report_to="none",
+        train_sampling_strategy="group_by_length",  # rows of like length a batch (LengthGroupedSFTTrainer)
     )
     return parser
 

@@ -1,0 +1,120 @@
+"""Batches of rows of like length: each row's token count, taken from its text and stored image
+sizes without decoding an image, agrees with TRL's collator; the SFT recipe groups batches by it
+by default and they carry less padding than random batches; the throughput benchmark's speed-up
+flags (grouping, regional compilation, Liger) run, or fail clearly, on CPU."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("trl")
+pytest.importorskip("peft")
+
+import tiny_models  # noqa: E402
+from datasets import load_dataset  # noqa: E402
+from test_recipes import sft_config, training_collator  # noqa: E402
+from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
+from trl import ModelConfig  # noqa: E402
+
+from builders.assembly.pipeline import BuildSettings  # noqa: E402
+from gemex_dataset.build import build_gemex  # noqa: E402
+from rexvqa_dataset.build import build_rexvqa  # noqa: E402
+from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
+from training_recipes import data, sft  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+CONVERSATION_TOKENS = 300
+"""Conversation rows short enough for the tiny models' 2,048 positions."""
+REXVQA_SIZE = 336
+"""144 tokens an image at the pixel budget: a study's 1-4 images, not its text, set its length, as at full size."""
+
+
+@pytest.fixture(scope="module")
+def built(gemex_release, tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("grouping")
+    build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=root / "gemex", images=gemex_release.image_root,
+                              image_mode="embed", image_size=112, conversation_tokens=CONVERSATION_TOKENS))
+    release = generate_rexvqa(root / "release", num_studies=16, seed=5)
+    build_rexvqa(BuildSettings(source=release.root, out=root / "rexvqa", image_mode="embed", image_size=REXVQA_SIZE,
+                               conversation_tokens=CONVERSATION_TOKENS))
+    return {"gemex": root / "gemex", "rexvqa": root / "rexvqa"}
+
+
+def padding_share(batches) -> float:
+    masks = [batch["attention_mask"] for batch in batches]
+    return 1 - sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
+
+
+@pytest.mark.parametrize("dataset,config", [("gemex", "sft"), ("gemex", "sft_per_image"), ("rexvqa", "sft"),
+                                            ("rexvqa", "sft_per_study")])
+def test_token_counts_without_decoding_agree_with_the_collator(built, dataset, config):
+    vlm = tiny_models.tiny_qwen2_5_vl()
+    settings = data.settings_for("qwen2_5_vl", vlm.processor)
+    split = load_dataset(str(built[dataset]), config, split="train")
+    split = split.select(range(min(10, len(split))))
+    counted = data.sequence_lengths(split, settings, vlm.processor)
+    collator, examples = training_collator(vlm.processor), data.conversational(split, settings)
+    collated = [int(collator([examples[i]])["attention_mask"].sum()) for i in range(len(split))]
+    ratios = [c / r for c, r in zip(counted, collated)]
+    assert ratios == [1.0] * len(split)
+
+
+def test_the_recipe_groups_batches_by_length_by_default(tmp_path):
+    _, training_args, _ = sft.make_parser().parse_args_and_config(
+        args=["--model_name_or_path", "unused", "--output_dir", str(tmp_path), "--rexvqa_path", "unused", "--use_cpu", "--bf16", "false"])
+    assert training_args.train_sampling_strategy == "group_by_length"
+
+
+def trained(built: Path, tmp_path: Path, strategy: str):
+    vlm = tiny_models.tiny_qwen2_5_vl()
+    args = sft_config(tmp_path / strategy, max_steps=1, per_device_train_batch_size=4, train_sampling_strategy=strategy)
+    return sft.train(sft.DataArguments(rexvqa_path=str(built)), args, ModelConfig(), model=vlm.model, processor=vlm.processor)
+
+
+def test_grouped_batches_carry_less_padding_than_random_ones(built, tmp_path):
+    grouped = trained(built["rexvqa"], tmp_path, "group_by_length")
+    sampler = grouped._get_train_sampler()
+    assert isinstance(sampler, LengthGroupedSampler)
+    split = load_dataset(str(built["rexvqa"]), split="train")
+    assert sampler.lengths == data.sequence_lengths(split, data.settings_for("qwen2_5_vl", grouped.processing_class),
+                                                    grouped.processing_class)
+    assert max(sampler.lengths) > 1.5 * min(sampler.lengths)  # studies of 1-4 images, as in the release
+    random = trained(built["rexvqa"], tmp_path, "random")
+    assert not isinstance(random._get_train_sampler(), LengthGroupedSampler)
+    grouped_padding = padding_share(grouped.get_train_dataloader())
+    random_padding = padding_share(random.get_train_dataloader())
+    assert grouped_padding < 0.75 * random_padding, (grouped_padding, random_padding)
+
+
+def test_a_mixture_streams_in_its_own_order(built, tmp_path):
+    vlm = tiny_models.tiny_qwen2_5_vl()
+    data_args = sft.DataArguments(gemex_path=str(built["gemex"]), rexvqa_path=str(built["rexvqa"]))
+    args = sft_config(tmp_path, max_steps=2, per_device_train_batch_size=2, train_sampling_strategy="group_by_length")
+    trainer = sft.train(data_args, args, ModelConfig(), model=vlm.model, processor=vlm.processor)
+    assert trainer.lengths == {} and trainer.state.global_step == 2
+
+
+def throughput(args: list[str], tmp_path: Path) -> dict:
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import train_throughput
+
+    return train_throughput.main(["--tiny", "--steps", "2", "--warmup_steps", "1", "--batch_size", "2", "--rows", "8",
+                                  "--workdir", str(tmp_path), *args])
+
+
+def test_throughput_benchmark_groups_and_compiles_on_cpu(tmp_path):
+    result = throughput(["--group_by_length", "--compile", "--compile_backend", "aot_eager"], tmp_path)
+    assert result["speedups"] == ["group_by_length", "compile"]
+    assert result["compiled_blocks"] > 0 and result["compiled_graphs"] > 0  # the decoder layers and vision blocks
+    assert 0 <= result["padding_share"] < 1 and result["samples_per_s"] > 0
+
+
+@pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is not None, reason="liger-kernel is installed")
+def test_liger_without_liger_kernel_says_what_to_install(tmp_path):
+    with pytest.raises(SystemExit, match="pip install liger-kernel"):
+        throughput(["--liger"], tmp_path)
