@@ -10,6 +10,14 @@ the GPU's dense bf16 peak, peak GPU memory and the share of step time spent wait
 batch. Targets on one H100: MFU >= 40% for full fine-tuning, data wait < 2%; `--profile DIR` writes
 a torch profiler trace of a few more steps where one is missed (`--profile_when always`: in any case).
 
+Speed-ups, each off by default so a row says what it measured: `--group_by_length` (batches of
+rows of like length: transformers' `LengthGroupedSampler` over `training_recipes.data.sequence_lengths`;
+the share of padded positions is reported either way), `--liger` (Liger's Triton kernels for
+Qwen2.5-VL: RMSNorm, SwiGLU, RoPE and the fused linear cross-entropy that never holds the
+151k-vocabulary logits; needs `liger-kernel` and a GPU) and `--compile` (regional compilation:
+`torch.compile` on each decoder layer and vision block, so one compiled graph serves the identical
+layers and compile time is that of one layer).
+
     python benchmarks/train_throughput.py --model qwen2.5-vl-3b --batch_size 8 --steps 30
     python benchmarks/train_throughput.py --dataset ./gemex --dataset_config sft --lora   # a given build
     python benchmarks/train_throughput.py --tiny --steps 3      # CPU smoke test
@@ -43,11 +51,12 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 import tiny_models  # noqa: E402  (offline tokenizer and the image-only Qwen2.5-VL processor)
 from datasets import load_dataset  # noqa: E402
+from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 from trl.chat_template_utils import get_training_chat_template  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
 
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget  # noqa: E402
-from training_recipes.data import conversational, settings_for  # noqa: E402
+from training_recipes.data import conversational, sequence_lengths, settings_for  # noqa: E402
 
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H20": 148.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 """Dense bf16 tensor-core peaks (SXM parts; an H100 PCIe is 756)."""
@@ -104,6 +113,34 @@ def add_lora(model, r: int, alpha: int):
     from peft import LoraConfig, get_peft_model
 
     return get_peft_model(model, LoraConfig(r=r, lora_alpha=alpha, target_modules="all-linear", task_type="CAUSAL_LM"))
+
+
+def apply_liger(model) -> None:
+    """Liger's kernels on this Qwen2.5-VL instance (its RMSNorm, SwiGLU, RoPE, fused linear cross-entropy)."""
+    try:
+        from liger_kernel.transformers import apply_liger_kernel_to_qwen2_5_vl
+    except ImportError as err:
+        raise SystemExit(f"--liger needs liger-kernel, which runs Triton kernels on a GPU (pip install liger-kernel): {err}") from None
+    apply_liger_kernel_to_qwen2_5_vl(model=model)
+
+
+def compile_blocks(model, backend: str = "inductor") -> int:
+    """Regional compilation: `torch.compile` in place each block the model repeats (the classes it
+    declares in `_no_split_modules`: Qwen2.5-VL's decoder layers and vision blocks), shapes dynamic
+    since sequence lengths vary batch to batch. Compiled lazily, at the first step; returns how many."""
+    block_classes = set(getattr(model, "_no_split_modules", None) or [])
+    blocks = [module for module in model.modules() if type(module).__name__ in block_classes]
+    for block in blocks:
+        block.compile(backend=backend, dynamic=True)
+    return len(blocks)
+
+
+def compile_counts() -> dict[str, int]:
+    """Graphs compiled and graph breaks so far: many graphs mean recompiles, breaks mean eager gaps."""
+    from torch._dynamo.utils import counters
+
+    return {"compiled_graphs": int(counters["stats"]["unique_graphs"]),
+            "graph_breaks": int(sum(counters["graph_break"].values()))}
 
 
 def build_synthetic_gemex(workdir: Path, rows: int, image_size: int) -> Path:
@@ -175,6 +212,11 @@ def parse_args(argv):
     parser.add_argument("--num_workers", type=int, default=8, help="DataLoader workers decoding and collating.")
     parser.add_argument("--gradient_checkpointing", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--attn_implementation", default="sdpa")
+    parser.add_argument("--group_by_length", action="store_true",
+                        help="Batch rows of like length (LengthGroupedSampler over token counts from text and stored image sizes).")
+    parser.add_argument("--liger", action="store_true", help="Liger's Triton kernels (liger-kernel; GPU only).")
+    parser.add_argument("--compile", action="store_true", help="torch.compile each decoder layer and vision block.")
+    parser.add_argument("--compile_backend", default="inductor", help="torch.compile's backend (aot_eager for a CPU smoke test).")
     parser.add_argument("--peak_tflops", type=float, default=None, help="Override the GPU's dense bf16 peak.")
     parser.add_argument("--profile", default=None, metavar="DIR",
                         help=f"Where MFU < {MFU_TARGET:.0%} (full fine-tuning) or data wait >= {DATA_WAIT_TARGET:.0%}: "
@@ -230,6 +272,9 @@ def main(argv: list[str] | None = None) -> dict:
         args.min_pixels, device,
     )
     n_language, n_vision, n_embed = count_parameters(model)
+    if args.liger:
+        apply_liger(model)
+    compiled_blocks = compile_blocks(model, args.compile_backend) if args.compile else 0
     if args.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         if args.lora:
@@ -239,12 +284,17 @@ def main(argv: list[str] | None = None) -> dict:
     model.train()
 
     settings = settings_for("qwen2_5_vl", processor, pixel_budget=PixelBudget(args.min_pixels, args.max_pixels))
-    dataset = conversational(training_split(args), settings)
+    split = training_split(args)
+    dataset = conversational(split, settings)
+    sampler = None
+    if args.group_by_length:
+        lengths = sequence_lengths(split, settings, processor)
+        sampler = LengthGroupedSampler(args.batch_size, lengths=lengths, generator=torch.Generator().manual_seed(0))
     collator = DataCollatorForVisionLanguageModeling(
         processor, assistant_only_loss=True, chat_template=get_training_chat_template(processor)
     )
     loader = DataLoader(
-        dataset, batch_size=args.batch_size, shuffle=True, collate_fn=collator, num_workers=args.num_workers,
+        dataset, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler, collate_fn=collator, num_workers=args.num_workers,
         pin_memory=device.type == "cuda", persistent_workers=args.num_workers > 0, drop_last=len(dataset) >= args.batch_size,
         prefetch_factor=4 if args.num_workers > 0 else None,
     )
@@ -258,7 +308,7 @@ def main(argv: list[str] | None = None) -> dict:
             yield from loader
 
     stream = batches()
-    totals = {"wait": 0.0, "compute": 0.0, "flops": 0.0, "samples": 0, "tokens": 0}
+    totals = {"wait": 0.0, "compute": 0.0, "flops": 0.0, "samples": 0, "tokens": 0, "positions": 0}
 
     def step() -> None:
         started = time.perf_counter()
@@ -278,13 +328,14 @@ def main(argv: list[str] | None = None) -> dict:
         totals["flops"] += step_flops(batch, n_language, n_vision, text_config, weight_factor)
         totals["samples"] += int(batch["input_ids"].shape[0])
         totals["tokens"] += int(batch["attention_mask"].sum())
+        totals["positions"] += batch["attention_mask"].numel()
 
     for _ in range(args.warmup_steps):
         step()
     if device.type == "cuda":
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
-    totals.update(wait=0.0, compute=0.0, flops=0.0, samples=0, tokens=0)
+    totals.update(wait=0.0, compute=0.0, flops=0.0, samples=0, tokens=0, positions=0)
     for _ in range(args.steps):
         step()
 
@@ -307,6 +358,10 @@ def main(argv: list[str] | None = None) -> dict:
         "max_pixels": args.max_pixels,
         "gradient_checkpointing": args.gradient_checkpointing,
         "attn_implementation": args.attn_implementation,
+        "speedups": [name for name, on in (("group_by_length", args.group_by_length), ("liger", args.liger),
+                                           ("compile", args.compile)) if on],
+        "compiled_blocks": compiled_blocks,
+        **(compile_counts() if args.compile else {}),
         "steps": args.steps,
         "samples_per_s": samples / elapsed,
         "tokens_per_s": totals["tokens"] / elapsed,
@@ -316,6 +371,7 @@ def main(argv: list[str] | None = None) -> dict:
         "mfu": (totals["flops"] / elapsed / 1e12) / peak if peak else None,
         "peak_memory_gb": peak_memory_gb,
         "data_wait_share": totals["wait"] / elapsed,
+        "padding_share": 1 - totals["tokens"] / max(totals["positions"], 1),
     }
     result["missed_targets"] = missed_targets(result)
     if args.profile and (result["missed_targets"] or args.profile_when == "always"):
@@ -325,7 +381,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(
         f"{result['model']}{' LoRA' if args.lora else ''} on {result['device']}: {result['samples_per_s']:.2f} samples/s, "
         f"{result['tokens_per_s']:.0f} tokens/s, MFU {mfu}, peak memory {peak_memory_gb:.1f} GiB, "
-        f"data wait {result['data_wait_share']:.1%} of step time"
+        f"data wait {result['data_wait_share']:.1%} of step time, padding {result['padding_share']:.1%} of positions"
     )
     print(json.dumps(result))
     if args.output_json:
