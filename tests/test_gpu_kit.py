@@ -34,18 +34,24 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
     completed = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "1", "--tiny", "--work", str(work)],
                                env=env, capture_output=True, text=True, timeout=1200, check=False)
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
-    profiled = [kit.train_name(s) for s in kit.load_plan(tiny=True)["parts"]["1"] if s.get("profile")]
+    plan = kit.load_plan(tiny=True)
+    profiled = [kit.train_name(s, plan["train"]["speedups"]) for s in plan["parts"]["1"] if s.get("profile")]
     assert sorted(p.name for p in out.iterdir()) == sorted(  # the device tool brings back 8 files at most
         ["logs.tar.gz", "results.jsonl", "results.md", *(f"trace-{name}.json.gz" for name in profiled)])
 
-    plan = kit.load_plan(tiny=True)
     rows = rows_of(out)
     assert [r for r in rows if r["status"] not in ("ok", "skipped")] == []
     bench = {name: [r for r in rows if r["bench"] == name] for name in ("env", "data", "B.1", "B.2", "B.3", "B.4")}
     assert len(bench["data"]) == 4 and all(r["status"] == "ok" for r in bench["data"])
 
     train_steps = [s for s in plan["parts"]["1"] if s["step"] == "train"]
-    assert [r["name"] for r in bench["B.1"]] == [kit.train_name(s) for s in train_steps]
+    assert [r["name"] for r in bench["B.1"]] == [kit.train_name(s, plan["train"]["speedups"]) for s in train_steps]
+    for step, row in zip(train_steps, bench["B.1"]):
+        assert row["speedups"] == step.get("speedups", plan["train"]["speedups"])
+        assert ("--group_by_length" in row["command"]) == ("group_by_length" in row["speedups"])
+        if "compile" in row["speedups"] and row["status"] == "ok":
+            assert row["compiled_blocks"] > 0 and row["compiled_graphs"] > 0
+    assert all(0 <= r["padding_share"] < 1 for r in bench["B.1"] if r["status"] == "ok")
     for row in bench["B.1"]:
         if row["status"] == "ok":
             assert row["samples_per_s"] > 0 and row["tokens_per_sample"] > 0 and 0 <= row["data_wait_share"] <= 1

@@ -22,17 +22,19 @@ TRAIN_ROWS = {
 }
 
 
-def measured_row(rows: list[dict], dataset: str, layout: str, max_pixels: int) -> dict | None:
-    """The B.1 full fine-tuning row of this layout at the plan's default pixel budget."""
+def measured_row(rows: list[dict], dataset: str, layout: str, plan: dict) -> dict | None:
+    """The B.1 full fine-tuning row of this layout as the recipe runs by default: the plan's pixel
+    budget and default speed-ups (batches grouped by length)."""
     return next((r for r in rows if r["bench"] == "B.1" and r["status"] == "ok" and r.get("tuning") == "full"
-                 and r.get("dataset") == dataset and r.get("layout") == layout and r.get("max_pixels") == max_pixels), None)
+                 and r.get("dataset") == dataset and r.get("layout") == layout and r.get("max_pixels") == plan["max_pixels"]
+                 and r.get("speedups", []) == plan["train"]["speedups"]), None)
 
 
 def epoch_rows(rows: list[dict], plan: dict) -> list[dict]:
     result = []
     for (dataset, layout), train_rows in TRAIN_ROWS.items():
         facts = {"name": f"{dataset} {layout}", "dataset": dataset, "layout": layout, "train_rows": train_rows}
-        row = measured_row(rows, dataset, layout, plan["max_pixels"])
+        row = measured_row(rows, dataset, layout, plan)
         if row is None:
             result.append({**facts, "status": "skipped", "error": "no full fine-tuning B.1 row of this layout in this part"})
             continue

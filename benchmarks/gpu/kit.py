@@ -205,18 +205,34 @@ def built_configs(built: Path) -> set[str]:
         return set()
 
 
-def train_name(spec: dict) -> str:
+SPEEDUP_FLAGS = {"group_by_length": ["--group_by_length"], "liger": ["--liger"], "compile": ["--compile"]}
+"""benchmarks/train_throughput.py's flag for each speed-up a plan row may name."""
+
+
+def speedups(kit_train: dict, spec: dict) -> list[str]:
+    """A row's speed-ups: its own list, else the plan's default (the recipe's: batches grouped by length)."""
+    chosen = spec.get("speedups", kit_train["speedups"])
+    unknown = sorted(set(chosen) - set(SPEEDUP_FLAGS))
+    if unknown:
+        raise ValueError(f"unknown speed-up {', '.join(unknown)}: plan.yaml may name {', '.join(SPEEDUP_FLAGS)}")
+    return list(chosen)
+
+
+def train_name(spec: dict, default_speedups: list[str]) -> str:
     parts = [spec["dataset"], spec["layout"], spec["tuning"], spec.get("budget", "default")]
+    if "speedups" in spec and spec["speedups"] != default_speedups:
+        parts.append("+".join(spec["speedups"]) or "random-batches")
     return "-".join(parts) + ("-profiled" if spec.get("profile") else "")
 
 
 def step_train(kit: Kit, spec: dict) -> None:
     """B.1: one row of training throughput; an out-of-memory run is retried once at half the batch."""
-    train, name = kit.plan["train"], train_name(spec)
+    train, name = kit.plan["train"], train_name(spec, kit.plan["train"]["speedups"])
+    chosen = speedups(train, spec)
     config = kit.plan["layouts"][spec["dataset"]][spec["layout"]]
     max_pixels = kit.plan["larger_max_pixels" if spec.get("budget") == "larger" else "max_pixels"]
     facts = {"dataset": spec["dataset"], "layout": spec["layout"], "config": config, "tuning": spec["tuning"],
-             "max_pixels": max_pixels}
+             "max_pixels": max_pixels, "speedups": chosen}
     if config not in built_configs(kit.built(spec["dataset"])):
         kit.record("B.1", name, Outcome("skipped", error=f"the {spec['dataset']} build has no `{config}` config"), **facts)
         return
@@ -231,6 +247,8 @@ def step_train(kit: Kit, spec: dict) -> None:
             "--device", kit.plan["device"], "--output_json", result_file,
             "--gradient_checkpointing" if train["gradient_checkpointing"] else "--no-gradient_checkpointing",
             *(["--model", kit.plan["model"]] if not kit.tiny else ["--tiny"]),
+            *(flag for speedup in chosen for flag in SPEEDUP_FLAGS[speedup]),
+            *(["--compile_backend", train["compile_backend"]] if "compile" in chosen else []),
             *(["--lora", "--lora_r", str(train["lora_r"]), "--lora_alpha", str(train["lora_alpha"])] if spec["tuning"] == "lora" else []),
             *(["--profile", kit.logs / f"profile-{name}", "--profile_when", train["profile_when"],
                "--profile_steps", str(train["profile_steps"])] if spec.get("profile") else []),
@@ -320,13 +338,11 @@ def worker_command(kit: Kit, worker: str, result_file: Path) -> list[str]:
 
 
 def environment_note(kit: Kit) -> None:
-    """The machine and the versions the figures were taken with (first line of the logs)."""
-    command = python("-c", "from importlib.metadata import version; import platform; print('python', "
-                           "platform.python_version(), *(f'{n} {version(n)}' for n in ('torch', 'transformers', 'trl', "
-                           "'datasets', 'peft', 'accelerate', 'pyarrow', 'fsspec', 'huggingface-hub')))"
-                           + ("" if kit.tiny else "; import datasets, trl, peft, transformers"))  # carried wheels import?
+    """The versions the figures were taken with, and requirements of the carried wheels the machine
+    does not meet (benchmarks/gpu/environment.py): the first row of every part."""
+    command = python(KIT / "environment.py", *([] if kit.tiny else ["--import"]))  # carried wheels import?
     outcome = kit.run("environment", command, 120)
-    kit.record("env", "versions", outcome, versions=log_tail(kit.logs / "environment.log", 1))
+    kit.record("env", "versions", outcome, versions=log_tail(kit.logs / "environment.log", 2))
 
 
 def run_part(plan: dict, part: str, out: Path, work: Path, tiny: bool) -> list[dict]:
@@ -351,8 +367,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-kit-out")), help="results (default $OUT)")
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu-kit"), help="releases, builds, logs")
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model, small releases: the kit's own test")
+    parser.add_argument("--seconds", type=float, help="start no step past this (default: the plan's `seconds`); "
+                                                      "for a call shorter than ten minutes, e.g. part 3's")
     args = parser.parse_args(argv)
-    rows = run_part(load_plan(args.tiny), args.part, args.out, args.work, args.tiny)
+    plan = load_plan(args.tiny)
+    if args.seconds:
+        plan["seconds"] = args.seconds
+    rows = run_part(plan, args.part, args.out, args.work, args.tiny)
     print((args.out / "results.md").read_text())
     failed = [row["name"] for row in rows if row["status"] in ("failed", "timeout")]
     print(f"part {args.part}: {len(rows)} rows, {len(failed)} failed or timed out{': ' + ', '.join(failed) if failed else ''}")

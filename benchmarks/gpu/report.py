@@ -5,9 +5,9 @@ from __future__ import annotations
 COLUMNS: dict[str, list[tuple[str, str]]] = {
     "data": [("name", "step"), ("rows_written", "rows"), ("note", "note")],
     "B.1": [("dataset", "dataset"), ("config", "config"), ("tuning", "tuning"), ("max_pixels", "max pixels"),
-            ("batch_size", "batch"), ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"),
+            ("speedups", "speed-ups"), ("batch_size", "batch"), ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"),
             ("tokens_per_sample", "tokens/sample"), ("mfu", "MFU"), ("peak_memory_gb", "peak GiB"),
-            ("data_wait_share", "data wait"), ("missed_targets", "missed")],
+            ("data_wait_share", "data wait"), ("padding_share", "padding"), ("missed_targets", "missed")],
     "B.2": [("dataset", "dataset"), ("split", "split"), ("batch_size", "batch"), ("questions", "questions"),
             ("max_new_tokens", "max new tokens"), ("questions_per_s", "questions/s"), ("peak_memory_gb", "peak GiB")],
     "B.3": [("name", "step"), ("steps", "steps"), ("samples_per_s", "samples/s"), ("peak_memory_gb", "peak GiB"),
@@ -25,7 +25,7 @@ TITLES = {
     "B.3": "B.3 The whole loop: LoRA fine-tune, predictions, cxr-vqa evaluate",
     "B.4": "B.4 Hours per epoch of the full releases' train splits",
 }
-PERCENT = {"mfu", "data_wait_share"}
+PERCENT = {"mfu", "data_wait_share", "padding_share"}
 RANDOM_WEIGHTS_NOTE = "Random weights: these replies and scores show the loop works, not any medical skill."
 
 
