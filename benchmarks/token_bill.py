@@ -203,6 +203,8 @@ def count(rows: list[dict], conversations: list[dict], kind: str, family: Family
         "per_image_per_question": per_image_epoch / release["questions"],
         "sft_epoch": sft_epoch,
         "per_image_epoch": per_image_epoch,
+        "padding": {layout: {"random": padding_share(lengths), "grouped": padding_share(lengths, grouped=True)}
+                    for layout, lengths in (("sft", [t for t, _ in sft]), ("per_image", [t for t, _, _ in per_image]))},
         "sft_longest": max(t for t, _ in sft),
         "per_image_longest": max(t for t, _, _ in per_image),
         "h100_hours_sft": h100_hours(sft_per_question, statistics.fmean(i for _, i in sft), release["questions"], family),
@@ -212,6 +214,33 @@ def count(rows: list[dict], conversations: list[dict], kind: str, family: Family
                               "per_image": samples_per_s(image_per_group + text_per_question * questions_per_group,
                                                          image_per_group, family)},
     }
+
+
+PADDING_BATCH = 8
+"""The batch size the padding figures are taken at (the GPU kit's)."""
+
+
+PADDING_ROWS = 20_000
+"""Rows an epoch is drawn to for the padding figures: the sampler's mega-batches (50 batches, sorted
+by length) only reach their full size past 1,600 rows, and the releases have hundreds of thousands."""
+
+
+def padding_share(lengths: list[int], batch_size: int = PADDING_BATCH, grouped: bool = False, seeds: int = 3) -> float:
+    """The share of a batch's positions that are padding over an epoch of `PADDING_ROWS` rows drawn
+    from the measured `lengths`, in random batches or in the recipe's length-grouped ones
+    (transformers' `LengthGroupedSampler`, as sft.py uses it); the mean of `seeds` epochs."""
+    import torch
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+
+    shares = []
+    for seed in range(seeds):
+        generator = torch.Generator().manual_seed(seed)
+        epoch = [lengths[i] for i in torch.randint(len(lengths), (PADDING_ROWS,), generator=generator).tolist()]
+        order = (list(LengthGroupedSampler(batch_size, lengths=epoch, generator=generator)) if grouped
+                 else torch.randperm(len(epoch), generator=generator).tolist())
+        batches = [[epoch[i] for i in order[start : start + batch_size]] for start in range(0, len(order), batch_size)]
+        shares.append(1 - sum(map(sum, batches)) / sum(max(b) * len(b) for b in batches))
+    return statistics.fmean(shares)
 
 
 def sequence_flops(tokens: float, image_tokens: float, family: Family) -> float:
@@ -289,6 +318,16 @@ def table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def padding_table(results: dict) -> str:
+    lines = [f"| dataset | family | layout | padding, random batches of {PADDING_BATCH} | grouped by length | positions a grouped epoch saves |",
+             "|---|---|---|---|---|---|"]
+    for (kind, family), by_budget in results.items():
+        for layout, shares in next(iter(by_budget.values()))["padding"].items():
+            saved = 1 - (1 - shares["random"]) / (1 - shares["grouped"])
+            lines.append(f"| {kind} | {family} | {layout} | {shares['random']:.1%} | {shares['grouped']:.1%} | {saved:.0%} |")
+    return "\n".join(lines)
+
+
 def feed_table(rates: list[dict]) -> str:
     lines = ["| dataset | layout | budget | decode | samples/s per core | decode share | H100 samples/s | cores per H100 |",
              "|---|---|---|---|---|---|---|---|"]
@@ -321,6 +360,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(f"## Tokens ({len(rows[('gemex', 'sft')])} GEMeX questions over {args.gemex_images} images, "
           f"{len(rows[('rexvqa', 'sft')])} ReXVQA questions over {args.rexvqa_studies} studies, extrapolated to the releases)\n")
     print(table(results))
+    print(f"\n## Padding at the default budget (batches of {PADDING_BATCH}; the recipe groups by length, sft.py)\n")
+    print(padding_table(results))
     family = FAMILIES[0]
     rates = []
     for kind in RELEASE:
