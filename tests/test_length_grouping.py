@@ -118,3 +118,13 @@ def test_throughput_benchmark_groups_and_compiles_on_cpu(tmp_path):
 def test_liger_without_liger_kernel_says_what_to_install(tmp_path):
     with pytest.raises(SystemExit, match="pip install liger-kernel"):
         throughput(["--liger"], tmp_path)
+
+
+def test_the_token_bills_padding_figure_counts_padded_positions():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    import token_bill
+
+    assert token_bill.padding_share([100] * 50) == 0 == token_bill.padding_share([100] * 50, grouped=True)
+    studies = [300 + 600 * images for images in (1, 1, 1, 2, 2, 3, 4)]  # ReXVQA-like: length set by the image count
+    random, grouped = token_bill.padding_share(studies, seeds=1), token_bill.padding_share(studies, grouped=True, seeds=1)
+    assert 0.25 < random < 0.6 and grouped < 0.05
