@@ -116,12 +116,22 @@ def add_lora(model, r: int, alpha: int):
 
 
 def apply_liger(model) -> None:
-    """Liger's kernels on this Qwen2.5-VL instance (its RMSNorm, SwiGLU, RoPE, fused linear cross-entropy)."""
+    """Liger's kernels on this Qwen2.5-VL instance (its RMSNorm, SwiGLU, RoPE, fused linear cross-entropy).
+
+    liger-kernel 0.8.5 (the newest) imports `Qwen2_5_VLCausalLMOutputWithPast`, which transformers
+    5.17 has and 5.23 does not: with 5.23 its Qwen2.5-VL patch cannot load (found on CPU, with
+    Triton installed), and the run stops saying so."""
     try:
         from liger_kernel.transformers import apply_liger_kernel_to_qwen2_5_vl
     except ImportError as err:
         raise SystemExit(f"--liger needs liger-kernel, which runs Triton kernels on a GPU (pip install liger-kernel): {err}") from None
-    apply_liger_kernel_to_qwen2_5_vl(model=model)
+    try:
+        apply_liger_kernel_to_qwen2_5_vl(model=model)
+    except ImportError as err:
+        import transformers
+
+        raise SystemExit(f"--liger: liger-kernel's Qwen2.5-VL patch does not load with transformers {transformers.__version__}: "
+                         f"{err}") from None
 
 
 def compile_blocks(model, backend: str = "inductor") -> int:

@@ -9,8 +9,8 @@ images for GEMeX), a stream writes nothing; it also needs `--max_steps`. `--layo
 per image instead (GEMeX `sft_per_image`, ReXVQA `sft_per_study`): each image is sent, and cached, once.
 Batches hold rows of like length (`--train_sampling_strategy group_by_length`, the recipe's default;
 `random` for the Trainer's own): random batches of ReXVQA rows, 1-4 images a study, are about a third
-padding, grouped ones a twentieth (`benchmarks/token_bill.py`). `--use_liger_kernel` (Liger's Triton
-kernels; `pip install liger-kernel`, GPU only) and `--torch_compile` are the Trainer's own flags.
+padding, grouped ones 1.3% (`benchmarks/token_bill.py`). `--torch_compile` and `--use_liger_kernel` are the
+Trainer's own flags (Liger 0.8.5's Qwen2.5-VL patch does not load with transformers 5.23: training_recipes/README.md).
 
     accelerate launch --config_file training_recipes/accelerate/single_gpu.yaml \\
         training_recipes/sft.py \\

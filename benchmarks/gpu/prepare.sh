@@ -7,8 +7,8 @@
 #
 # Versions are the ones the CPU tests run with. transformers and peft are there in older versions
 # (transformers 5.17); they travel too, so the GPU runs the code the tests ran. fsspec travels at
-# the newest version datasets 5.2 accepts (<=2026.9.0; the machine's own is not known). liger-kernel
-# (pure Python: Triton kernels, the machine has Triton) is for the B.1 rows that name `liger`.
+# the newest version datasets 5.2 accepts (<=2026.9.0; the machine's own is not known). No
+# liger-kernel: its Qwen2.5-VL patch does not load with transformers 5.23 (train_throughput.apply_liger).
 # pyarrow stays the machine's own: its wheel is 47 MiB, and with the rest over the 64 MiB a call
 # carries; datasets 5.2 asks for pyarrow>=24, which the environment row of every part checks.
 # Python 3.12, x86-64.
@@ -19,7 +19,7 @@ OUT_DIR=.whl
 
 # Pure-python wheels (no platform), and multiprocess's py312 wheel.
 PURE=(
-  datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0 liger-kernel==0.8.5
+  datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0
   trl==1.16.0 transformers==5.23.0 peft==0.21.2
   jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 fastjsonschema==2.22.3
   pydicom==3.0.2 nltk==3.10.4 defusedxml==0.7.1
