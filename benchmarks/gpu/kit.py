@@ -253,7 +253,7 @@ def step_train(kit: Kit, spec: dict) -> None:
             *(["--profile", kit.logs / f"profile-{name}", "--profile_when", train["profile_when"],
                "--profile_steps", str(train["profile_steps"])] if spec.get("profile") else []),
         )
-        outcome = kit.run(f"train-{name}-bs{batch_size}", command, train["timeout"])
+        outcome = kit.run(f"train-{name}-bs{batch_size}", command, spec.get("timeout", train["timeout"]))
         out_of_memory = outcome.status == "failed" and "out of memory" in (outcome.error or "").lower()
         if out_of_memory and batch_size > 1:
             kit.record("B.1", name, outcome, command, **facts, batch_size=batch_size)
