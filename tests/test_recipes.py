@@ -210,6 +210,36 @@ def test_generation_resumes_where_it_stopped(gemex_dir, rexvqa_dir, tmp_path):
         assert_scorer_accepts(predictions, split)
 
 
+def test_generation_asks_longest_prompts_first_and_pads_less(tmp_path, monkeypatch):
+    """ReXVQA studies of 1 and 2 images alternate in the split: in split order every batch of two is
+    left-padded by a whole image; longest first, one batch is. The replies are the same either way,
+    and with the static KV cache."""
+    vlm = tiny_models.tiny_vlm("qwen2_5_vl")
+    split = tiny_builds.load_built(tiny_builds.built_rexvqa(tmp_path / "rexvqa", n=6))
+    padded: list[int] = []
+    ask = vlm.model.generate
+
+    def counting_padding(**inputs):
+        padded.append(int((inputs["attention_mask"] == 0).sum()))
+        return ask(**inputs)
+
+    monkeypatch.setattr(vlm.model, "generate", counting_padding)
+    replies, padding, order = {}, {}, {}
+    for run, options in {"split order": {"sort_by_length": False}, "longest first": {},
+                         "static cache": {"cache_implementation": "static"}}.items():
+        padded.clear()
+        output = tmp_path / f"{run}.jsonl"
+        assert generate.generate_predictions(vlm.model, vlm.processor, split, output, 2, 4, **options) == 6
+        records = [json.loads(line) for line in output.read_text().splitlines()]
+        replies[run] = {r["question_id"]: r["prediction"] for r in records}
+        order[run], padding[run] = [r["question_id"] for r in records], sum(padded)
+    assert order["split order"] == list(split["question_id"])
+    two_images = [q for q, images in zip(split["question_id"], split["image_widths"]) if len(images) == 2]
+    assert order["longest first"][: len(two_images)] == two_images
+    assert padding["longest first"] < padding["split order"] / 2
+    assert replies["longest first"] == replies["split order"] == replies["static cache"]
+
+
 def test_gemex_and_rexvqa_mix_by_weight_and_train(gemex_dir, rexvqa_dir, tmp_path):
     vlm = tiny_models.tiny_vlm("gemma3")
     settings = data.settings_for("gemma3", vlm.processor)

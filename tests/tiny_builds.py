@@ -18,6 +18,8 @@ REXVQA_FEATURES = Features(
     {
         "question_id": Value("string"),
         "images": List(Image()),
+        "image_widths": List(Value("int32")),
+        "image_heights": List(Value("int32")),
         "question": Value("string"),
         "options": List(Value("string")),
         "answer": Value("string"),
@@ -94,6 +96,8 @@ def rexvqa_rows(n: int, size: int = 72) -> list[dict]:
                 "question_id": f"rexvqa-{i:04d}",
                 "images": [{"bytes": png_bytes(size, size, seed=100 + i, mode="I;16"), "path": None}]
                 * (1 + i % 2),
+                "image_widths": [size] * (1 + i % 2),
+                "image_heights": [size] * (1 + i % 2),
                 "question": "Is there a pleural effusion?",
                 "options": ["Yes, left", "Yes, right", "No", "Cannot tell"],
                 "answer": "ABCD"[answer_index],

@@ -156,9 +156,12 @@ def to_trl_example(row: dict, kind: str, settings: ConversationSettings, with_an
 
 def image_sizes(row: dict, kind: str) -> list[tuple[int, int]]:
     """(width, height) of each of the row's images as stored, from the build's size columns (nothing decoded)."""
-    if kind == "gemex":
-        return [(row["image_width"], row["image_height"])]
-    return list(zip(row["image_widths"], row["image_heights"]))
+    columns = ("image_width", "image_height") if kind == "gemex" else ("image_widths", "image_heights")
+    widths, heights = (row.get(column) for column in columns)
+    if widths is None or heights is None:
+        raise ValueError(f"{kind} row {row.get('question_id') or row.get('conversation_id')!r} has no "
+                         f"{' / '.join(columns)}: its image tokens cannot be counted without decoding")
+    return [(widths, heights)] if kind == "gemex" else list(zip(widths, heights))
 
 
 def image_tokens(size: tuple[int, int], settings: ConversationSettings) -> int:

@@ -3,6 +3,11 @@
 Each line is ``{"question_id": ..., "prediction": "<raw model text>"}``. The file is appended to
 batch by batch, and a rerun skips the questions already in it, so an interrupted run resumes.
 The prompt is `to_messages(row, with_answer=False)`: the training prompt without the reply.
+Questions are asked longest prompt first (`--sort_by_length`, counted from the chat template and
+the stored image sizes): a batch is left-padded to its longest prompt, and a ReXVQA study has 1-4
+images, so in split order most of a batch can be padding; the longest batch also comes first, so
+a batch size too large for the GPU fails at once. `--cache_implementation static` asks
+`generate` for a fixed-size KV cache (what `torch.compile` of the decoding step needs).
 
     python training_recipes/generate.py --model_name_or_path runs/qwen25vl-gemex \\
         --dataset_path ./gemex --split test --output_file predictions/gemex-test.jsonl
@@ -14,6 +19,7 @@ A LoRA output directory works as `--model_name_or_path` (its base model is read 
 from __future__ import annotations
 
 import json
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +34,7 @@ from training_recipes.data import (
     ConversationSettings,
     dataset_kind,
     row_images,
+    sequence_lengths,
     settings_for,
     to_messages,
     undecoded,
@@ -50,6 +57,14 @@ class GenerateArguments:
     fold_system_prompt: bool | None = field(default=None, metadata={"help": "As in training; default: auto."})
     max_pixels: int = field(default=MAX_PIXELS, metadata={"help": PIXEL_HELP["max_pixels"] + " Give the training run's."})
     min_pixels: int = field(default=MIN_PIXELS, metadata={"help": PIXEL_HELP["min_pixels"]})
+    sort_by_length: bool = field(
+        default=True,
+        metadata={"help": "Ask the longest prompts first, so each batch holds prompts of like length (less left "
+                          "padding; a study of 4 images beside one of 1 pads the whole batch). --no_sort_by_length: split order."},
+    )
+    cache_implementation: str | None = field(
+        default=None, metadata={"help": "generate's KV cache: default dynamic; 'static' preallocates it (for torch.compile)."}
+    )
 
 
 def done_question_ids(output_file: Path) -> set[str]:
@@ -89,8 +104,20 @@ def load_model(model_name_or_path: str, dtype: str, device: str):
     return model.to(device).eval(), processor
 
 
+def longest_first(dataset: Dataset, todo: list[int], settings: ConversationSettings, processor) -> list[int]:
+    """`todo`'s rows by prompt length, longest first (ties in split order); split order where the
+    rows carry no stored image sizes to count from."""
+    try:
+        lengths = sequence_lengths(dataset.select(todo), settings, processor, with_answer=False)
+    except ValueError as err:
+        warnings.warn(f"questions asked in split order: {err}", stacklevel=2)
+        return todo
+    return [todo[k] for k in sorted(range(len(todo)), key=lambda k: -lengths[k])]
+
+
 @torch.inference_mode()
-def generate_batch(model, processor, rows: list[dict], kind: str, settings: ConversationSettings, max_new_tokens: int):
+def generate_batch(model, processor, rows: list[dict], kind: str, settings: ConversationSettings, max_new_tokens: int,
+                   cache_implementation: str | None = None):
     """Raw model text for each row: greedy, left-padded, the prompt's tokens cut off."""
     conversations = []
     for row in rows:
@@ -117,6 +144,7 @@ def generate_batch(model, processor, rows: list[dict], kind: str, settings: Conv
         **inputs,
         do_sample=False,
         max_new_tokens=max_new_tokens,
+        **({"cache_implementation": cache_implementation} if cache_implementation else {}),
         pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id,
     )
     new_tokens = output[:, inputs["input_ids"].shape[1] :]
@@ -131,6 +159,8 @@ def generate_predictions(
     batch_size: int = 8,
     max_new_tokens: int = 256,
     settings: ConversationSettings | None = None,
+    sort_by_length: bool = True,
+    cache_implementation: str | None = None,
 ) -> int:
     """Append a prediction for every question of `dataset` not yet in `output_file`; returns how many."""
     output_file = Path(output_file)
@@ -141,10 +171,12 @@ def generate_predictions(
     drop_torn_last_line(output_file)
     done = done_question_ids(output_file)
     todo = [i for i, question_id in enumerate(dataset["question_id"]) if question_id not in done]
+    if sort_by_length and todo:
+        todo = longest_first(dataset, todo, settings, processor)
     with output_file.open("a") as out:
         for start in range(0, len(todo), batch_size):
             rows = list(dataset.select(todo[start : start + batch_size]))  # reads this batch's images only
-            texts = generate_batch(model, processor, rows, kind, settings, max_new_tokens)
+            texts = generate_batch(model, processor, rows, kind, settings, max_new_tokens, cache_implementation)
             for row, text in zip(rows, texts):
                 out.write(json.dumps({"question_id": row["question_id"], "prediction": text}) + "\n")
             out.flush()
@@ -161,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     budget = PixelBudget(args.min_pixels, args.max_pixels)
     settings = settings_for(model.config.model_type, processor, args.box_convention, args.fold_system_prompt, budget)
     written = generate_predictions(
-        model, processor, dataset, args.output_file, args.batch_size, args.max_new_tokens, settings
+        model, processor, dataset, args.output_file, args.batch_size, args.max_new_tokens, settings, args.sort_by_length,
+        args.cache_implementation,
     )
     print(f"wrote {written} predictions to {args.output_file}")
     return written

@@ -266,7 +266,8 @@ def step_train(kit: Kit, spec: dict) -> None:
 
 
 def step_generate(kit: Kit, spec: dict) -> None:
-    """B.2: questions/s and peak memory of the recipe's batched generation at each batch size."""
+    """B.2: questions/s and peak memory of the recipe's batched generation at each batch size, then
+    its other options and ReXVQA at the fastest one."""
     settings = kit.plan["generate"]
     result_file = kit.logs / "generate.json"
     command = worker_command(kit, "generate", result_file)
@@ -274,8 +275,8 @@ def step_generate(kit: Kit, spec: dict) -> None:
     measured = json.loads(result_file.read_text()) if result_file.exists() else {"batches": []}
     for batch in measured["batches"]:
         batch_outcome = Outcome(batch.pop("status"), batch["seconds"], error=batch.pop("error", None))
-        kit.record("B.2", f"{settings['dataset']} batch {batch['batch_size']}", batch_outcome, command,
-                   dataset=settings["dataset"], split=settings["split"], max_new_tokens=settings["max_new_tokens"],
+        kit.record("B.2", f"{batch['dataset']} batch {batch['batch_size']}, {batch['variant']}", batch_outcome, command,
+                   split=settings["split"], max_new_tokens=settings["max_new_tokens"],
                    **{k: v for k, v in batch.items() if k != "seconds"})
     if outcome.status != "ok" or not measured["batches"]:
         kit.record("B.2", f"{settings['dataset']} generation", outcome, command)

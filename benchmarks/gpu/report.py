@@ -8,7 +8,7 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
             ("speedups", "speed-ups"), ("batch_size", "batch"), ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"),
             ("tokens_per_sample", "tokens/sample"), ("mfu", "MFU"), ("peak_memory_gb", "peak GiB"),
             ("data_wait_share", "data wait"), ("padding_share", "padding"), ("missed_targets", "missed")],
-    "B.2": [("dataset", "dataset"), ("split", "split"), ("batch_size", "batch"), ("questions", "questions"),
+    "B.2": [("dataset", "dataset"), ("split", "split"), ("variant", "order / cache"), ("batch_size", "batch"), ("questions", "questions"),
             ("max_new_tokens", "max new tokens"), ("questions_per_s", "questions/s"), ("peak_memory_gb", "peak GiB")],
     "B.3": [("name", "step"), ("steps", "steps"), ("samples_per_s", "samples/s"), ("peak_memory_gb", "peak GiB"),
             ("loss_first", "first loss"), ("loss_last", "last loss"),

@@ -61,47 +61,80 @@ def save(result: dict, path: Path) -> dict:
     return result
 
 
-def generate_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
-    """B.2: the same questions at each batch size, after a warm-up batch; questions/s and peak memory."""
-    from datasets import load_dataset
+VARIANTS = {"longest first": {}, "split order": {"sort_by_length": False}, "static cache": {"cache_implementation": "static"}}
+"""generate_predictions' options each B.2 row is taken with: the recipe's default first."""
 
+
+def timed_generation(model, processor, questions, output: Path, batch_size: int, plan: dict, variant: str) -> dict:
+    """One B.2 row: every question of `questions` at `batch_size` with `variant`'s options."""
     from training_recipes.data import settings_for
     from training_recipes.generate import generate_predictions
 
     settings, device = plan["generate"], plan["device"]
-    model, processor = model_on_device(plan, tiny)
-    model = for_generation(model, device)
-    split = load_dataset(str(work / "built" / settings["dataset"]), split=settings["split"])
-    questions = split.select(range(min(settings["questions"], len(split))))
     conversation = settings_for("qwen2_5_vl", processor, pixel_budget=budget(plan))
+    output.unlink(missing_ok=True)
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    row = {"batch_size": batch_size, "variant": variant}
+    started = time.perf_counter()
+    try:
+        written = generate_predictions(model, processor, questions, output, batch_size, settings["max_new_tokens"],
+                                       conversation, **VARIANTS[variant])
+    except torch.OutOfMemoryError as err:
+        return {**row, "status": "failed", "seconds": time.perf_counter() - started,
+                "error": f"out of memory: {str(err).splitlines()[0]}"}
+    synchronize(device)
+    seconds = time.perf_counter() - started
+    replies = [json.loads(line)["prediction"] for line in output.read_text().splitlines()]
+    return {**row, "status": "ok", "seconds": seconds, "questions": written, "questions_per_s": written / seconds,
+            "peak_memory_gb": peak_memory_gb(device), "mean_reply_chars": sum(map(len, replies)) / max(len(replies), 1)}
+
+
+def generate_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
+    """B.2: the same questions at each batch size, after a warm-up batch; then, at the fastest batch
+    size, the recipe's other options (`variants`) and ReXVQA's studies of 1-4 images in both orders."""
+    from datasets import load_dataset
+
+    settings = plan["generate"]
+    model, processor = model_on_device(plan, tiny)
+    model = for_generation(model, plan["device"])
     runs = work / "runs" / "generate"
     runs.mkdir(parents=True, exist_ok=True)
-    warm = runs / "warm-up.jsonl"
-    warm.unlink(missing_ok=True)
-    generate_predictions(model, processor, questions.select(range(min(2, len(questions)))), warm, 2,
-                         settings["max_new_tokens"], conversation)
+
+    def questions_of(dataset: str):
+        split = load_dataset(str(work / "built" / dataset), split=settings["split"])
+        return split.select(range(min(settings["questions"], len(split))))
+
+    gemex = questions_of(settings["dataset"])
+    timed_generation(model, processor, gemex.select(range(min(2, len(gemex)))), runs / "warm-up.jsonl", 2, plan,
+                     "longest first")
     batches = []
-    for batch_size in settings["batch_sizes"]:
-        output = runs / f"batch-{batch_size}.jsonl"
-        output.unlink(missing_ok=True)
-        if device.startswith("cuda"):
-            torch.cuda.empty_cache()
-            torch.cuda.reset_peak_memory_stats()
-        started = time.perf_counter()
-        try:
-            written = generate_predictions(model, processor, questions, output, batch_size, settings["max_new_tokens"],
-                                           conversation)
-        except torch.OutOfMemoryError as err:
-            batches.append({"batch_size": batch_size, "status": "failed", "seconds": time.perf_counter() - started,
-                            "error": f"out of memory: {str(err).splitlines()[0]}"})
-            return save({"batches": batches}, result)
-        synchronize(device)
-        seconds = time.perf_counter() - started
-        replies = [json.loads(line)["prediction"] for line in output.read_text().splitlines()]
-        batches.append({"batch_size": batch_size, "status": "ok", "seconds": seconds, "questions": written,
-                        "questions_per_s": written / seconds, "peak_memory_gb": peak_memory_gb(device),
-                        "mean_reply_chars": sum(map(len, replies)) / max(len(replies), 1)})
+
+    def measure(questions, dataset: str, batch_size: int, variant: str) -> dict:
+        name = f"{dataset}-{variant.replace(' ', '-')}-{batch_size}"
+        if variant == "static cache":  # the first static-cache batch compiles the decoding step: not timed
+            timed_generation(model, processor, questions.select(range(min(batch_size, len(questions)))),
+                             runs / f"warm-up-{name}.jsonl", batch_size, plan, variant)
+        row = {"dataset": dataset, **timed_generation(model, processor, questions, runs / f"{name}.jsonl", batch_size,
+                                                        plan, variant)}
+        batches.append(row)
         save({"batches": batches}, result)
+        return row
+
+    for batch_size in settings["batch_sizes"]:
+        if measure(gemex, settings["dataset"], batch_size, "longest first")["status"] != "ok":
+            break  # out of memory: the larger batch sizes would be too
+    measured = [row for row in batches if row["status"] == "ok"]
+    if not measured:
+        return save({"batches": batches}, result)
+    best = max(measured, key=lambda row: row["questions_per_s"])["batch_size"]
+    for variant in settings["variants"]:
+        measure(gemex, settings["dataset"], best, variant)
+    if settings.get("rexvqa"):
+        rexvqa = questions_of("rexvqa")
+        for variant in ("longest first", "split order"):
+            measure(rexvqa, "rexvqa", best, variant)
     return save({"batches": batches}, result)
 
 
