@@ -169,16 +169,16 @@ def group_key(row: dict, kind: str) -> str:
 
 
 def image_sizes(row: dict, kind: str) -> list[tuple[int, int]]:
-    """(height, width) of each image, from the build's columns."""
-    if kind == "gemex":
-        return [(row["image_height"], row["image_width"])]
-    return list(zip(row["image_heights"], row["image_widths"]))
+    """(height, width) of each image, the order `_get_num_multimodal_tokens` takes."""
+    return [(height, width) for width, height in data.image_sizes(row, kind)]
 
 
-def sequence_tokens(processor, encode, messages: list[dict], sizes: list[tuple[int, int]]) -> tuple[int, int]:
-    """(total tokens, image tokens) of one training sequence: the chat template's text with each
-    image's one placeholder expanded to the processor's count for that image size."""
-    text = processor.apply_chat_template(messages, tokenize=False)
+def sequence_tokens(processor, encode, messages: list[dict], sizes: list[tuple[int, int]],
+                    generation_prompt: bool = False) -> tuple[int, int]:
+    """(total tokens, image tokens) of one training sequence (or, `generation_prompt`, of a prompt to
+    generate from): the chat template's text with each image's one placeholder expanded to the
+    processor's count for that image size."""
+    text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
     images = processor._get_num_multimodal_tokens(image_sizes=[list(s) for s in sizes]).num_image_tokens if sizes else []
     return encode(text) - len(sizes) + sum(images), sum(images)
 
@@ -205,6 +205,9 @@ def count(rows: list[dict], conversations: list[dict], kind: str, family: Family
         "per_image_epoch": per_image_epoch,
         "padding": {layout: {"random": padding_share(lengths), "grouped": padding_share(lengths, grouped=True)}
                     for layout, lengths in (("sft", [t for t, _ in sft]), ("per_image", [t for t, _, _ in per_image]))},
+        "prompt_padding": prompt_padding([
+            sequence_tokens(processor, encode, data.to_messages(row, kind, settings, with_answer=False), image_sizes(row, kind),
+                            generation_prompt=True)[0] for row in rows]),
         "sft_longest": max(t for t, _ in sft),
         "per_image_longest": max(t for t, _, _ in per_image),
         "h100_hours_sft": h100_hours(sft_per_question, statistics.fmean(i for _, i in sft), release["questions"], family),
@@ -241,6 +244,20 @@ def padding_share(lengths: list[int], batch_size: int = PADDING_BATCH, grouped: 
         batches = [[epoch[i] for i in order[start : start + batch_size]] for start in range(0, len(order), batch_size)]
         shares.append(1 - sum(map(sum, batches)) / sum(max(b) * len(b) for b in batches))
     return statistics.fmean(shares)
+
+
+PROMPT_BATCH = 32
+"""The generation batch size the prompt-padding figures are taken at."""
+
+
+def prompt_padding(lengths: list[int], batch_size: int = PROMPT_BATCH) -> dict[str, float]:
+    """The share of left padding in generation batches of prompts of `lengths`: in the build's order
+    (`generate.py --no_sort_by_length`) and longest first (its default)."""
+    def share(ordered: list[int]) -> float:
+        batches = [ordered[start : start + batch_size] for start in range(0, len(ordered), batch_size)]
+        return 1 - sum(map(sum, batches)) / sum(max(b) * len(b) for b in batches)
+
+    return {"split order": share(lengths), "longest first": share(sorted(lengths, reverse=True))}
 
 
 def sequence_flops(tokens: float, image_tokens: float, family: Family) -> float:
@@ -328,6 +345,14 @@ def padding_table(results: dict) -> str:
     return "\n".join(lines)
 
 
+def prompt_padding_table(results: dict) -> str:
+    lines = [f"| dataset | family | padding, batches of {PROMPT_BATCH} prompts in the build's order | longest first |", "|---|---|---|---|"]
+    for (kind, family), by_budget in results.items():
+        shares = next(iter(by_budget.values()))["prompt_padding"]
+        lines.append(f"| {kind} | {family} | {shares['split order']:.1%} | {shares['longest first']:.1%} |")
+    return "\n".join(lines)
+
+
 def feed_table(rates: list[dict]) -> str:
     lines = ["| dataset | layout | budget | decode | samples/s per core | decode share | H100 samples/s | cores per H100 |",
              "|---|---|---|---|---|---|---|---|"]
@@ -362,6 +387,8 @@ def main(argv: list[str] | None = None) -> dict:
     print(table(results))
     print(f"\n## Padding at the default budget (batches of {PADDING_BATCH}; the recipe groups by length, sft.py)\n")
     print(padding_table(results))
+    print("\n## Generation: left padding at the default budget (generate.py asks the longest prompts first)\n")
+    print(prompt_padding_table(results))
     family = FAMILIES[0]
     rates = []
     for kind in RELEASE:
