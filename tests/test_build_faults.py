@@ -35,12 +35,25 @@ def messages(stderr: str) -> list[str]:
     return [line for line in re.split(r"[\r\n]", stderr) if line.strip() and not re.match(r"[^|]*: *\d+%\|", line)]
 
 
-def start(release, out: Path, stop_at: str | None = None, *extra: str, **popen) -> subprocess.Popen:
+def as_from_a_terminal(preexec_fn=None):
+    """Give the child Ctrl-C's default action, as a terminal does.
+
+    A test run started in the background of a non-interactive shell inherits SIGINT ignored, and
+    Python keeps an ignored SIGINT ignored, so the build would never see the interrupt under test.
+    """
+    def prepare() -> None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        if preexec_fn is not None:
+            preexec_fn()
+    return prepare
+
+
+def start(release, out: Path, stop_at: str | None = None, *extra: str, preexec_fn=None, **popen) -> subprocess.Popen:
     env = quiet_env()
     if stop_at:
         env["CXR_VQA_STOP_AT"] = stop_at
     return subprocess.Popen(build_command(release, out, *extra), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, **popen)
+                            text=True, preexec_fn=as_from_a_terminal(preexec_fn), **popen)
 
 
 def wait_until_stopped(process: subprocess.Popen) -> None:
