@@ -6,6 +6,7 @@ flags (grouping, regional compilation, Liger) run, or fail clearly, on CPU."""
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 
+import tiny_builds  # noqa: E402
 import tiny_models  # noqa: E402
 from datasets import load_dataset  # noqa: E402
 from test_recipes import sft_config, training_collator  # noqa: E402
@@ -25,7 +27,7 @@ from builders.assembly.pipeline import BuildSettings  # noqa: E402
 from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
-from training_recipes import data, sft  # noqa: E402
+from training_recipes import data, generate, sft  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONVERSATION_TOKENS = 300
@@ -62,6 +64,22 @@ def test_token_counts_without_decoding_agree_with_the_collator(built, dataset, c
     collated = [int(collator([examples[i]])["attention_mask"].sum()) for i in range(len(split))]
     ratios = [c / r for c, r in zip(counted, collated)]
     assert ratios == [1.0] * len(split)
+
+
+def test_a_split_without_image_sizes_is_not_counted_and_generation_keeps_its_order(tmp_path):
+    """A split built before the size columns existed: counting fails naming the columns (decoding
+    every image instead would be silent and slow), generation warns and asks in split order."""
+    vlm = tiny_models.tiny_qwen2_5_vl()
+    settings = data.settings_for("qwen2_5_vl", vlm.processor)
+    split = tiny_builds.load_built(tiny_builds.built_rexvqa(tmp_path / "rexvqa", n=4))
+    split = split.remove_columns(["image_widths", "image_heights"])
+    with pytest.raises(ValueError, match="no image_widths / image_heights column"):
+        data.sequence_lengths(split, settings, vlm.processor)
+    output = tmp_path / "predictions.jsonl"
+    with pytest.warns(UserWarning, match="split order: the split has no image_widths / image_heights"):
+        assert generate.generate_predictions(vlm.model, vlm.processor, split, output, 2, 2) == 4
+    asked = [json.loads(line)["question_id"] for line in output.read_text().splitlines()]
+    assert asked == list(split["question_id"])
 
 
 def test_the_recipe_groups_batches_by_length_by_default(tmp_path):

@@ -154,13 +154,19 @@ def to_trl_example(row: dict, kind: str, settings: ConversationSettings, with_an
     return {"images": row_images(row, kind, settings), "messages": to_messages(row, kind, settings, with_answer)}
 
 
+IMAGE_SIZE_COLUMNS: dict[str, tuple[str, str]] = {"gemex": ("image_width", "image_height"),
+                                                   "rexvqa": ("image_widths", "image_heights")}
+"""The build's columns of each stored image's (width, height): image tokens are counted from them, nothing decoded."""
+
+
+def missing_size_columns(column_names: list[str], kind: str) -> list[str]:
+    """The size columns a split lacks (one built before they existed, or with them removed)."""
+    return [column for column in IMAGE_SIZE_COLUMNS[kind] if column not in column_names]
+
+
 def image_sizes(row: dict, kind: str) -> list[tuple[int, int]]:
     """(width, height) of each of the row's images as stored, from the build's size columns (nothing decoded)."""
-    columns = ("image_width", "image_height") if kind == "gemex" else ("image_widths", "image_heights")
-    widths, heights = (row.get(column) for column in columns)
-    if widths is None or heights is None:
-        raise ValueError(f"{kind} row {row.get('question_id') or row.get('conversation_id')!r} has no "
-                         f"{' / '.join(columns)}: its image tokens cannot be counted without decoding")
+    widths, heights = (row[column] for column in IMAGE_SIZE_COLUMNS[kind])
     return [(widths, heights)] if kind == "gemex" else list(zip(widths, heights))
 
 
@@ -182,6 +188,10 @@ def sequence_lengths(dataset: Dataset, settings: ConversationSettings, processor
     generation): random batches of ReXVQA rows, 1-4 images a study, are about a third padding.
     A `datasets` map, so the count is cached beside the split and `num_proc` spreads it."""
     kind = dataset_kind(dataset.column_names, dataset.features)
+    missing = missing_size_columns(dataset.column_names, kind)
+    if missing:
+        raise ValueError(f"the {kind} split has no {' / '.join(missing)} column: its image tokens cannot be counted "
+                         "without decoding every image (rebuild it, or do without length grouping)")
     image_column = "image" if kind == "gemex" else "images"
     text_only = dataset.remove_columns([c for c in (image_column,) if c in dataset.column_names])
 

@@ -33,6 +33,7 @@ from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 from training_recipes.data import (
     ConversationSettings,
     dataset_kind,
+    missing_size_columns,
     row_images,
     sequence_lengths,
     settings_for,
@@ -104,14 +105,15 @@ def load_model(model_name_or_path: str, dtype: str, device: str):
     return model.to(device).eval(), processor
 
 
-def longest_first(dataset: Dataset, todo: list[int], settings: ConversationSettings, processor) -> list[int]:
+def longest_first(dataset: Dataset, todo: list[int], kind: str, settings: ConversationSettings, processor) -> list[int]:
     """`todo`'s rows by prompt length, longest first (ties in split order); split order where the
     rows carry no stored image sizes to count from."""
-    try:
-        lengths = sequence_lengths(dataset.select(todo), settings, processor, with_answer=False)
-    except ValueError as err:
-        warnings.warn(f"questions asked in split order: {err}", stacklevel=2)
+    missing = missing_size_columns(dataset.column_names, kind)
+    if missing:
+        warnings.warn(f"questions asked in split order: the split has no {' / '.join(missing)} column to count "
+                      "image tokens from", stacklevel=2)
         return todo
+    lengths = sequence_lengths(dataset.select(todo), settings, processor, with_answer=False)
     return [todo[k] for k in sorted(range(len(todo)), key=lambda k: -lengths[k])]
 
 
@@ -172,7 +174,7 @@ def generate_predictions(
     done = done_question_ids(output_file)
     todo = [i for i, question_id in enumerate(dataset["question_id"]) if question_id not in done]
     if sort_by_length and todo:
-        todo = longest_first(dataset, todo, settings, processor)
+        todo = longest_first(dataset, todo, kind, settings, processor)
     with output_file.open("a") as out:
         for start in range(0, len(todo), batch_size):
             rows = list(dataset.select(todo[start : start + batch_size]))  # reads this batch's images only
