@@ -228,6 +228,13 @@ PADDING_ROWS = 20_000
 by length) only reach their full size past 1,600 rows, and the releases have hundreds of thousands."""
 
 
+def padded_share(ordered: list[int], batch_size: int) -> float:
+    """The share of positions that are padding when sequences of `ordered` lengths are batched in
+    that order, each batch padded to its longest."""
+    batches = [ordered[start : start + batch_size] for start in range(0, len(ordered), batch_size)]
+    return 1 - sum(map(sum, batches)) / sum(max(batch) * len(batch) for batch in batches)
+
+
 def padding_share(lengths: list[int], batch_size: int = PADDING_BATCH, grouped: bool = False, seeds: int = 3) -> float:
     """The share of a batch's positions that are padding over an epoch of `PADDING_ROWS` rows drawn
     from the measured `lengths`, in random batches or in the recipe's length-grouped ones
@@ -241,8 +248,7 @@ def padding_share(lengths: list[int], batch_size: int = PADDING_BATCH, grouped: 
         epoch = [lengths[i] for i in torch.randint(len(lengths), (PADDING_ROWS,), generator=generator).tolist()]
         order = (list(LengthGroupedSampler(batch_size, lengths=epoch, generator=generator)) if grouped
                  else torch.randperm(len(epoch), generator=generator).tolist())
-        batches = [[epoch[i] for i in order[start : start + batch_size]] for start in range(0, len(order), batch_size)]
-        shares.append(1 - sum(map(sum, batches)) / sum(max(b) * len(b) for b in batches))
+        shares.append(padded_share([epoch[i] for i in order], batch_size))
     return statistics.fmean(shares)
 
 
@@ -253,11 +259,8 @@ PROMPT_BATCH = 32
 def prompt_padding(lengths: list[int], batch_size: int = PROMPT_BATCH) -> dict[str, float]:
     """The share of left padding in generation batches of prompts of `lengths`: in the build's order
     (`generate.py --no_sort_by_length`) and longest first (its default)."""
-    def share(ordered: list[int]) -> float:
-        batches = [ordered[start : start + batch_size] for start in range(0, len(ordered), batch_size)]
-        return 1 - sum(map(sum, batches)) / sum(max(b) * len(b) for b in batches)
-
-    return {"split order": share(lengths), "longest first": share(sorted(lengths, reverse=True))}
+    return {"split order": padded_share(lengths, batch_size),
+            "longest first": padded_share(sorted(lengths, reverse=True), batch_size)}
 
 
 def sequence_flops(tokens: float, image_tokens: float, family: Family) -> float:

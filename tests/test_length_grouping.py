@@ -146,3 +146,4 @@ def test_the_token_bills_padding_figure_counts_padded_positions():
     studies = [300 + 600 * images for images in (1, 1, 1, 2, 2, 3, 4)]  # ReXVQA-like: length set by the image count
     random, grouped = token_bill.padding_share(studies, seeds=1), token_bill.padding_share(studies, grouped=True, seeds=1)
     assert 0.25 < random < 0.6 and grouped < 0.05
+    assert token_bill.prompt_padding([1, 3, 1, 3], batch_size=2) == pytest.approx({"split order": 1 / 3, "longest first": 0})
