@@ -17,8 +17,8 @@ from packaging.requirements import Requirement
 
 REPORTED = ("torch", "transformers", "trl", "datasets", "peft", "accelerate", "pyarrow", "fsspec", "huggingface-hub",
             "liger-kernel", "triton")
-CARRIED = {"datasets": "datasets", "trl": "trl", "transformers": "transformers", "peft": "peft"}
-"""The carried packages whose own requirements are checked, and their import names."""
+CARRIED = ("datasets", "trl", "transformers", "peft")
+"""The carried packages whose own requirements are checked (their import names are the same)."""
 
 
 def installed(name: str) -> str | None:
@@ -49,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     unmet = [line for package in CARRIED if installed(package) for line in unmet_requirements(package)]
     print("unmet: " + ("; ".join(unmet) if unmet else "none"))
     if args.check_import:
-        for module in CARRIED.values():
+        for module in CARRIED:
             importlib.import_module(module)
     return 0
 
