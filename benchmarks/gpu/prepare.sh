@@ -37,7 +37,7 @@ done
 rm -rf "$OUT_DIR" && mkdir -p "$OUT_DIR"
 "$PY" -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
   --abi cp312 --abi abi3 --abi none "${PLATFORMS[@]}" --platform any -d "$OUT_DIR" "${PURE[@]}" "${BINARY[@]}"
-"$PY" -m pip wheel -q --no-deps --no-build-isolation -w "$OUT_DIR" "${SDIST[@]}"
+"$PY" -m pip wheel -q --no-deps -w "$OUT_DIR" "${SDIST[@]}"
 
 # One version of each package: two would stop the whole install on the device.
 dupes=$(ls "$OUT_DIR"/*.whl | xargs -n1 basename | cut -d- -f1 | tr 'A-Z-' 'a-z_' | sort | uniq -d)
