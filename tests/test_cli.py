@@ -3,7 +3,7 @@ import sys
 
 from datasets import load_dataset
 
-from builders.cli import main
+from cxr_vqa.cli import main
 
 
 def test_demo_builds_a_loadable_dataset(tmp_path, capsys):
@@ -33,7 +33,7 @@ def test_shard_layout_option(gemex_release, tmp_path):
 
 
 def test_errors_are_one_line_and_exit_non_zero(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(tmp_path / "nowhere"),
+    result = subprocess.run([sys.executable, "-m", "cxr_vqa.cli", "build", "gemex", "--source", str(tmp_path / "nowhere"),
                              "--out", str(tmp_path / "out"), "--image-mode", "none"], capture_output=True, text=True, check=False)
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0 and "no such file or folder" in result.stderr

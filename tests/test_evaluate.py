@@ -5,8 +5,8 @@ import pytest
 from datasets import ClassLabel, Dataset, Features, List, Value
 from scoring_fixtures import TASKS, gemex_rows, rexvqa_rows
 
-from builders.scoring import evaluate
 from builders.scoring.predictions import write_jsonl
+from cxr_vqa import evaluate
 from gemex_dataset import scoring as gemex_scoring
 from gemex_dataset.features import QUESTION_TYPES, features
 from rexvqa_dataset import scoring as rex_scoring

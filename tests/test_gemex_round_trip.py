@@ -8,7 +8,7 @@ import pytest
 from datasets import load_dataset
 
 from builders.assembly.pipeline import BuildSettings
-from builders.cli import main
+from cxr_vqa.cli import main
 from gemex_dataset.build import build_gemex
 from gemex_dataset.rows import raw_record
 from gemex_dataset.synthetic import LLAVA_Q_TYPES

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import tiny_builds  # noqa: E402
 import tiny_models  # noqa: E402
 
-from builders import cli  # noqa: E402
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PROCESSOR_MAX_PIXELS, PixelBudget  # noqa: E402
+from cxr_vqa import cli  # noqa: E402
 from gemex_dataset.prompts import type_prompt  # noqa: E402
 from training_recipes import data, generate, sft  # noqa: E402
 

@@ -16,7 +16,7 @@ from pydicom.uid import ExplicitVRLittleEndian, generate_uid
 
 from builders.assembly.pipeline import BuildSettings
 from builders.assembly.report import BuildError
-from builders.cli import main
+from cxr_vqa.cli import main
 from rexvqa_dataset.build import build_rexvqa
 from rexvqa_dataset.features import PER_STUDY_CONFIG, TASK_CONFIGS, features
 from rexvqa_dataset.rows import raw_record, same_value

@@ -110,7 +110,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from builders.demo import run_demo as demo
+    from cxr_vqa.demo import run_demo as demo
 
     return demo(args.out, args.num_images)
 
@@ -143,8 +143,9 @@ def run_preview(args: argparse.Namespace) -> int:
 
 def run_publish(args: argparse.Namespace) -> int:
     from builders.hub.publish import plan_publish, publish
+    from cxr_vqa.gating import GATING
 
-    plan = plan_publish(args.dataset, args.repo, args.visibility, args.revision, args.confirm_public, args.text_licence)
+    plan = plan_publish(args.dataset, args.repo, args.visibility, args.revision, args.confirm_public, args.text_licence, GATING)
     if args.dry_run:
         print("\n".join(["dry run: nothing is uploaded", *plan.lines()]))
         return 0
@@ -230,7 +231,7 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--revision", help="branch to commit to (created if missing; default main)")
     push.add_argument("--dry-run", action="store_true", help="print the plan (repo settings, files, sizes, card) and upload nothing")
     push.set_defaults(func=run_publish)
-    from builders.scoring import evaluate
+    from cxr_vqa import evaluate
 
     evaluate.add_parser(commands)
     return root
