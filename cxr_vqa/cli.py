@@ -27,7 +27,7 @@ def _terminate(signum, frame) -> None:
 
 def _add_build_options(parser: argparse.ArgumentParser) -> None:
     from builders.assembly.conversations import TEXT_TOKENS, TURN_SEED
-    from builders.assembly.pipeline import IMAGE_MODES
+    from builders.assembly.settings import IMAGE_MODES
     from builders.assembly.shards import SHARD_LAYOUTS
 
     parser.add_argument("--source", type=Path, required=True, help="the raw release: a folder (or one annotation file); for ReXVQA the release root or its metadata/")
@@ -55,7 +55,7 @@ def _add_build_options(parser: argparse.ArgumentParser) -> None:
 
 
 def _settings(args: argparse.Namespace):
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
 
     return BuildSettings(source=args.source, out=args.out, images=args.images, image_mode=args.image_mode,
                          image_size=args.image_size, split=args.split, strict=args.strict, overwrite=args.overwrite,

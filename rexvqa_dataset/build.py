@@ -24,9 +24,11 @@ from tqdm.auto import tqdm
 
 from builders.assembly.card import build_configs, release_card_data, render_card
 from builders.assembly.conversations import ConversationLayout
+from builders.assembly.dataset_build import DatasetBuild
 from builders.assembly.image_source import ImageSource, Loaded
-from builders.assembly.pipeline import BuildSettings, DatasetBuild, Staging
 from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
+from builders.assembly.settings import BuildSettings
+from builders.assembly.staging import Staging
 from builders.columns import empty_lists, offsets
 from builders.images import ImageError, StoredImage
 from rexvqa_dataset import record_columns

@@ -302,7 +302,7 @@ def test_a_script_without_a_main_guard_still_builds_reading_headers_on_threads(r
     out = tmp_path / "gemex"
     script = tmp_path / "build_it.py"
     script.write_text(
-        "from builders.assembly.pipeline import BuildSettings\n"
+        "from builders.assembly.settings import BuildSettings\n"
         "from gemex_dataset.build import build_gemex\n"
         f"build_gemex(BuildSettings(source={str(release_of_thousands.root / 'per_type')!r}, out={str(out)!r}, "
         f"images={str(release_of_thousands.image_root)!r}, image_mode='reference'))\n")

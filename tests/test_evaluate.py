@@ -114,7 +114,7 @@ def test_evaluate_a_real_gemex_build(tmp_path, capsys, image_mode, convention):
     Without images (`none`) the build has no pixel boxes, so boxes are scored in the 224 frame."""
     from datasets import load_dataset
 
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate
 

@@ -7,7 +7,7 @@ from collections import Counter
 import pytest
 from datasets import load_dataset
 
-from builders.assembly.pipeline import BuildSettings
+from builders.assembly.settings import BuildSettings
 from cxr_vqa.cli import main
 from gemex_dataset.build import build_gemex
 from gemex_dataset.rows import raw_record

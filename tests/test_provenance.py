@@ -12,7 +12,7 @@ import pytest
 from huggingface_hub import DatasetCard
 from PIL import Image
 
-from builders.assembly.pipeline import BuildSettings
+from builders.assembly.settings import BuildSettings
 from builders.hub.publish import PublishRefused, inspect_build, plan_publish
 from builders.provenance import MANIFEST_NAME, STAMP_KEY, folder_synthetic, verify_shard
 from cxr_vqa.cli import main

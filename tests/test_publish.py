@@ -21,7 +21,7 @@ import pytest
 from huggingface_hub import DatasetCard, HfApi, constants
 from publish_builds import built, copy_build
 
-from builders.assembly.pipeline import BuildSettings
+from builders.assembly.settings import BuildSettings
 from builders.hub.preview import add_preview_config
 from builders.hub.publish import PublishRefused, access_refusal, inspect_build, plan_publish, publish, upload_groups
 from cxr_vqa.cli import main

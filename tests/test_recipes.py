@@ -307,7 +307,7 @@ def test_end_to_end_on_a_real_demo_build(tmp_path):
     """The real builder makes a small synthetic GEMeX build (what `cxr-vqa demo` does); the recipe
     trains on it and predicts its questions. (`run_demo` itself is not called: with few images its
     preview asks for a `test` split the build may not have.)"""
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate as generate_release
 
