@@ -262,7 +262,7 @@ def main(argv: list[str] | None = None) -> int:
 
     completed.clear()
     try:
-        from builders.assembly.lifecycle import stop_point
+        from builders.files import stop_point
 
         stop_point("start-up")
         args = parser().parse_args(argv)

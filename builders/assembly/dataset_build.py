@@ -24,11 +24,12 @@ from builders.assembly.card import load_card
 from builders.assembly.conversations import CHARS_PER_TOKEN, ConversationLayout
 from builders.assembly.cycle_collector import rare_collections
 from builders.assembly.image_source import ImageSource, Loaded
-from builders.assembly.lifecycle import staged_output, stop_point
+from builders.assembly.lifecycle import staged_output
 from builders.assembly.report import BuildError, BuildReport, Reject
 from builders.assembly.settings import BuildSettings
 from builders.assembly.shards import SplitShards, sha256
 from builders.assembly.staging import Staging
+from builders.files import stop_point
 from builders.provenance import Provenance
 
 

@@ -10,7 +10,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.assembly.lifecycle import stop_point
+from builders.files import stop_point
 
 
 class Staging:
