@@ -320,6 +320,15 @@ def without_images(table: pa.Table) -> pa.Table:
             .append_column(pa.field("boxes", pa.list_(pa.list_(pa.float32(), 4))), nulls.cast(pa.list_(pa.list_(pa.float32(), 4)))))
 
 
+OPTION_HELP = {
+    "source": "the raw release: a folder holding any of its three layouts (or one annotation file)",
+    "images": "the folder image paths are relative to (optional with --image-mode none)",
+    "split": "the split of every file read (default: from train/valid/test folder names)",
+    "image_ext": "image files carry this suffix instead of the released one (e.g. dcm for MIMIC-CXR DICOM)",
+}
+"""How a GEMeX build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
+
+
 GATED_PROMPT = (
     "This dataset contains MIMIC-CXR images and report text. Access requires a credentialed PhysioNet account "
     "and a signed data use agreement for MIMIC-CXR-JPG. Requests are approved by hand."

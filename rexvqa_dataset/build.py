@@ -305,6 +305,14 @@ def without_images(table: pa.Table) -> pa.Table:
             .append_column("image_widths", sizes).append_column("image_heights", sizes))
 
 
+OPTION_HELP = {
+    "source": "the raw release: its root or its metadata/ folder (or one *_vqa_data.json file)",
+    "images": "the folder image paths are relative to (default: the metadata folder)",
+    "split": "the split of every file read (default: from the file names, train/valid/test_vqa_data.json)",
+}
+"""How a ReXVQA build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
+
+
 GATED_PROMPT = (
     "This dataset contains ReXVQA questions and ReXGradient-160K chest X-ray images and report text, released for "
     "non-commercial research under the terms on ReXGradient-160K's Hub page. Requests are approved by hand."

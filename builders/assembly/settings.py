@@ -1,8 +1,14 @@
-"""The options of a dataset build (`BuildSettings`) and the checks they must pass before anything is read."""
+"""The options of a dataset build, each declared once, and the checks they must pass before anything is read.
+
+Every field of `BuildSettings` carries its help (and its choices) in `field(metadata=...)`, as
+`transformers.HfArgumentParser` reads a dataclass: `cxr-vqa build gemex|rexvqa` makes its
+options from the fields (`image_mode` is `--image-mode`), and a dataset's build module words the
+help of the options whose meaning is its own (`OPTION_HELP`).
+"""
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from builders.assembly.conversations import TEXT_TOKENS, TURN_SEED
@@ -14,20 +20,36 @@ IMAGE_MODES = ("reference", "embed", "none")
 
 @dataclass
 class BuildSettings:
-    source: Path
-    out: Path
-    images: Path | None = None
-    image_mode: str = "reference"
-    image_size: int | None = None
-    split: str | None = None
-    strict: bool = False
-    overwrite: bool = False
-    num_proc: int = 1
-    image_ext: str | None = None
-    keep_16bit: bool = False
-    shard_layout: str = "auto"
-    turn_seed: int = TURN_SEED
-    conversation_tokens: int = TEXT_TOKENS
+    """How to build one dataset folder from a raw release."""
+
+    source: Path = field(metadata={"help": "the raw release: a folder (or one annotation file)"})
+    out: Path = field(metadata={"help": "the dataset folder to write"})
+    images: Path | None = field(default=None, metadata={"help": "the folder image paths are relative to"})
+    image_mode: str = field(default="reference", metadata={
+        "choices": IMAGE_MODES,
+        "help": "reference: absolute paths to your files (default); embed: image bytes in the Parquet; none: no image column"})
+    image_size: int | None = field(default=None, metadata={
+        "help": "with --image-mode embed: resize so the long side is N pixels (aspect kept)"})
+    split: str | None = field(default=None, metadata={"help": "the split of every file read (default: from the release's names)"})
+    strict: bool = field(default=False, metadata={"help": "fail on the first rejected record instead of reporting it"})
+    overwrite: bool = field(default=False, metadata={"help": "replace an existing --out folder"})
+    num_proc: int = field(default=1, metadata={
+        "help": "threads that encode embedded images; worker processes that read image headers (reference)"})
+    image_ext: str | None = field(default=None, metadata={
+        "help": "image files carry this suffix instead of the released one (e.g. dcm for DICOM)"})
+    keep_16bit: bool = field(default=False, metadata={
+        "help": "embed 16-bit sources as 16-bit PNG instead of windowing them to 8 bits"})
+    shard_layout: str = field(default="auto", metadata={
+        "choices": SHARD_LAYOUTS,
+        "help": "by-config (auto, the default): a shard set per question type/task, what the Hub's viewer shows "
+                "(an image is in each type's files; the Hub stores it once); shared: one set per split, configs "
+                "select rows by a Parquet filter (each image once locally; not for the Hub: its viewer ignores filters)"})
+    turn_seed: int = field(default=TURN_SEED, metadata={
+        "help": f"seed of the turn order in sft_per_image/sft_per_study (default {TURN_SEED}); the order carries no signal"})
+    conversation_tokens: int = field(default=TEXT_TOKENS, metadata={
+        "help": "sft_per_image/sft_per_study: text tokens of one conversation row (about 4 characters a token), "
+                f"a longer one is cut into balanced rows of the same image (default {TEXT_TOKENS}: with the "
+                "at most 640 image tokens of the default 501,760-pixel budget a row stays under 3,000 tokens)"})
 
     @property
     def shared_shards(self) -> bool:
