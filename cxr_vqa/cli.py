@@ -25,11 +25,12 @@ def _terminate(signum, frame) -> None:
     raise Terminated()
 
 
-def _build_parser(datasets, name: str, help: str, options_help: dict[str, str], run) -> None:
+def _build_parser(datasets, name: str, summary: str, options_help: dict[str, str], run) -> None:
+    """`build NAME`: the options of `BuildSettings`, worded for the dataset where `options_help` says."""
     from builders.assembly.settings import BuildSettings
     from cxr_vqa.options import add_options
 
-    build = datasets.add_parser(name, help=help, description=help)
+    build = datasets.add_parser(name, help=summary, description=summary)
     add_options(build, BuildSettings, options_help)
     build.set_defaults(func=run)
 
