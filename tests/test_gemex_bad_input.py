@@ -3,6 +3,7 @@
 import json
 import shutil
 
+import pyarrow.parquet as pq
 import pytest
 from datasets import load_dataset
 
@@ -227,3 +228,26 @@ def test_one_dicom_file_name_under_two_subjects_gives_two_question_ids(release, 
     assert multi == {path: f"test/{path}/multi_choice/0", other: f"test/{other}/multi_choice/0"}
     dicom_named = [i for i, p in zip(ids, ds["image_path"]) if p not in multi]
     assert dicom_named and all(i.split("/")[1] == p.rsplit("/", 1)[1][:-4] for i, p in zip(dicom_named, [p for p in ds["image_path"] if p not in multi]))
+
+
+def test_image_paths_whose_short_names_chain_give_distinct_question_and_conversation_ids(release, tmp_path):
+    """`a/x.jpg` and `a/x.png` share the short name `a/x`, so each is named by its path; `a/x.jpg.png`'s short
+    name is then the first one's id name, so it is named by its path too. Paths elsewhere keep their dicom_id."""
+    root, images, path = release
+    chain = ["a/x.jpg", "a/x.png", "a/x.jpg.png", "a/x.jpg.png.jpg"]
+    for name in chain:
+        (images / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(images / path, images / name)
+    write_multi(root, [good(name) for name in chain] + [good(path)])
+    report = run(root, images, tmp_path)
+    assert report.rejected == 0
+    out = tmp_path / "out" / "data"
+    questions = pq.read_table(sorted(p for p in out.glob("test/*.parquet") if "sft_per_image" not in p.name),
+                              columns=["question_id", "image_path", "question_type"])
+    multi = {row["image_path"]: row["question_id"] for row in questions.to_pylist() if row["question_type"] == 3}
+    assert multi == {**{name: f"test/{name}/multi_choice/0" for name in chain}, path: f"test/{path.rsplit('/', 1)[1][:-4]}/multi_choice/0"}
+    ids = questions["question_id"].to_pylist()
+    assert len(ids) == len(set(ids))
+    conversations = pq.read_table(sorted(out.glob("test/sft_per_image-*.parquet")), columns=["conversation_id", "image_path"]).to_pylist()
+    assert len({row["conversation_id"] for row in conversations}) == len({row["image_path"] for row in conversations}) == len(conversations)
+    assert {row["conversation_id"] for row in conversations if row["image_path"] in chain} == {f"test/{name}/0" for name in chain}
