@@ -10,11 +10,11 @@ or does not parse (a bad token, a cut, nesting too deep for Python's json, an in
 than Python reads), the stream reports the damaged region once and resynchronises at the next
 line at the records' indentation (learnt from the records read, and before the first is read
 from the file's first lines) that starts a record: `"<id>":` in an object keyed by id, a value
-in an array. In a file on one line, where nested
-objects look like records, a candidate `"<id>": {` or `{` is taken only if it and the next two
-records are whole. The search goes forward only, so a damaged run costs time in proportion
-to its length. Bad UTF-8 is read with errors="surrogateescape" and costs only the record
-whose text holds it. A UTF-8 byte order mark at the start of a file is skipped.
+in an array. In a file on one line, where nested objects look like records, a candidate
+`"<id>": {` or `{` is taken only if it and the next two records are whole. The search goes
+forward only, so a damaged run costs time in proportion to its length. Bad UTF-8 is read with
+errors="surrogateescape" and costs only the record whose text holds it. A UTF-8 byte order
+mark at the start of a file is skipped.
 """
 
 from __future__ import annotations
@@ -385,8 +385,9 @@ class RecordStream:
 
         A pretty-printed file indents each level by the same step, and its records by one step: the hint is
         the greatest step that divides the indentation of every line in the first `_FIRST_LINES` characters
-        after the opening bracket, where a line stands at that step (a record's first or last line). A damaged
-        line can only make it smaller, so that no record start is at it; a nested value is never at it. Until a
+        after the opening bracket, where a line stands at that step (a record's first or last line). Damage to
+        one line can make it smaller (then no record start is at it), and not larger where another line of the
+        sample stands at an odd number of steps; a nested value is never at one step. Until a
         record has been read whole (`records_indent`), a record start at the hinted indentation is taken once
         its record is whole and closes on its own line there; a start elsewhere still needs the records after
         it whole (`_starts_record`).
