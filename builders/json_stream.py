@@ -8,18 +8,20 @@ closing bracket must stand first on its line at the indentation it opened at (a 
 inside a record closes it early, after a value on the same line). Where a record is not whole
 or does not parse (a bad token, a cut, nesting too deep for Python's json, an integer longer
 than Python reads), the stream reports the damaged region once and resynchronises at the next
-line at the records' indentation (learnt from the records read) that starts a record:
-`"<id>":` in an object keyed by id, a value in an array. In a file on one line, where nested
-objects look like records, a candidate `"<id>": {` or `{` is taken only if it and the next two
-records are whole. The search goes forward only, so a damaged run costs time in proportion
-to its length. Bad UTF-8 is read with errors="surrogateescape" and costs only the record
-whose text holds it. A UTF-8 byte order mark at the start of a file is skipped.
+line at the records' indentation (learnt from the records read, and before the first is read
+from the file's first lines) that starts a record: `"<id>":` in an object keyed by id, a value
+in an array. In a file on one line, where nested objects look like records, a candidate
+`"<id>": {` or `{` is taken only if it and the next two records are whole. The search goes
+forward only, so a damaged run costs time in proportion to its length. Bad UTF-8 is read with
+errors="surrogateescape" and costs only the record whose text holds it. A UTF-8 byte order
+mark at the start of a file is skipped.
 """
 
 from __future__ import annotations
 
 import codecs
 import json
+import math
 import re
 import sys
 from collections import Counter
@@ -154,6 +156,9 @@ _OBJECT_RECORD_START = {"object": _KEY_PATTERN + r"\s*:\s*\{", "array": r"\{"}
 """A record start that structure alone cannot place: an object-valued member, as any nested object also looks."""
 _INDENTED_START = {"object": _KEY_PATTERN + r"[ \t]*:", "array": r"[^\s\]]"}
 """A record start on a line of its own at the records' indentation, which nested values never share."""
+_LINE_LEAD = re.compile(r"\n([ \t]*)(?=\S)")
+_FIRST_LINES = 8192
+"""Characters after the opening bracket whose lines' indentation gives the records' (`_indent_from_first_lines`)."""
 _LOOSE_START = {kind: re.compile(rf"(?:(?<=[,\[{{\n])|^)[ \t\r\n]*(?={start})") for kind, start in _OBJECT_RECORD_START.items()}
 _NEXT_OBJECT_RECORD = {kind: re.compile(rf"\s*{start}") for kind, start in _OBJECT_RECORD_START.items()}
 _FORGET_AFTER = 4096
@@ -175,8 +180,9 @@ class RecordStream:
     bracket inside it closes early ends after a value on the same line. A record on one line
     must be followed by `,` and a record start alike (another `"<id>": {` or `{`), the closing
     bracket, or the end of the file. After damage, reading resynchronises at the next line at
-    the records' indentation (learnt from the records read) that starts a record, or, in a
-    file on one line, at the next `"<id>": {` or `{` whose record and the next two are whole.
+    the records' indentation (learnt from the records read, or hinted by the file's first lines
+    while none has been) that starts a record, or, in a file on one line, at the next
+    `"<id>": {` or `{` whose record and the next two are whole.
     The search and the parses it tries go over each character a bounded number of times:
     `work` counts the characters the decoder and the search went over.
     """
@@ -188,6 +194,7 @@ class RecordStream:
         self.holds_bad_bytes = False  # whether the text held may have undecodable bytes: only then is a record searched for them
         self.indents: Counter[str | None] = Counter()  # the indentation of the records read whole on lines of their own
         self.records_indent: str | None = None  # the most common of them: the records' indentation in a pretty-printed file
+        self.indent_hint: str | None = None  # the records' indentation as the file's first lines show it (`_indent_from_first_lines`)
         self.key: str | None = None  # the id of the record being read, once its key has parsed
         self.record_end = 0  # where the record last read ends
         self.record_indent: str | None = None  # and its indentation, if it starts a line
@@ -372,26 +379,51 @@ class RecordStream:
         if indent != self.records_indent and self.indents[indent] > self.indents[self.records_indent]:
             self.records_indent = indent
 
-    def _start_pattern(self) -> tuple[re.Pattern, bool]:
-        """The pattern of a top-level record start, and whether it is exact (a pretty-printed file's indentation)."""
+    def _indent_from_first_lines(self, start: int) -> None:
+        """Take a hint of the records' indentation from the file's own structure before any record is read, so that
+        damage in the first record resynchronises at the next record even where the one after that is damaged too.
+
+        A pretty-printed file indents each level by the same step, and its records by one step: the hint is
+        the greatest step that divides the indentation of every line in the first `_FIRST_LINES` characters
+        after the opening bracket, where a line stands at that step (a record's first or last line). Damage to
+        one line can make it smaller (then no record start is at it), and not larger where another line of the
+        sample stands at an odd number of steps; a nested value is never at one step. Until a
+        record has been read whole (`records_indent`), a record start at the hinted indentation is taken once
+        its record is whole and closes on its own line there; a start elsewhere still needs the records after
+        it whole (`_starts_record`).
+        """
+        while len(self.text) < start + _FIRST_LINES and self._more():
+            pass
+        leads = {lead.group(1) for lead in _LINE_LEAD.finditer(self.text, start, start + _FIRST_LINES)} - {""}
+        chars = set("".join(leads))
+        if len(chars) == 1:
+            step = chars.pop() * math.gcd(*map(len, leads))
+            self.indent_hint = step if step in leads else None
+
+    def _start_pattern(self) -> tuple[re.Pattern, str | None]:
+        """The pattern of a top-level record start, and the records' indentation in a pretty-printed file (learnt,
+        or else hinted by the file's first lines); where that is known, the pattern's group `exact` matches a
+        start at it."""
         indent = self.records_indent
         if indent is not None:
-            return re.compile(f"\\n{re.escape(indent)}(?={_INDENTED_START[self.kind]})"), True
-        return _LOOSE_START[self.kind], False
+            return re.compile(f"(?P<exact>\\n{re.escape(indent)}(?={_INDENTED_START[self.kind]}))"), indent
+        if (hint := self.indent_hint) is not None:
+            return re.compile(f"(?P<exact>\\n{re.escape(hint)}(?={_INDENTED_START[self.kind]}))|{_LOOSE_START[self.kind].pattern}"), hint
+        return _LOOSE_START[self.kind], None
 
-    def _starts_record(self, at: int, exact: bool, look_ahead: int = 3, at_least: int = 1) -> bool:
-        """Whether a top-level record starts at `at`: it is whole; where its indentation does not say it
-        is a record (a file on one line, or no record read yet), the next records (up to `look_ahead`)
+    def _starts_record(self, at: int, indent: str | None, look_ahead: int = 3, at_least: int = 1) -> bool:
+        """Whether a top-level record starts at `at`: it is whole; where it does not close on its own line at
+        `indent` (the records' indentation, None where unknown), the next records (up to `look_ahead`)
         are whole too and alike (at the same indentation, their objects' first key the same), the last
         followed by the closing bracket and the end of the file."""
-        return self._reads_at(at, lambda: self._records_follow(exact, look_ahead, at_least))
+        return self._reads_at(at, lambda: self._records_follow(indent, look_ahead, at_least))
 
-    def _records_follow(self, exact: bool, look_ahead: int, at_least: int) -> bool:
+    def _records_follow(self, indent: str | None, look_ahead: int, at_least: int) -> bool:
         indents, first_keys = set(), set()
         for count in range(1, look_ahead + 1):
             self._peek()
             _, value, after, own_line = self._record(0)
-            if exact and own_line:
+            if own_line and indent is not None and self.record_indent == indent:
                 return True
             indents.add(self.record_indent)
             first_keys.add(next(iter(value), None) if isinstance(value, dict) else None)
@@ -409,7 +441,7 @@ class RecordStream:
         The search goes forward only, dropping the text behind it, so a damaged run costs time in proportion to its length.
         `at_least`: the records a start found by look-ahead must lead (`_starts_record`).
         """
-        pattern, exact = self._start_pattern()
+        pattern, indent = self._start_pattern()
         at = search_from
         while True:
             if at > _FORGET_AFTER:
@@ -418,7 +450,8 @@ class RecordStream:
             match = pattern.search(self.text, at)
             self.work += (match.end() if match else len(self.text)) - at
             if match and (self.eof or match.start() < len(self.text) - _LONGEST_START):
-                if self._starts_record(match.start(), exact, at_least=at_least):
+                exact = "exact" in pattern.groupindex and match["exact"] is not None
+                if self._starts_record(match.start(), indent if exact else None, at_least=at_least):
                     self.pos = match.start()
                     return True
                 at = max(match.end(), match.start() + 1)
@@ -445,6 +478,7 @@ class RecordStream:
     def __iter__(self) -> Iterator[tuple[str, object] | Damage]:
         if self._peek() == self.opener:
             self.pos += 1
+            self._indent_from_first_lines(self.pos)
         else:
             what = "a JSON object keyed by record id" if self.kind == "object" else "a JSON array of records"
             at = self.consumed + self.pos

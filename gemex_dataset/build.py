@@ -49,8 +49,8 @@ class GemexBuild(DatasetBuild):
     def __init__(self, settings: BuildSettings):
         super().__init__(settings, BuildReport("gemex", settings.to_dict()))
         self.features = features(settings.image_mode)
-        self.image_names: dict[str, dict[str, str]] = {}  # split -> an image's short name (its dicom_id) -> the first image path with it
-        self.shared_names: dict[str, set[str]] = {}  # split -> the short names that more than one image path has
+        self.image_names: dict[str, dict[str, str]] = {}  # split -> image path -> its short name (its dicom_id)
+        self.whole_path_names: dict[str, set[str]] = {}  # split -> the short names replaced by image paths in ids (`names_to_replace`)
 
     def staging_schema(self) -> pa.Schema:
         text = [f for f in features("none").arrow_schema if f.name not in IMAGE_COLUMNS]
@@ -113,12 +113,10 @@ class GemexBuild(DatasetBuild):
         staging.add_table(split, table)
 
     def note_images(self, split: str, images: Iterable[tuple[str, str | None]]) -> None:
-        """Note each image's short name (`short_name`), to find those that two image paths share (`question_ids`)."""
-        names, shared = self.image_names.setdefault(split, {}), self.shared_names.setdefault(split, set())
+        """Note each image's short name (`short_name`), to find those that cannot name it alone (`question_ids`)."""
+        names = self.image_names.setdefault(split, {})
         for path, dicom_id in images:
-            name = short_name(path, dicom_id)
-            if names.setdefault(name, path) != path:
-                shared.add(name)
+            names[path] = short_name(path, dicom_id)
 
     def attach_images(self, rows: list[dict]) -> Iterator[tuple[list[dict], StoredImage | ImageError]]:
         """Rows grouped by image, each group with its loaded image.
@@ -144,7 +142,9 @@ class GemexBuild(DatasetBuild):
         repeat_of = repeated_questions(table)
         repeats = np.flatnonzero(repeat_of >= 0).tolist()
         kept = table.filter(pa.array(repeat_of < 0)) if repeats else table
-        kept = kept.append_column("question_id", question_ids(split, kept, self.shared_names.get(split, set())))
+        if split not in self.whole_path_names:
+            self.whole_path_names[split] = names_to_replace(self.image_names.get(split, {}))
+        kept = kept.append_column("question_id", question_ids(split, kept, self.whole_path_names[split]))
         if repeats:
             first_id = dict(zip(np.flatnonzero(repeat_of < 0).tolist(), kept["question_id"].to_pylist()))
             for row in repeats:
@@ -283,12 +283,32 @@ def short_name(image_path: str, dicom_id: str | None) -> str:
     return dicom_id if dicom_id is not None else image_path.rsplit(".", 1)[0]
 
 
-def question_ids(split: str, table: pa.Table, shared_names: set[str] = frozenset()) -> pa.Array:
+def names_to_replace(short_names: dict[str, str]) -> set[str]:
+    """The short names that cannot name their images in question ids, given each image path's short name.
+
+    A short name two image paths share (the same file name under two subjects; `a/x.jpg` and
+    `a/x.png`) is replaced by each path. So is a short name that is itself a path so named
+    (`a/x.jpg.png`'s, `a/x.jpg`), and so on down the chain: the names that stay and the paths
+    that replace the others are then all distinct. Each name is looked at once.
+    """
+    paths_of: dict[str, list[str]] = {}
+    for path, name in short_names.items():
+        paths_of.setdefault(name, []).append(path)
+    replaced = {name for name, paths in paths_of.items() if len(paths) > 1}
+    todo = list(replaced)
+    while todo:
+        for path in paths_of[todo.pop()]:
+            if path in paths_of and path not in replaced:
+                replaced.add(path)
+                todo.append(path)
+    return replaced
+
+
+def question_ids(split: str, table: pa.Table, whole_path_names: set[str] = frozenset()) -> pa.Array:
     """`<split>/<image>/<question_type>/<n>` for rows sorted by image: n counts the image's questions of the type in order.
 
-    `<image>` is the image's `short_name` (its dicom_id), unique by construction: where two image
-    paths of the split share it (`shared_names`: the same file name under two subjects), each
-    image is named by its whole path instead.
+    `<image>` is the image's `short_name` (its dicom_id), or its whole path where the short name
+    is one of `whole_path_names` (`names_to_replace`), so that it is unique by construction.
     """
     n = table.num_rows
     if n == 0:
@@ -305,8 +325,8 @@ def question_ids(split: str, table: pa.Table, shared_names: set[str] = frozenset
     ordinal[order] = np.arange(n) - np.repeat(starts, np.diff(np.r_[starts, n]))
     stem = pc.list_element(pc.split_pattern(paths, ".", max_splits=1, reverse=True), 0)
     key = pc.if_else(pc.is_valid(table["dicom_id"]), table["dicom_id"], stem)
-    if shared_names:
-        key = pc.if_else(pc.is_in(key, pa.array(sorted(shared_names), pa.string())), paths, key)
+    if whole_path_names:
+        key = pc.if_else(pc.is_in(key, pa.array(sorted(whole_path_names), pa.string())), paths, key)
     names = pa.array(QUESTION_TYPES).take(pa.array(qtype))
     return pc.binary_join_element_wise(pa.scalar(split), key, names, pc.cast(pa.array(ordinal), pa.string()), "/")
 

@@ -18,7 +18,7 @@ LLAVA_Q_TYPES: dict[str, str] = {t: f"{t}_questions" for t in QUESTION_TYPES}
 
 
 COLUMN_DOCS: dict[str, str] = {
-    "question_id": "stable unique id: `<split>/<dicom_id>/<question_type>/<n>` (the image path for the dicom_id where two images share it)",
+    "question_id": "stable unique id: `<split>/<dicom_id>/<question_type>/<n>` (the image path where the dicom_id, or the path less its extension, would not name one image alone)",
     "image": "the radiograph (a path to your file in `reference` mode, bytes in `embed` mode)",
     "image_path": "MIMIC-CXR-JPG path as released, relative to its `files/`",
     "image_width": "width of the stored image, pixels (what `boxes` refer to)",

@@ -15,7 +15,7 @@ import json
 import re
 import sys
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from builders.assembly.lifecycle import release_files
@@ -30,6 +30,7 @@ QUESTION_TYPE_OF_LLAVA = {q_type: t for t, q_type in LLAVA_Q_TYPES.items()}
 PATH_PATTERN = r"^p(?P<group>[0-9]{2})/p(?P<subject>[0-9]+)/s(?P<study>[0-9]+)/(?P<dicom>[^/]+)\.(?:jpg|jpeg|png|dcm)$"
 """A MIMIC-CXR-JPG image path, case aside; written for both Python's `re` and Arrow's RE2 (`per_type_columns`)."""
 _PATH = re.compile(PATH_PATTERN, re.I)
+_DECODER = json.JSONDecoder()
 SPLIT_FOLDERS = {"train": "train", "valid": "validation", "validation": "validation", "val": "validation", "test": "test"}
 
 
@@ -240,13 +241,60 @@ def _first_misaligned(src: SourceFile, paths: list[str]) -> int:
     return 1
 
 
+@dataclass
+class RunTogether:
+    """One line that holds two lines run together (a newline lost): its number and its two lines' bytes."""
+
+    number: int
+    halves: tuple[bytes, bytes]
+
+
+def _run_together(src: SourceFile, lines: int, rows: int) -> RunTogether | None:
+    """The line holding two lines run together, where that alone makes the file one line short of the CSV's rows.
+
+    It is so only where the file has one line fewer than the CSV rows, exactly one of its lines
+    is not JSON, and that line is two whole JSON values one after the other: then every line
+    before it is its CSV row's, its values the next two rows', and every line after it the row after
+    its own. Python's json finds where the first value ends (`raw_decode`), so the cut is the only one.
+    """
+    if lines != rows - 1:
+        return None
+    found = None
+    for number, _, raw in _image_lines(src.path):
+        try:
+            loads_line(raw)
+        except LineError:
+            if found is not None:
+                return None
+            found = RunTogether(number, _two_values(raw))
+    return found if found is not None and found.halves[0] else None
+
+
+def _two_values(raw: bytes) -> tuple[bytes, bytes]:
+    """`raw` cut after its first whole JSON value where what follows is one whole JSON value too; else (b"", raw)."""
+    try:
+        text = raw.removeprefix(codecs.BOM_UTF8).decode("utf-8")
+        lead = len(text) - len(text.lstrip(" \t"))
+        _, end = _DECODER.raw_decode(text, lead)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError):
+        return b"", raw
+    first, second = text[:end].encode(), text[end:].encode()
+    try:
+        loads_line(first), loads_line(second)
+    except LineError:
+        return b"", raw
+    return first, second
+
+
 def read_grouped(src: SourceFile) -> Iterator[RawQuestion | Reject]:
     """The questions of a grouped JSON Lines file: the k-th line that is not blank is the image of the CSV's k-th row.
 
     The lines name no image, so a line and its image are tied by position alone. Where the file has
     another number of lines than the CSV has rows (a newline lost, or one added inside a line), the
     lines from the first one where they may part (`_first_misaligned`) are rejected, each naming its
-    line: their images cannot be told, and a question is never put on another image.
+    line: their images cannot be told, and a question is never put on another image. Where one line
+    holds two lines run together and that alone accounts for the count (`_run_together`), its two
+    values are read as the two rows they stand for and every line after it as the row after its own.
     """
     file = str(src.path)
     if src.csv is None:
@@ -258,21 +306,34 @@ def read_grouped(src: SourceFile) -> Iterator[RawQuestion | Reject]:
         yield Reject(str(src.csv), None, None, str(err))
         return
     lines = sum(1 for _ in _image_lines(src.path))
-    parted = sys.maxsize if lines == len(paths) else _first_misaligned(src, paths)
+    run_together = None if lines == len(paths) else _run_together(src, lines, len(paths))
+    parted = sys.maxsize if lines == len(paths) or run_together else _first_misaligned(src, paths)
     for number, row, raw in _image_lines(src.path):
         if number >= parted:
             yield Reject(file, f"line {number}", "mimic_image_file_path",
                          f"{lines} lines for the {len(paths)} rows of {src.csv.name}, which may part from line {parted} on: "
                          "the image of this line's questions cannot be told")
             continue
-        value = _grouped_line(file, number, raw)
-        if isinstance(value, Reject):
-            yield value
-            continue
-        yield from _grouped_questions(src, number, row, value, paths[row].removeprefix("files/").lstrip("/"))
+        if run_together is None or number < run_together.number:
+            yield from _grouped_row(src, f"line {number}", number, row, raw, paths)
+        elif number == run_together.number:
+            for half, which in zip(run_together.halves, ("first", "second"), strict=True):
+                yield from _grouped_row(src, f"line {number} ({which} of two lines run together)", number, row, half, paths)
+                row += 1
+        else:
+            yield from _grouped_row(src, f"line {number}", number, row + 1, raw, paths)
 
 
-def _grouped_questions(src: SourceFile, number: int, row: int, value: dict, image_path: str) -> Iterator[RawQuestion]:
+def _grouped_row(src: SourceFile, where: str, number: int, row: int, raw: bytes, paths: list[str]) -> Iterator[RawQuestion | Reject]:
+    """The questions of one line (`where` names it), the image of the CSV's row `row`."""
+    value = _grouped_line(str(src.path), number, raw)
+    if isinstance(value, Reject):
+        yield replace(value, record=where)
+        return
+    yield from _grouped_questions(src, where, row, value, paths[row].removeprefix("files/").lstrip("/"))
+
+
+def _grouped_questions(src: SourceFile, where: str, row: int, value: dict, image_path: str) -> Iterator[RawQuestion]:
     for group, items in value.items():
         for k, qa in enumerate(items):
             data = {"question": qa["question"]}
@@ -281,7 +342,7 @@ def _grouped_questions(src: SourceFile, number: int, row: int, value: dict, imag
             data.update({"type": None, "answer": qa["answer"], "reason": qa["reason"],
                          "visual_regions": qa.get("visual_regions"), "visual_locations": qa["visual_locations"],
                          "image_path": image_path, "ori_report": None, "q_id": None, "row_id": f"row_{row}"})
-            yield RawQuestion(str(src.path), f"line {number}, {group}[{k}]", "grouped", src.split, QUESTION_TYPE_OF_LLAVA[group], data)
+            yield RawQuestion(str(src.path), f"{where}, {group}[{k}]", "grouped", src.split, QUESTION_TYPE_OF_LLAVA[group], data)
 
 
 READERS = {"per_type": read_per_type, "llava": read_llava, "grouped": read_grouped}

@@ -6,6 +6,7 @@ non-streaming load writes."""
 from __future__ import annotations
 
 import json
+import shutil
 from collections import Counter
 from pathlib import Path
 
@@ -123,10 +124,27 @@ def test_turn_order_is_fixed_by_the_seed(gemex_release, builds, tmp_path):
 def test_balanced_parts_cut_evenly_and_keep_every_turn():
     assert balanced_parts([100] * 10, 0, 450) == [[0, 1, 2], [3, 4, 5, 6], [7, 8, 9]]
     assert balanced_parts([100] * 4, 50, 1000) == [[0, 1, 2, 3]]
-    parts = balanced_parts([30, 500, 40, 60, 20], 10, 200)  # one turn longer than the limit keeps a row alone
-    assert [k for run in parts for k in run] == list(range(5)) and [1] in parts
-    assert all(10 + sum([30, 500, 40, 60, 20][k] for k in run) <= 200 for run in parts if run != [1])
+    assert balanced_parts([30, 500, 40, 60, 20], 10, 200) == [[0, 2, 3, 4], [1]]  # a turn longer than the limit alone
     assert balanced_parts([], 0, 10) == []
+
+
+@pytest.mark.parametrize("turns", [40, 1000, 16000])
+def test_one_turn_too_long_for_a_row_goes_alone_and_the_others_fill_the_fewest_rows(turns):
+    """A 9,000-character turn cost every turn of its image a row of its own, and the search grew as turns squared."""
+    costs = [150 + (k * 7919) % 550 for k in range(turns)]
+    long = turns // 3
+    costs[long] = 9000
+    per_row, limit = 120, 8192
+    rows = balanced_parts(costs, per_row, limit)
+    assert sorted(k for row in rows for k in row) == list(range(turns))
+    assert [long] in rows and all(row == sorted(row) for row in rows) and [row[0] for row in rows] == sorted(row[0] for row in rows)
+    rest = [row for row in rows if row != [long]]
+    assert all(per_row + sum(costs[k] for k in row) <= limit for row in rest)
+    others = [c for k, c in enumerate(costs) if k != long]
+    fewest, filled = 1, per_row  # in turn order, each row filled as far as it goes: no cut into fewer rows fits
+    for cost in others:
+        fewest, filled = (fewest + 1, per_row + cost) if filled + cost > limit else (fewest, filled + cost)
+    assert len(rest) == fewest
 
 
 def test_long_conversations_are_cut_into_rows_of_the_same_image(gemex_release, tmp_path):
@@ -145,6 +163,27 @@ def test_long_conversations_are_cut_into_rows_of_the_same_image(gemex_release, t
         assert parts == list(range(count))
     whole = config_table(gemex(gemex_release, tmp_path / "whole"), "sft_per_image", "train", ["question_ids"])
     assert sorted(q for row in rows for q in row["question_ids"]) == sorted(q for ids in whole["question_ids"].to_pylist() for q in ids)
+
+
+def test_a_question_with_a_9000_character_reason_has_a_row_alone_and_its_image_one_more(gemex_release, tmp_path):
+    release = tmp_path / "release"
+    shutil.copytree(gemex_release.root / "per_type" / "train", release / "train")
+    path = release / "train" / "open_ended_question.jsonl"
+    lines = [json.loads(line) for line in path.read_text().splitlines()]
+    image = Counter(record["image_path"] for record in lines).most_common(1)[0][0]
+    long = next(k for k, record in enumerate(lines) if record["image_path"] == image)
+    lines[long]["reason"] = ("The opacity is seen. " * 450)[:9000]
+    path.write_text("\n".join(json.dumps(record) for record in lines) + "\n")
+    out = tmp_path / "out"
+    build_gemex(BuildSettings(source=release, out=out, images=gemex_release.image_root, image_mode="reference"))
+    default = config_table(out, "default", "train", ["question_id", "image_path", "reason"]).to_pylist()
+    asked = [q for q in default if q["image_path"] == image.removeprefix("files/")]
+    [long_id] = [q["question_id"] for q in asked if len(q["reason"]) == 9000]
+    rows = [row for row in config_table(out, "sft_per_image", "train", ["image_path", "question_ids"]).to_pylist()
+            if row["image_path"] == image.removeprefix("files/")]
+    assert len(asked) > 3
+    assert sorted((len(row["question_ids"]), set(row["question_ids"])) for row in rows) == [
+        (1, {long_id}), (len(asked) - 1, {q["question_id"] for q in asked} - {long_id})]
 
 
 @pytest.mark.parametrize("build", ["gemex", "rexvqa-embed"])

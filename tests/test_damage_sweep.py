@@ -8,6 +8,10 @@ whitespace before the record, the record, the `,` after it) or to the file's ope
 closing bracket. Every record whose region the damage leaves alone must come out whole, no
 record may come out other than as released unless it is the one touched, and the items
 read add up: records + damaged regions.
+
+Damage in the first record is swept again with the third record damaged too (a stray quote,
+a bad token): the second record, whole, must come out, though no record has been read whole
+before it and the one after it is damaged, and the third must be named in a damaged region.
 """
 
 from __future__ import annotations
@@ -85,6 +89,39 @@ def regions(text: str) -> list[int]:
     return owner
 
 
+def record_text(text: str, record: int) -> tuple[int, int]:
+    """Where record `record`'s region starts and ends in `text` (`regions`)."""
+    owner = regions(text)
+    return owner.index(record), len(owner) - owner[::-1].index(record)
+
+
+THIRD_RECORD_DAMAGE = {"a stray quote": (': "', ': "x" '), "a bad token": (': "', ": oops")}
+
+
+def sweep_first_record(text: str, kind: str, originals: list[str], labels: list[str], third: str) -> tuple[int, int]:
+    """Damage every offset of the first record every way, with the third damaged by `third`; returns
+    (records kept, records not touched) over the sweep."""
+    old, new = THIRD_RECORD_DAMAGE[third]
+    at = text.index(old, record_text(text, 2)[0])
+    text = text[:at] + new + text[at + len(old):]
+    kept = untouched_total = 0
+    for name, damage in KINDS.items():
+        for k in range(*record_text(text, 0)):
+            items = list(RecordStream(io.StringIO(damage(text, k)), kind, block=512))
+            read = [canonical(item[1]) if not isinstance(item, Damage) else None for item in items]
+            untouched = [r for j, r in enumerate(originals) if j not in (0, 2)]
+            missing = Counter(untouched) - Counter(read)
+            assert not missing, f"{name} at offset {k} of the first record, {third} in the third, lost {len(missing)} intact records"
+            between = items[read.index(originals[1]) + 1:read.index(originals[3])]
+            assert [d for d in between if isinstance(d, Damage) and (kind == "array" or d.record == labels[2])], \
+                f"{name} at offset {k} of the first record: the third, damaged, is in no damaged region"
+            unknown = [r for r in read if r is not None and r not in originals]
+            assert len(unknown) <= 1, f"{name} at offset {k} accepted {unknown}"
+            kept += sum(r in originals for r in read)
+            untouched_total += len(untouched)
+    return kept, untouched_total
+
+
 def sweep(text: str, kind: str, originals: list[str]) -> tuple[int, int]:
     """Damage every offset every way; returns (records kept, records not touched) over the sweep."""
     owner = regions(text)
@@ -106,13 +143,27 @@ def sweep(text: str, kind: str, originals: list[str]) -> tuple[int, int]:
 
 @pytest.mark.parametrize("kind", ["array", "object"])
 def test_every_intact_record_survives_every_single_byte_damage(kind):
-    if kind == "array":
-        records = llava_records()
-        originals = [canonical(r) for r in records]
-    else:
-        records = rexvqa_records()
-        originals = [canonical(r) for r in records.values()]
-    text = json.dumps(records, indent=1, allow_nan=True)
+    text, originals, _ = release(kind)
     kept, untouched = sweep(text, kind, originals)
     assert kept >= untouched
     print(f"{kind}: {kept} records kept over the sweep, {untouched} untouched ({len(text)} offsets x {len(KINDS)} kinds)")
+
+
+@pytest.mark.parametrize("third", list(THIRD_RECORD_DAMAGE))
+@pytest.mark.parametrize("kind", ["array", "object"])
+def test_damage_in_the_first_record_costs_only_it_with_the_third_damaged_too(kind, third):
+    text, originals, labels = release(kind)
+    kept, untouched = sweep_first_record(text, kind, originals, labels, third)
+    assert kept >= untouched
+    print(f"{kind}, {third} in the third record: {kept} records kept over the first record's sweep, {untouched} untouched")
+
+
+def release(kind: str) -> tuple[str, list[str], list[str]]:
+    """A small release file as released (`indent=1`), its records as `canonical` text, and their labels."""
+    if kind == "array":
+        records = llava_records()
+        originals, labels = [canonical(r) for r in records], [f"index {k}" for k in range(len(records))]
+    else:
+        records = rexvqa_records()
+        originals, labels = [canonical(r) for r in records.values()], list(records)
+    return json.dumps(records, indent=1, allow_nan=True), originals, labels

@@ -2,7 +2,10 @@
 
 import json
 import shutil
+from collections import Counter
+from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 from datasets import load_dataset
 
@@ -203,13 +206,54 @@ def test_grouped_lines_and_csv_rows_never_part_silently(gemex_release, tmp_path,
     assert report.records_read == report.rows_written + report.rejected
     ds = load_dataset("parquet", data_files=str(tmp_path / "out" / "data" / "**" / "*.parquet"), split="train")
     assert {(row["image_path"], row["question"]) for row in ds} <= set(released)
-    if damage == "blank line inserted":
-        assert report.rejected == 0 and ds.num_rows == len(released)
+    if damage in ("blank line inserted", "newline deleted"):  # one line that is two lines run together accounts for the count
+        assert report.rejected == 0 and Counter((row["image_path"], row["question"]) for row in ds) == Counter(released)
         return
     parted = [r for r in report.rejects if r.field == "mimic_image_file_path"]
     assert parted and {r.record for r in parted} >= {f"line {n}" for n in range(4, len(lines) + 1) if lines[n - 1]}
     assert all("cannot be told" in r.reason and r.file == str(questions) for r in parted)
     assert ds.num_rows > 0
+
+
+def grouped_copy(gemex_release, tmp_path) -> tuple[list[tuple[str, str]], Path, list[str]]:
+    folder = tmp_path / "release" / "train"
+    shutil.copytree(gemex_release.root / "grouped" / "train", folder)
+    questions = next(folder.glob("*.jsonl"))
+    return grouped_pairs(folder), questions, questions.read_text().split("\n")
+
+
+def grouped_build(tmp_path):
+    report = build_gemex(BuildSettings(source=tmp_path / "release", out=tmp_path / "out", image_mode="none", overwrite=True))
+    assert report.records_read == report.rows_written + report.rejected
+    ds = load_dataset("parquet", data_files=str(tmp_path / "out" / "data" / "**" / "*.parquet"), split="train")
+    return report, Counter((row["image_path"], row["question"]) for row in ds)
+
+
+def test_two_grouped_lines_run_together_cost_only_what_stays_uncertain(gemex_release, tmp_path):
+    """One lost newline rejected every later line; the line it leaves is two whole values, so every line after it is
+    the row after its own, and the two values the two rows they stand for, each checked as a line of its own."""
+    released, questions, lines = grouped_copy(gemex_release, tmp_path)
+    per_line = [sum(len(items) for items in json.loads(line).values()) for line in lines if line]
+    second = json.loads(lines[3])
+    group = next(iter(second))
+    del second[group][0]["answer"]
+    lines[2:4] = [lines[2] + "  " + json.dumps(second)]
+    questions.write_text("\n".join(lines))
+    report, rows = grouped_build(tmp_path)
+    [reject] = report.rejects
+    assert reject.record == "line 3 (second of two lines run together)" and reject.field.endswith("answer")
+    assert rows == Counter(released[:sum(per_line[:3])] + released[sum(per_line[:4]):])
+
+
+def test_a_line_run_together_beside_another_unreadable_line_parts_from_the_first(gemex_release, tmp_path):
+    """Two unreadable lines and one line short: the lost newline cannot be told from the rest, so nothing is recovered."""
+    released, questions, lines = grouped_copy(gemex_release, tmp_path)
+    lines[2:4] = [lines[2] + lines[3]]
+    lines[5] = lines[5].replace('"question": ', '"question": oops ', 1)
+    questions.write_text("\n".join(lines))
+    report, rows = grouped_build(tmp_path)
+    assert {r.record for r in report.rejects} == {f"line {n}" for n in range(3, len(lines) + 1) if lines[n - 1]}
+    assert set(rows) <= set(released) and rows
 
 
 def test_one_dicom_file_name_under_two_subjects_gives_two_question_ids(release, tmp_path):
@@ -227,3 +271,26 @@ def test_one_dicom_file_name_under_two_subjects_gives_two_question_ids(release, 
     assert multi == {path: f"test/{path}/multi_choice/0", other: f"test/{other}/multi_choice/0"}
     dicom_named = [i for i, p in zip(ids, ds["image_path"]) if p not in multi]
     assert dicom_named and all(i.split("/")[1] == p.rsplit("/", 1)[1][:-4] for i, p in zip(dicom_named, [p for p in ds["image_path"] if p not in multi]))
+
+
+def test_image_paths_whose_short_names_chain_give_distinct_question_and_conversation_ids(release, tmp_path):
+    """`a/x.jpg` and `a/x.png` share the short name `a/x`, so each is named by its path; `a/x.jpg.png`'s short
+    name is then the first one's id name, so it is named by its path too. Paths elsewhere keep their dicom_id."""
+    root, images, path = release
+    chain = ["a/x.jpg", "a/x.png", "a/x.jpg.png", "a/x.jpg.png.jpg"]
+    for name in chain:
+        (images / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(images / path, images / name)
+    write_multi(root, [good(name) for name in chain] + [good(path)])
+    report = run(root, images, tmp_path)
+    assert report.rejected == 0
+    out = tmp_path / "out" / "data"
+    questions = pq.read_table(sorted(p for p in out.glob("test/*.parquet") if "sft_per_image" not in p.name),
+                              columns=["question_id", "image_path", "question_type"])
+    multi = {row["image_path"]: row["question_id"] for row in questions.to_pylist() if row["question_type"] == 3}
+    assert multi == {**{name: f"test/{name}/multi_choice/0" for name in chain}, path: f"test/{path.rsplit('/', 1)[1][:-4]}/multi_choice/0"}
+    ids = questions["question_id"].to_pylist()
+    assert len(ids) == len(set(ids))
+    conversations = pq.read_table(sorted(out.glob("test/sft_per_image-*.parquet")), columns=["conversation_id", "image_path"]).to_pylist()
+    assert len({row["conversation_id"] for row in conversations}) == len({row["image_path"] for row in conversations}) == len(conversations)
+    assert {row["conversation_id"] for row in conversations if row["image_path"] in chain} == {f"test/{name}/0" for name in chain}

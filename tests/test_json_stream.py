@@ -7,6 +7,7 @@ the ways a download or an editor spoils them; in each the build report's counts 
 import io
 import json
 import math
+import re
 from pathlib import Path
 
 import pytest
@@ -125,6 +126,30 @@ def test_rexvqa_bad_utf8_in_the_last_record_costs_only_it(tmp_path):
     assert reject["record"] == last and "not valid UTF-8" in reject["reason"]
 
 
+def test_rexvqa_damage_in_the_first_record_costs_only_it_though_the_third_is_damaged_too(tmp_path):
+    """No record has been read whole when the first fails, and the one after the next is damaged too: the
+    records' indentation comes from the file's first lines, so the second, whole, is kept."""
+    metadata, files = rexvqa_release(tmp_path)
+    records = files["train_vqa_data.json"]
+    first, third = list(records)[0:3:2]
+    text = json.dumps(records, indent=1, allow_nan=True)
+    text = first_and_third_spoilt(text, [text.index(json.dumps(key) + ": {") for key in (first, third)], '"question": "')
+    (metadata / "train_vqa_data.json").write_text(text)
+    report = build_report("rexvqa", tmp_path, metadata)
+    total = sum(len(r) for r in files.values())
+    assert report["records_read"] == total and report["rows_written"] == total - 2
+    assert [(r["record"], r["reason"].split(":")[-1].strip()) for r in report["rejects"]] == [
+        (first, "Invalid \\escape"), (third, "Expecting ',' delimiter")]
+
+
+def first_and_third_spoilt(text: str, starts: list[int], before: str) -> str:
+    """`text` with a bad escape after the first `before` from `starts[0]`, a stray quote after the first from `starts[1]`."""
+    third = text.index(before, starts[1]) + len(before)
+    text = text[:third] + '" ' + text[third:]
+    first = text.index(before, starts[0]) + len(before)
+    return text[:first] + "\\x" + text[first:]
+
+
 def test_rexvqa_truncated_file_keeps_the_records_before_the_cut(tmp_path):
     metadata, files = rexvqa_release(tmp_path)
     path = metadata / "train_vqa_data.json"
@@ -209,6 +234,17 @@ def test_gemex_llava_bad_utf8_and_bad_token_cost_their_records(gemex_raw, tmp_pa
     report = build_report("gemex", tmp_path, tmp_path / "release")
     assert {(r["record"], r["reason"].split(" at ")[0]) for r in report["rejects"]} == {("index 2", "not valid UTF-8"), ("index 6", "malformed JSON")}
     assert report["records_read"] == len(records) and report["rows_written"] == len(records) - 2
+
+
+def test_gemex_llava_damage_in_the_first_record_costs_only_it_though_the_third_is_damaged_too(gemex_raw, tmp_path):
+    path, records = llava_copy(gemex_raw, tmp_path)
+    text = json.dumps(records, indent=1)
+    starts = [m.start() for m in re.finditer(r"\n \{", text)]
+    path.write_text(first_and_third_spoilt(text, [starts[0], starts[2]], '"value": "<image>'))
+    report = build_report("gemex", tmp_path, tmp_path / "release")
+    assert report["records_read"] == len(records) and report["rows_written"] == len(records) - 2
+    assert [(r["record"], r["reason"].split(":")[-1].strip()) for r in report["rejects"]] == [
+        ("index 0", "Invalid \\escape"), ("index 2", "Expecting ',' delimiter")]
 
 
 def per_type_copy(gemex_raw, tmp_path: Path) -> Path:

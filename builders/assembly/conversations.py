@@ -9,8 +9,9 @@ questions as user/assistant turns, with the same instructions and replies as `sf
 Turn order is shuffled by a seed and the image's key (`turn_order`), so it carries no signal
 (release order puts question types in a fixed order) and does not depend on how the build
 cut its chunks. A conversation whose text would pass `text_tokens` (estimated at
-`CHARS_PER_TOKEN` characters a token) is cut into several rows of the same image, balanced
-by text length (`balanced_parts`); every question is in exactly one row.
+`CHARS_PER_TOKEN` characters a token) is cut into several rows of the same image, as few as
+fit, balanced by text length (`balanced_parts`); a question too long for any row has one of
+its own, and every question is in exactly one row.
 """
 
 from __future__ import annotations
@@ -69,27 +70,62 @@ def turn_order(seed: int, key: str, turns: int) -> list[int]:
 
 
 def balanced_parts(costs: list[int], per_row: int, limit: int) -> list[list[int]]:
-    """Turns (by position) cut into runs whose `per_row + sum(costs)` stays within `limit`, as few and as even as can be.
+    """Turns (by position) cut into rows whose `per_row + sum(costs)` stays within `limit`, as few and as even as can be.
 
-    The runs are cut where the running total crosses equal shares; more runs are tried until
-    each fits, down to one turn a row (a turn longer than `limit` alone keeps its own row).
+    A turn too long for any row has a row of its own; the others stay together where they fit in
+    one row, else are cut into the fewest runs (in turn order) that fit (`_fitting_runs`). Each
+    row keeps its turns in turn order, and the rows go in the order of their first turns. For n
+    turns in k rows the search costs O(n + k log n log limit).
     """
-    total = sum(costs)
     if not costs:
         return []
-    if per_row + total <= limit:
-        return [list(range(len(costs)))]
-    parts = max(1, math.ceil(total / max(limit - per_row, 1)))
-    middle = np.cumsum(costs) - np.asarray(costs) / 2
-    while True:
-        if parts >= len(costs):
-            return [[k] for k in range(len(costs))]
-        owner = np.minimum((middle * parts / max(total, 1)).astype(np.int64), parts - 1)
-        runs = [np.flatnonzero(owner == p).tolist() for p in range(parts)]
-        runs = [run for run in runs if run]
-        if all(per_row + sum(costs[k] for k in run) <= limit for run in runs):
-            return runs
-        parts += 1
+    cost = np.asarray(costs, dtype=np.int64)
+    budget = limit - per_row
+    too_long = cost > budget
+    rest = np.flatnonzero(~too_long)
+    rows = [[k] for k in np.flatnonzero(too_long).tolist()]
+    if rest.size:
+        rows += [rest[run].tolist() for run in _fitting_runs(cost[rest], budget)]
+    return sorted(rows, key=lambda row: row[0])
+
+
+def _fitting_runs(cost: np.ndarray, budget: int) -> list[np.ndarray]:
+    """Positions of `cost` (each within `budget`) cut into the fewest runs whose sums stay within `budget`.
+
+    The runs are cut where the running total crosses equal shares, where those runs fit; else
+    where the largest run is as small as the fewest runs allow (the smallest cap, found by
+    bisection, that greedy filling meets in that many runs).
+    """
+    positions = np.arange(cost.size)
+    total = int(cost.sum())
+    if total <= budget:
+        return [positions]
+    ends = np.cumsum(cost)
+    parts = len(_filled_run_ends(ends, budget))
+    middle = ends - cost / 2
+    owner = np.minimum((middle * parts / total).astype(np.int64), parts - 1)
+    cuts = np.flatnonzero(np.diff(owner)) + 1
+    if np.add.reduceat(cost, np.r_[0, cuts]).max() <= budget:
+        return np.split(positions, cuts)
+    low, high = max(int(cost.max()), math.ceil(total / parts)), budget
+    while low < high:
+        cap = (low + high) // 2
+        if len(_filled_run_ends(ends, cap)) <= parts:
+            high = cap
+        else:
+            low = cap + 1
+    return np.split(positions, _filled_run_ends(ends, low)[:-1])
+
+
+def _filled_run_ends(ends: np.ndarray, cap: int) -> list[int]:
+    """Where each run ends (exclusive) when runs are filled in turn up to `cap`; `ends` are the running
+    totals of costs that are each within `cap`, so every run takes at least one."""
+    run_ends, start = [], 0
+    while start < ends.size:
+        before = int(ends[start - 1]) if start else 0
+        start = int(np.searchsorted(ends, before + cap, side="right"))
+        run_ends.append(start)
+    return run_ends
 
 
 @dataclass(frozen=True)
