@@ -104,6 +104,45 @@ def read_image_tag(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
+def foreign_release_file(release: Path, notes: dict[str, str]) -> str | None:
+    """Why a synthetic release folder holds something its generator did not write (None when it does not).
+
+    Each file must carry the generator's mark: the manifest, an annotation file it lists with
+    that hash, an image with its tag, or a note in `notes` ({name at the top: its text}). A
+    link (file or folder) is never the generator's. What `cxr-vqa demo` may replace.
+    """
+    release = Path(release)
+    try:
+        listed = json.loads((release / MANIFEST_NAME).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        listed = None
+    listed = listed if isinstance(listed, dict) else {}
+    for folder, subfolders, files in os.walk(release):
+        for name in [*subfolders, *files]:
+            path = Path(folder, name)
+            rel = path.relative_to(release).as_posix()
+            if path.is_symlink():
+                return f"{rel} is a link"
+            if name in subfolders:
+                continue
+            if rel == MANIFEST_NAME or (rel in notes and _text_is(path, notes[rel])):
+                continue
+            if rel in listed:
+                if hmac.compare_digest(str(listed[rel]), file_hash(path)):
+                    continue
+                return f"{rel} differs from what the generator wrote"
+            if read_image_tag(path) != image_tag(name):
+                return f"{rel} was not written by the synthetic generator"
+    return None
+
+
+def _text_is(path: Path, text: str) -> bool:
+    try:
+        return path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 class Provenance:
     """What a build read, and whether every piece of it carries the generators' marks.
 
