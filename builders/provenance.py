@@ -271,7 +271,8 @@ def stamp_table(table: pa.Table, synthetic: bool) -> pa.Table:
     return table.replace_schema_metadata({**(table.schema.metadata or {}), **shard_stamp(content, synthetic)})
 
 
-def folder_synthetic(folder: Path) -> bool:
-    """Whether every shard under the folder's `data/` proves, by its own stamp and content, that it is synthetic."""
-    shards = sorted((Path(folder) / "data").rglob("*.parquet"))
+def folder_synthetic(folder: Path, shards: list[Path] | None = None) -> bool:
+    """Whether every shard (`shards`, by default every Parquet file under the folder's `data/`) proves, by its
+    own stamp and content, that it is synthetic."""
+    shards = sorted((Path(folder) / "data").rglob("*.parquet")) if shards is None else shards
     return bool(shards) and all(verify_shard(path)[0] for path in shards)

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.assembly.card import load_card
+from builders.assembly.card import configs_as_built, load_card
 from builders.assembly.conversations import CHARS_PER_TOKEN, TEXT_TOKENS, TURN_SEED, ConversationLayout
 from builders.assembly.image_source import ImageSource, Loaded
 from builders.assembly.lifecycle import staged_output, stop_point
@@ -366,6 +366,7 @@ class DatasetBuild(ABC):
             self.report.provenance = self.provenance.summary()
             self.write_card(out)
             self.report.configs = [config["config_name"] for config in load_card(out).data.get("configs") or []]
+            self.report.config_files = configs_as_built(out)
             self.report.save(out / "build_report.json")
         return self.report
 
