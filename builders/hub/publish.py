@@ -25,8 +25,10 @@ touches the Hub:
   on the builder's machine (read from the report's settings and from the shards themselves).
 
 The folder must also pass `validate`, which requires `build_report.json` and refuses a folder
-holding any file the report does not list. What is uploaded is exactly the card, the report and
-the files it lists with their sha256 (`planned_files`), never a listing of the folder. Uploading
+holding any file the report does not list, any symbolic link, or a card whose configs read other
+files or count other rows than the build recorded. What is uploaded is exactly the card, the
+report and the files it lists with their sha256 (`planned_files`, which refuses a path through a
+link too), never a listing of the folder; the access rules above read exactly those shards. Uploading
 is `HfApi.create_repo` and one `HfApi.create_commit` per config's shard set, then one with the
 card and report (`upload_groups`); before the
 upload the repo's actual visibility is read back, since `create_repo(exist_ok=True)` leaves
