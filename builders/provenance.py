@@ -104,6 +104,45 @@ def read_image_tag(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
+def foreign_release_file(release: Path, notes: dict[str, str]) -> str | None:
+    """Why a synthetic release folder holds something its generator did not write (None when it does not).
+
+    Each file must carry the generator's mark: the manifest, an annotation file it lists with
+    that hash, an image with its tag, or a note in `notes` ({name at the top: its text}). A
+    link (file or folder) is never the generator's. What `cxr-vqa demo` may replace.
+    """
+    release = Path(release)
+    try:
+        listed = json.loads((release / MANIFEST_NAME).read_text(encoding="utf-8")).get("files")
+    except (OSError, ValueError, AttributeError):
+        listed = None
+    listed = listed if isinstance(listed, dict) else {}
+    for folder, subfolders, files in os.walk(release):
+        for name in [*subfolders, *files]:
+            path = Path(folder, name)
+            rel = path.relative_to(release).as_posix()
+            if path.is_symlink():
+                return f"{rel} is a link"
+            if name in subfolders:
+                continue
+            if rel == MANIFEST_NAME or (rel in notes and _text_is(path, notes[rel])):
+                continue
+            if rel in listed:
+                if hmac.compare_digest(str(listed[rel]), file_hash(path)):
+                    continue
+                return f"{rel} differs from what the generator wrote"
+            if read_image_tag(path) != image_tag(name):
+                return f"{rel} was not written by the synthetic generator"
+    return None
+
+
+def _text_is(path: Path, text: str) -> bool:
+    try:
+        return path.read_text(encoding="utf-8") == text
+    except (OSError, UnicodeDecodeError):
+        return False
+
+
 class Provenance:
     """What a build read, and whether every piece of it carries the generators' marks.
 
@@ -232,7 +271,8 @@ def stamp_table(table: pa.Table, synthetic: bool) -> pa.Table:
     return table.replace_schema_metadata({**(table.schema.metadata or {}), **shard_stamp(content, synthetic)})
 
 
-def folder_synthetic(folder: Path) -> bool:
-    """Whether every shard under the folder's `data/` proves, by its own stamp and content, that it is synthetic."""
-    shards = sorted((Path(folder) / "data").rglob("*.parquet"))
+def folder_synthetic(folder: Path, shards: list[Path] | None = None) -> bool:
+    """Whether every shard (`shards`, by default every Parquet file under the folder's `data/`) proves, by its
+    own stamp and content, that it is synthetic."""
+    shards = sorted((Path(folder) / "data").rglob("*.parquet")) if shards is None else shards
     return bool(shards) and all(verify_shard(path)[0] for path in shards)

@@ -1,9 +1,12 @@
 """Keys and tokens never reach the screen or a log: `mask_secrets` on anything shown to the user.
 
-Masked: the value after `Bearer ` (an echoed Authorization header), anything shaped like a
-Hugging Face token (`hf_...`) or an OpenAI-style key (`sk-...`), and the values of the environment variables that hold the Hub
-token and API keys (`SECRET_ENV`, plus any the user names, e.g. `--judge-api-key-env`,
-registered with `register_secret_env`).
+Masked: the value after `Bearer ` or `Basic ` (an echoed Authorization header), anything shaped like a
+Hugging Face token (`hf_...`) or an OpenAI-style key (`sk-...`), credentials in a URL (the
+`user:password@` before its host, the value of a query parameter named like a key:
+`api_key=`, `token=`, `X-Amz-Signature=`, ...), the values of the environment variables that
+hold the Hub token and API keys (`SECRET_ENV`, plus any the user names, e.g. `--judge-api-key-env`,
+registered with `register_secret_env`), and values registered with `register_secret` (a
+password taken out of a URL).
 """
 
 from __future__ import annotations
@@ -15,9 +18,14 @@ import re
 
 MASK = "***"
 SECRET_ENV = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY"]
-_BEARER = re.compile(r"(\bBearer\s+)[^\s'\",;}\]]+", re.IGNORECASE)
+_BEARER = re.compile(r"(\b(?:Bearer|Basic)\s+)[^\s'\",;}\]]+", re.IGNORECASE)
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{8,}")
 _API_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")
+_URL_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@'\"<>]+@")
+_URL_SECRET_PARAM = re.compile(
+    r"([?&;](?:[A-Za-z0-9._-]*[_-])?(?:api[_-]?key|key|token|access[_-]?token|secret|password|passwd|pwd|auth|"
+    r"authorization|signature|sig|credential|session)=)[^\s&#'\"<>]+", re.IGNORECASE)
+_VALUES: set[str] = set()
 _MIN_SECRET = 6
 """Shorter values are not masked one by one (masking every "abc" in a message would hide more than keys)."""
 
@@ -28,15 +36,28 @@ def register_secret_env(name: str | None) -> None:
         SECRET_ENV.append(name)
 
 
+def register_secret(value: str | None) -> None:
+    """Also mask `value` itself from now on (at least `_MIN_SECRET` characters, like the environment's)."""
+    if value and len(value) >= _MIN_SECRET:
+        _VALUES.add(value)
+
+
 def mask_secrets(text: str) -> str:
-    """`text` with every bearer key, Hub token and secret environment value replaced by `***`."""
-    values = sorted({os.environ.get(name) or "" for name in SECRET_ENV}, key=len, reverse=True)
+    """`text` with every bearer key, Hub token, URL credential and secret value replaced by `***`."""
+    values = sorted({*_VALUES, *(os.environ.get(name) or "" for name in SECRET_ENV)}, key=len, reverse=True)
     for value in values:
         if len(value) >= _MIN_SECRET:
             text = text.replace(value, MASK)
     text = _BEARER.sub(lambda m: m.group(1) + MASK, text)
     text = _API_KEY.sub("sk-" + MASK, text)
+    text = _URL_USERINFO.sub(lambda m: m.group(1) + MASK + "@", text)
+    text = _URL_SECRET_PARAM.sub(lambda m: m.group(1) + MASK, text)
     return _HF_TOKEN.sub("hf_" + MASK, text)
+
+
+def mask_url(url: str) -> str:
+    """A URL as it may be shown or saved: its credentials (`user:password@`, key-like query values) masked."""
+    return mask_secrets(url)
 
 
 class MaskingArgumentParser(argparse.ArgumentParser):

@@ -127,7 +127,7 @@ def run_publish(args: argparse.Namespace) -> int:
         return 0
     print("\n".join(plan.lines()[:4]))
     url = publish(plan)
-    print(f"published {len(plan.files)} files to datasets/{plan.repo_id} ({plan.visibility}): {url}")
+    print(f"published {len(plan.files)} files to datasets/{plan.repo_id} ({plan.visibility}): {mask_secrets(url)}")
     return 0
 
 
@@ -136,7 +136,8 @@ def parser() -> argparse.ArgumentParser:
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="generate synthetic raw releases and build them (no credentials needed)")
-    demo.add_argument("--out", type=Path, default=Path("cxr-vqa-demo"), help="folder for the demo (replaced if it exists)")
+    demo.add_argument("--out", type=Path, default=Path("cxr-vqa-demo"),
+                      help="folder for the demo (a rerun replaces what the last demo wrote there, and refuses anything else)")
     demo.add_argument("--num-images", type=int, default=24, help="synthetic images to generate")
     demo.set_defaults(func=run_demo)
 

@@ -1,15 +1,22 @@
 """`cxr-vqa demo`: synthetic raw releases in the real formats, built into dataset folders.
 
-Needs no credentials and no network. The demo folder is the demo's own: it is replaced
-on every run.
+Needs no credentials and no network. Each run replaces what the last one wrote in the demo
+folder, and only that: `raw/gemex/` and `raw/rexvqa/` when every file in them carries the
+synthetic generator's marks (`builders.provenance.foreign_release_file`), `gemex/` and `rexvqa/`
+when they are build folders (`builders.assembly.lifecycle.check_replaceable`, what `build
+--overwrite` replaces). Anything else there stops the run before it changes a file. Each raw
+release is written beside its place and renamed into it, so a killed run leaves no half release.
 """
 
 from __future__ import annotations
 
-import shutil
+from functools import partial
 from pathlib import Path
 
+from builders.assembly.lifecycle import check_replaceable, staged_output
 from builders.assembly.settings import BuildSettings
+
+DEMO_RULE = "cxr-vqa demo replaces only a folder an earlier demo wrote"
 
 
 def run_demo(out: Path, num_images: int = 24) -> int:
@@ -17,11 +24,13 @@ def run_demo(out: Path, num_images: int = 24) -> int:
 
     from builders.hub.preview import add_preview_config
     from gemex_dataset.build import build_gemex
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic import SyntheticRelease, generate
 
     out = Path(out)
-    shutil.rmtree(out / "raw", ignore_errors=True)
-    release = generate(out / "raw" / "gemex", num_images=num_images)
+    check_demo_folder(out)
+    with staged_output(out / "raw" / "gemex", True, *demo_release_owner("gemex")) as (staged, _):
+        generate(staged, num_images=num_images)
+    release = SyntheticRelease(out / "raw" / "gemex", {}, {})  # renamed into place: its image root moved with it
     report = build_gemex(BuildSettings(source=release.root / "per_type", out=out / "gemex", images=release.image_root,
                                        image_mode="embed", overwrite=True))
     print(f"GEMeX (synthetic): {report.summary()} -> {out / 'gemex'}")
@@ -43,10 +52,34 @@ def run_rexvqa_demo(out: Path, num_studies: int = 20, task_shares: dict[str, flo
     from rexvqa_dataset.build import build_rexvqa
     from rexvqa_dataset.synthetic import generate
 
-    release = generate(out / "raw" / "rexvqa", num_studies=num_studies, **({"task_shares": task_shares} if task_shares else {}))
-    report = build_rexvqa(BuildSettings(source=release.root, out=out / "rexvqa", image_mode="embed", overwrite=True))
+    check_demo_folder(out)
+    with staged_output(out / "raw" / "rexvqa", True, *demo_release_owner("rexvqa")) as (staged, _):
+        generate(staged, num_studies=num_studies, **({"task_shares": task_shares} if task_shares else {}))
+    report = build_rexvqa(BuildSettings(source=out / "raw" / "rexvqa", out=out / "rexvqa", image_mode="embed", overwrite=True))
     print(f"ReXVQA (synthetic): {report.summary()} -> {out / 'rexvqa'}")
     row = load_dataset(str(out / "rexvqa"), split="test")[0]
     print(f"  e.g. {row['question_id']} ({row['task_name_raw']}): {row['question']} {row['options']} -> {row['answer']}; "
           f"{len(row['images'])} image(s), views {row['view_positions']}")
     print(f"Load it: datasets.load_dataset({str(out / 'rexvqa')!r}, 'presence_assessment')")
+
+
+def demo_release_owner(dataset: str) -> tuple:
+    """`staged_output`'s ownership test and rule for the demo's raw release of `dataset`: only one whose every
+    file its synthetic generator wrote (`foreign_release_file`) is replaced."""
+    from importlib import import_module
+
+    from builders.provenance import foreign_release_file
+
+    synthetic = import_module(f"{dataset}_dataset.synthetic")
+    return partial(foreign_release_file, notes={synthetic.NOTE_NAME: synthetic.SYNTHETIC_NOTE}), DEMO_RULE
+
+
+def check_demo_folder(out: Path) -> None:
+    """Refuse (BuildError, one line) before anything is written unless each place the demo writes in `out` is
+    free or holds what a demo wrote: the raw releases as the generator wrote them, the builds as builds."""
+    raw = out / "raw"
+    if raw.is_symlink() or (raw.exists() and not raw.is_dir()):
+        check_replaceable(raw, True, lambda _: None, DEMO_RULE)
+    for dataset in ("gemex", "rexvqa"):
+        check_replaceable(raw / dataset, True, *demo_release_owner(dataset))
+        check_replaceable(out / dataset, True, rule=DEMO_RULE)

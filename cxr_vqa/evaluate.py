@@ -33,7 +33,7 @@ from builders.scoring.predictions import (
     write_rexrank,
 )
 from builders.scoring.text_metrics import BERTSCORE_NOTE, MissingExtraError
-from builders.secrets import MaskingArgumentParser, mask_secrets
+from builders.secrets import MaskingArgumentParser, mask_secrets, mask_url
 
 BENCHMARKS = ("gemex", "rexvqa")
 BASELINES = ("random", "majority")
@@ -208,7 +208,7 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
         "text_metrics": metrics,
         "bertscore_model": str(bert.model_path) if bert else None,
         "bertscore_note": BERTSCORE_NOTE if bert else None,
-        "judge": {"url": args.judge_url, "model": args.judge_model} if judge else None,
+        "judge": {"url": mask_url(args.judge_url), "model": args.judge_model} if judge else None,
     }
     text = gemex_table(result["table"], metrics, judge is not None)
     if bert:

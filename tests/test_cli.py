@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 from datasets import load_dataset
+from PIL import Image
 
 from builders.assembly.settings import BuildSettings
 from cxr_vqa.cli import main, parser
@@ -15,6 +16,64 @@ def test_demo_builds_a_loadable_dataset(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "demo"), "--num-images", "8"]) == 0
     assert "rows written" in capsys.readouterr().out
     assert len(load_dataset(str(tmp_path / "demo" / "gemex"), "open_ended", split="train")) > 0
+
+
+def files_under(folder: Path) -> dict[str, bytes]:
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_demo_replaces_only_what_a_demo_wrote(tmp_path, capsys):
+    """A second demo replaces the first one's releases and builds; a file of the user's in any of them
+    (or a folder no build wrote where a build goes) stops the run before a file is changed, in one line."""
+    demo = tmp_path / "demo"
+    (demo / "raw").mkdir(parents=True)
+    (demo / "raw" / "notes.txt").write_text("the user's, beside the releases")
+    assert main(["demo", "--out", str(demo), "--num-images", "6"]) == 0
+    assert main(["demo", "--out", str(demo), "--num-images", "8"]) == 0  # the first demo's folders, replaced
+    assert (demo / "raw" / "notes.txt").read_text() == "the user's, beside the releases"
+    assert not [p for p in (demo / "raw").iterdir() if p.name.startswith(".")]  # no staging or lock left
+    capsys.readouterr()
+
+    mine = demo / "raw" / "rexvqa" / "metadata" / "my_questions.json"
+    mine.write_text("[]")
+    before = files_under(demo)
+    assert main(["demo", "--out", str(demo), "--num-images", "8"]) == 1
+    error = capsys.readouterr().err.strip()
+    assert error.count("\n") == 0 and "metadata/my_questions.json was not written by the synthetic generator" in error
+    assert "nothing was changed" in error and files_under(demo) == before
+    mine.unlink()
+
+    image = next((demo / "raw" / "gemex" / "files").rglob("*.jpg"))
+    Image.new("L", (8, 8)).save(image)  # the user's own picture under the generator's name: it carries no tag
+    (demo / "rexvqa" / "build_report.json").unlink()  # and a folder no build wrote where the ReXVQA build goes
+    before = files_under(demo)
+    assert main(["demo", "--out", str(demo)]) == 1
+    assert "was not written by the synthetic generator" in capsys.readouterr().err
+    assert files_under(demo) == before
+
+
+def test_demo_refuses_a_folder_of_the_users_where_its_raw_releases_go(tmp_path, capsys):
+    demo = tmp_path / "demo"
+    (demo / "raw" / "gemex").mkdir(parents=True)
+    (demo / "raw" / "gemex" / "study.jpg").write_bytes(b"\xff\xd8 the user's image")
+    (demo / "gemex").mkdir()
+    (demo / "gemex" / "mine.parquet").write_bytes(b"PAR1")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (demo / "raw" / "rexvqa").symlink_to(elsewhere, target_is_directory=True)
+    before = files_under(tmp_path)
+    assert main(["demo", "--out", str(demo), "--num-images", "6"]) == 1
+    error = capsys.readouterr().err
+    assert "study.jpg was not written by the synthetic generator" in error and "nothing was changed" in error
+    assert files_under(tmp_path) == before
+    (demo / "raw" / "gemex" / "study.jpg").unlink()
+    assert main(["demo", "--out", str(demo), "--num-images", "6"]) == 1
+    assert f"{demo / 'gemex'} is not one (no build_report.json" in capsys.readouterr().err
+    (demo / "gemex" / "mine.parquet").unlink()
+    (demo / "gemex").rmdir()
+    assert main(["demo", "--out", str(demo), "--num-images", "6"]) == 1
+    assert f"{demo / 'raw' / 'rexvqa'} is not one (a link)" in capsys.readouterr().err
+    assert list((demo / "raw" / "gemex").iterdir()) == [] and not (demo / "gemex").exists()
 
 
 def test_build_gemex_from_the_command_line(gemex_release, tmp_path):

@@ -115,3 +115,49 @@ def test_the_carried_qwen25vl_3b_config_has_the_published_size():
     language, vision, embeddings = train_throughput.count_parameters(model)
     assert round((language + vision + embeddings) / 1e9, 2) == 3.75
     assert round(vision / 1e6) == 669 and embeddings == 151936 * 2048
+
+
+def test_tiny_runs_in_its_own_work_folder(tmp_path, monkeypatch):
+    """`--tiny` and the full plan never share builds by default: a smoke test cannot become the measured data."""
+    works = []
+
+    def record_work(plan, part, out, work, tiny):
+        works.append((work, tiny, plan["data"]["gemex_images"]))
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "results.md").write_text("")
+        return []
+
+    monkeypatch.setattr(kit, "run_part", record_work)
+    assert kit.main(["--part", "1", "--tiny", "--out", str(tmp_path / "a")]) == 0
+    assert kit.main(["--part", "1", "--out", str(tmp_path / "b")]) == 0
+    assert kit.main(["--part", "1", "--tiny", "--work", str(tmp_path / "w"), "--out", str(tmp_path / "c")]) == 0
+    (tiny_work, _, tiny_images), (full_work, _, full_images), (chosen, _, _) = works
+    assert tiny_work != full_work and tiny_images < full_images and chosen == tmp_path / "w"
+
+
+def test_a_build_is_reused_only_for_the_plan_it_was_made_for(tmp_path):
+    """A tiny run's builds left in the work folder, then a plan asking for more images: the GEMeX build is made
+    again for it (the ReXVQA one, unchanged in that plan, is reused), never measured as it is."""
+    plan = kit.load_plan(tiny=True)
+    plan["data"] = {**plan["data"], "gemex_images": 8, "rexvqa_studies": 8}
+    rows = kit.run_part({**plan, "parts": {"d": [{"step": "data"}]}}, "d", tmp_path / "out", tmp_path / "work", tiny=True)
+    assert [r["status"] for r in rows if r["bench"] == "data"] == ["ok"] * 4
+    gemex = tmp_path / "work" / "built" / "gemex"
+    assert kit.reuse_mismatch(gemex, kit.data_plan(plan, "gemex")) is None
+
+    larger = {**plan, "data": {**plan["data"], "gemex_images": 10}}
+    assert "scale 8, the plan 10" in kit.reuse_mismatch(gemex, kit.data_plan(larger, "gemex"))
+    resized = {**plan, "data": {**plan["data"], "image_size": 64}}
+    assert "image_size None, the plan 64" in kit.reuse_mismatch(gemex, kit.data_plan(resized, "gemex"))
+    shared = {**plan, "data": {**plan["data"], "shard_layout": "shared"}}
+    assert "shard_layout 'auto', the plan 'shared'" in kit.reuse_mismatch(gemex, kit.data_plan(shared, "gemex"))
+
+    rows = kit.run_part({**larger, "parts": {"d": [{"step": "data"}]}}, "d", tmp_path / "out", tmp_path / "work", tiny=True)
+    data = [r for r in rows if r["bench"] == "data"]
+    assert [(r["name"], r["status"]) for r in data] == [("gemex synthesize", "ok"), ("gemex build", "ok"), ("rexvqa build", "ok")]
+    assert "scale 8, the plan 10" in data[0]["rebuilt_because"] and data[2]["note"] == "already built on this machine for this plan"
+    report = json.loads((gemex / "build_report.json").read_text())
+    assert sum(report["images"].values()) == 10 and kit.reuse_mismatch(gemex, kit.data_plan(larger, "gemex")) is None
+
+    (gemex / "build_report.json").write_text(json.dumps({**report, "rows_written": 1}))  # a build changed by hand
+    assert kit.reuse_mismatch(gemex, kit.data_plan(larger, "gemex")) == "the build there changed after the kit made it"

@@ -23,7 +23,16 @@ from publish_builds import built, copy_build
 
 from builders.assembly.settings import BuildSettings
 from builders.hub.preview import add_preview_config
-from builders.hub.publish import PublishRefused, access_refusal, inspect_build, plan_publish, publish, upload_groups
+from builders.hub.publish import (
+    PublishRefused,
+    access_refusal,
+    inspect_build,
+    plan_publish,
+    planned_files,
+    publish,
+    upload_groups,
+)
+from builders.hub.validate import validate
 from cxr_vqa.cli import main
 from cxr_vqa.gating import GATING
 
@@ -440,3 +449,49 @@ def test_text_licence_must_allow_public_redistribution(root, tmp_path, licence):
     with pytest.raises(PublishRefused, match=r"not one of the licences that allow public redistribution: cc-by-4\.0"):
         plan_publish(folder, "org/gemex", "public", confirm_public=True, text_licence=licence)
     assert plan_publish(folder, "org/gemex", "public", confirm_public=True, text_licence="cc0-1.0").visibility == "public"
+
+
+# -- links in a build folder ----------------------------------------------------------------
+
+def _linked_splits(folder: Path, elsewhere: Path) -> None:
+    """Each `data/<split>` moved out of the folder and replaced by a link to where it went."""
+    elsewhere.mkdir()
+    for split in sorted((folder / "data").iterdir()):
+        split.rename(elsewhere / split.name)
+        split.symlink_to(elsewhere / split.name, target_is_directory=True)
+
+
+@pytest.mark.parametrize("licence", [[], ["--text-licence", "cc-by-4.0"]])
+def test_a_build_whose_split_folders_are_links_is_refused(root, tmp_path, capsys, licence):
+    """A real `--image-mode none` GEMeX build (its `report` column holds report text) with data/<split> linked
+    elsewhere: the access checks must see the shards the upload would send, so publish refuses it."""
+    plain = copy_build("real-none", root, tmp_path / "plain")
+    command = ["--repo", "org/gemex", "--public", "--confirm-public", *licence, "--dry-run"]
+    assert main(["publish", str(plain), *command]) == 1
+    assert "error: --public refused" in capsys.readouterr().err  # the same folder without links: refused for its content
+
+    folder = copy_build("real-none", root, tmp_path / "gemex")
+    _linked_splits(folder, tmp_path / "elsewhere")
+    assert main(["publish", str(folder), *command]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "[link] a symbolic link" in err and "dry run" not in err
+    assert {p.rule for p in validate(folder)} == {"link"} and len(validate(folder)) == len(list((folder / "data").iterdir()))
+    assert main(["validate", str(folder)]) == 1
+
+
+def test_a_linked_shard_or_a_link_above_a_listed_file_is_refused(root, tmp_path):
+    folder = copy_build("synthetic-none", root, tmp_path / "gemex")
+    shard = sorted((folder / "data" / "test").glob("*.parquet"))[0]
+    shard.rename(tmp_path / shard.name)
+    shard.symlink_to(tmp_path / shard.name)
+    assert [(p.file, p.rule) for p in validate(folder)] == [(shard.relative_to(folder).as_posix(), "link")]
+    with pytest.raises(ValueError, match=r"\[link\]"):
+        plan_publish(folder, "org/demo", "public", confirm_public=True)
+    with pytest.raises(PublishRefused, match="is a symbolic link"):  # the upload's own list refuses it too
+        planned_files(folder)
+
+
+def test_a_hidden_link_is_never_uploaded_and_not_a_problem(root, tmp_path):
+    folder = copy_build("synthetic-none", root, tmp_path / "gemex")
+    (folder / ".cache").symlink_to(tmp_path, target_is_directory=True)
+    assert validate(folder) == []

@@ -122,3 +122,76 @@ def test_a_bugs_traceback_is_masked_too(capsys, monkeypatch):
     assert cli.main(["validate", "."]) == 1
     err = capsys.readouterr().err
     assert "Traceback" in err and "KeyError" in err and JUDGE_KEY not in err and HUB_TOKEN not in err
+
+
+URL_PASSWORD, URL_KEY = "hunter2-url-password", "query-key-0123456789"
+
+
+def _credentialed(url: str) -> str:
+    """`url` (http://127.0.0.1:PORT/v1) with a user:password before the host and a key in the query."""
+    return url.replace("http://", f"http://alice:{URL_PASSWORD}@") + f"?api_key={URL_KEY}"
+
+
+def _shows_no_url_secret(text: str) -> bool:
+    import base64
+
+    basic = base64.b64encode(f"alice:{URL_PASSWORD}".encode()).decode()
+    return URL_PASSWORD not in text and URL_KEY not in text and basic not in text
+
+
+@pytest.mark.parametrize("where", ["echoing server", "unreachable", "bad port", "not http"])
+def test_judge_url_credentials_never_shown(echo_url, tmp_path, capsys, caplog, where):
+    """A key in --judge-url (`user:password@host`, `?api_key=`) is masked in every error evaluate prints."""
+    from test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
+
+    url = {"echoing server": _credentialed(echo_url), "unreachable": _credentialed("http://127.0.0.1:9/v1"),
+           "bad port": f"http://alice:{URL_PASSWORD}@127.0.0.1:port/v1?api_key={URL_KEY}",
+           "not http": f"ftp://alice:{URL_PASSWORD}@127.0.0.1/v1?api_key={URL_KEY}"}[where]
+    folder, rows = _gemex_dir(tmp_path, per_type=1)
+    predictions = tmp_path / "pred.jsonl"
+    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
+    code = evaluate.main(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "",
+                          "--judge-url", url, "--judge-model", "m", "--judge-api-key-env", "NO_SUCH_KEY_ENV"])
+    captured = capsys.readouterr()
+    assert code == 2 and captured.err.count("\n") == 1 and "***" in captured.err
+    assert _shows_no_url_secret(captured.out + captured.err + caplog.text)
+    if where == "echoing server":  # the credentials went as basic authentication, echoed back and masked
+        assert "Basic ***" in captured.err
+
+
+def test_judge_url_credentials_go_as_basic_auth_and_are_saved_masked(tmp_path, capsys, monkeypatch):
+    from http.server import HTTPServer
+
+    from test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
+    from test_judge import _FakeJudge
+
+    server = HTTPServer(("127.0.0.1", 0), _FakeJudge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    _FakeJudge.requests = []
+    try:
+        folder, rows = _gemex_dir(tmp_path, per_type=1)
+        predictions = tmp_path / "pred.jsonl"
+        write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
+        url = _credentialed(f"http://127.0.0.1:{server.server_address[1]}/v1")
+        code = evaluate.main(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "",
+                              "--judge-url", url, "--judge-model", "m", "--judge-api-key-env", "NO_SUCH_KEY_ENV",
+                              "--out", str(tmp_path / "scores.json")])
+    finally:
+        server.shutdown()
+        server.server_close()
+    captured = capsys.readouterr()
+    assert code == 0 and _FakeJudge.requests
+    import base64
+
+    assert {r["auth"] for r in _FakeJudge.requests} == {"Basic " + base64.b64encode(f"alice:{URL_PASSWORD}".encode()).decode()}
+    assert {r["path"] for r in _FakeJudge.requests} == {f"/v1/chat/completions?api_key={URL_KEY}"}
+    saved = (tmp_path / "scores.json").read_text()
+    assert json.loads(saved)["settings"]["judge"]["url"] == f"http://***@127.0.0.1:{server.server_address[1]}/v1?api_key=***"
+    assert _shows_no_url_secret(saved + captured.out + captured.err)
+
+
+def test_url_credentials_masked_in_any_text():
+    text = ("GET https://bob:pa55word-x@hub.example/api?repo=x&token=tok123456&X-Amz-Signature=abc&keyword=kept; "
+            "see http://plain.example/v1?api-version=2024 and mail bob@example.org")
+    assert mask_secrets(text) == ("GET https://***@hub.example/api?repo=x&token=***&X-Amz-Signature=***&keyword=kept; "
+                                  "see http://plain.example/v1?api-version=2024 and mail bob@example.org")

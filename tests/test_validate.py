@@ -234,3 +234,48 @@ def test_a_report_edited_to_list_other_files_does_not_vouch_for_them(build):
     report["files"] = {"raw.json": sha256(raw)}
     (build / "build_report.json").write_text(json.dumps(report))
     assert ("build_report.json", "build-report") in rules(validate(build))
+
+
+def _point_at_open_ended(card: DatasetCard) -> None:
+    """`closed_ended` and `default` read the open_ended shards, every count edited to match: each file is still
+    the build's own, with its checksum, and each count is the shards' own."""
+    infos = {i["config_name"]: i for i in card.data["dataset_info"]}
+    for config in card.data["configs"]:
+        if config["config_name"] in ("closed_ended", "default"):
+            config["data_files"] = [{"split": e["split"], "path": f"data/{e['split']}/open_ended-*.parquet"} for e in config["data_files"]]
+            infos[config["config_name"]]["splits"] = infos["open_ended"]["splits"]
+
+
+def test_a_card_pointing_configs_at_other_shards_fails_against_the_report(build, capsys):
+    card = DatasetCard.load(build / "README.md")
+    _point_at_open_ended(card)
+    card.save(build / "README.md")
+    problems = [p for p in validate(build) if p.rule == "built-configs"]
+    assert {p.file for p in problems} == {"README.md"} and problems
+    assert {p.detail.split(" split ")[0] for p in problems} == {"config 'closed_ended'", "config 'default'"}
+    assert any("data/test/closed_ended-00000-of-00001.parquet" in p.detail for p in problems)
+    assert main(["publish", str(build), "--repo", "org/demo", "--private", "--dry-run"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "[built-configs] config" in err and "dry run" not in err
+
+
+def test_a_row_count_or_a_config_the_build_did_not_make(build):
+    card = DatasetCard.load(build / "README.md")
+    open_ended = next(c for c in card.data["configs"] if c["config_name"] == "open_ended")
+    card.data["configs"].append({**open_ended, "config_name": "extra"})
+    info = next(i for i in card.data["dataset_info"] if i["config_name"] == "open_ended")
+    card.data["dataset_info"].append({**info, "config_name": "extra"})
+    card.save(build / "README.md")
+    report = json.loads((build / "build_report.json").read_text())
+    report["config_files"]["open_ended"]["splits"]["test"]["rows"] += 1  # what the build counted, against the card
+    (build / "build_report.json").write_text(json.dumps(report))
+    details = sorted(p.detail for p in validate(build) if p.rule == "built-configs")
+    assert details[0] == "config 'extra' was not made by the build (build_report.json records no such config)"
+    assert details[1].startswith("config 'open_ended' split 'test': the card counts") and len(details) == 2
+
+
+def test_a_report_without_what_each_config_reads_is_not_ready(build):
+    report = json.loads((build / "build_report.json").read_text())
+    del report["config_files"]
+    (build / "build_report.json").write_text(json.dumps(report))
+    assert rules(validate(build)) == {("build_report.json", "built-configs")}

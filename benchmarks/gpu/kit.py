@@ -38,6 +38,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(KIT)]
 from report import results_markdown  # noqa: E402  (benchmarks/gpu/report.py)
 
 PLAN = KIT / "plan.yaml"
+WORK, TINY_WORK = Path("/tmp/gpu-kit"), Path("/tmp/gpu-kit-tiny")
 TRACE = "trace.json.gz"
 FILE_LIMIT_BYTES = 15 * 2**20
 MAX_TRACES = 4
@@ -81,6 +82,10 @@ class Kit:
 
     def built(self, dataset: str) -> Path:
         return self.work / "built" / dataset
+
+    def stamp(self, dataset: str) -> Path:
+        """Beside the build (a build folder holds only what its build wrote): the plan it was made for."""
+        return self.work / "built" / f"{dataset}.kit.json"
 
     def seconds_left(self) -> float:
         return self.deadline - time.monotonic()
@@ -175,17 +180,63 @@ def step_data(kit: Kit, spec: dict) -> None:
     sources = {"gemex": ["--source", kit.work / "release" / "gemex" / "per_type", "--images", kit.work / "release" / "gemex" / "files"],
                "rexvqa": ["--source", kit.work / "release" / "rexvqa"]}
     for dataset, synthesize in releases.items():
-        if (kit.built(dataset) / "build_report.json").exists():
-            kit.record("data", f"{dataset} build", Outcome("ok"), note="already built on this machine")
+        wanted = data_plan(kit.plan, dataset)
+        mismatch = reuse_mismatch(kit.built(dataset), wanted)
+        if mismatch is None:
+            kit.record("data", f"{dataset} build", Outcome("ok"), note="already built on this machine for this plan", **wanted)
             continue
+        shutil.rmtree(kit.work / "release" / dataset, ignore_errors=True)  # a smaller release would keep a larger one's files
+        kit.stamp(dataset).unlink(missing_ok=True)
         outcome = kit.run(f"synthesize-{dataset}", synthesize, data["timeout"])
-        kit.record("data", f"{dataset} synthesize", outcome, synthesize)
+        kit.record("data", f"{dataset} synthesize", outcome, synthesize, rebuilt_because=mismatch)
         if outcome.status != "ok":
             continue
         build = cli("build", dataset, *sources[dataset], "--out", kit.built(dataset), "--image-mode", data["image_mode"],
-                    "--num-proc", str(data["num_proc"]), "--overwrite")
+                    *(["--image-size", str(data["image_size"])] if data.get("image_size") else []),
+                    "--shard-layout", data.get("shard_layout", "auto"), "--num-proc", str(data["num_proc"]), "--overwrite")
         outcome = kit.run(f"build-{dataset}", build, data["timeout"])
+        if outcome.status == "ok":
+            kit.stamp(dataset).write_text(json.dumps({"plan": wanted, "report_sha256": file_sha256(kit.built(dataset) / "build_report.json")}))
         kit.record("data", f"{dataset} build", outcome, build, **build_counts(kit.built(dataset)))
+
+
+def data_plan(plan: dict, dataset: str) -> dict:
+    """What a build must have been made from to serve this plan: its release's scale and image scale, the
+    build's image mode, image size and shard layout, and the configs the plan's layouts train on."""
+    data = plan["data"]
+    return {"dataset": dataset, "scale": data["gemex_images" if dataset == "gemex" else "rexvqa_studies"],
+            "downscale": data["downscale"], "image_mode": data["image_mode"], "image_size": data.get("image_size"),
+            "shard_layout": data.get("shard_layout", "auto"), "configs": sorted(set(plan["layouts"][dataset].values()))}
+
+
+def reuse_mismatch(built: Path, wanted: dict) -> str | None:
+    """Why the build in `built` cannot serve `wanted` (`data_plan`), or None when it can: the kit's stamp beside it
+    records the plan it was made for and its report's checksum, and the report's own settings agree."""
+    stamp = built.parent / f"{built.name}.kit.json"
+    report_path = built / "build_report.json"
+    if not report_path.exists():
+        return "no build yet"
+    try:
+        made = json.loads(stamp.read_text())
+        report = json.loads(report_path.read_text())
+    except (OSError, ValueError):
+        return f"no readable {stamp.name} says which plan the build there was made for"
+    if made.get("report_sha256") != file_sha256(report_path):
+        return "the build there changed after the kit made it"
+    differ = [f"{key} {made.get('plan', {}).get(key)!r}, the plan {value!r}" for key, value in wanted.items()
+              if made.get("plan", {}).get(key) != value]
+    settings = report.get("settings", {})
+    differ += [f"its report's {key} {settings.get(key)!r}, the plan {wanted[key]!r}" for key in ("image_mode", "image_size", "shard_layout")
+               if settings.get(key) != wanted[key]]
+    lacking = sorted(set(wanted["configs"]) - set(report.get("configs", [])))
+    differ += [f"it lacks the config(s) {', '.join(lacking)} the plan's layouts train on"] if lacking else []
+    return f"the build there was made for another plan: {'; '.join(differ)}" if differ else None
+
+
+def file_sha256(path: Path) -> str:
+    from builders.assembly.shards import sha256
+
+    return sha256(path)
 
 
 def build_counts(built: Path) -> dict:
@@ -366,7 +417,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", default="1", help="which list of steps in plan.yaml's [parts]")
     parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-kit-out")), help="results (default $OUT)")
-    parser.add_argument("--work", type=Path, default=Path("/tmp/gpu-kit"), help="releases, builds, logs")
+    parser.add_argument("--work", type=Path, help=f"releases, builds, logs (default {WORK}, with --tiny {TINY_WORK}: "
+                                                  "a tiny run never leaves its builds where the full plan looks)")
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model, small releases: the kit's own test")
     parser.add_argument("--seconds", type=float, help="start no step past this (default: the plan's `seconds`); "
                                                       "for a call shorter than ten minutes, e.g. part 3's")
@@ -374,7 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     plan = load_plan(args.tiny)
     if args.seconds:
         plan["seconds"] = args.seconds
-    rows = run_part(plan, args.part, args.out, args.work, args.tiny)
+    rows = run_part(plan, args.part, args.out, args.work or (TINY_WORK if args.tiny else WORK), args.tiny)
     print((args.out / "results.md").read_text())
     failed = [row["name"] for row in rows if row["status"] in ("failed", "timeout")]
     print(f"part {args.part}: {len(rows)} rows, {len(failed)} failed or timed out{': ' + ', '.join(failed) if failed else ''}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from importlib import resources
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from datasets import DatasetInfo, Features, SplitDict, SplitInfo
 from datasets.info import DatasetInfosDict
@@ -177,3 +177,52 @@ def set_card_section(card: DatasetCard, key: str, markdown: str) -> None:
     title = next((i for i, line in enumerate(lines) if line.startswith("# ")), -1)
     after = next((i for i in range(title + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
     card.text = "".join(lines[:after]) + section + "\n" + "".join(lines[after:])
+
+
+def split_patterns(config: dict) -> dict[str, list[str]]:
+    """{split: [glob, ...]} of one config's `data_files` (every form MetadataConfigs accepts)."""
+    data_files = config.get("data_files", [])
+    if isinstance(data_files, (str, list)) and (isinstance(data_files, str) or all(isinstance(d, str) for d in data_files)):
+        return {"train": [data_files] if isinstance(data_files, str) else list(data_files)}
+    if isinstance(data_files, dict):
+        data_files = [{"split": k, "path": v} for k, v in data_files.items()]
+    out: dict[str, list[str]] = {}
+    for entry in data_files:
+        paths = entry["path"]
+        out.setdefault(entry.get("split", "train"), []).extend([paths] if isinstance(paths, str) else paths)
+    return out
+
+
+def config_shards(folder: Path, config: dict) -> dict[str, list[Path]]:
+    """{split: shards on disk} of one config, in path order; a pattern matching nothing gives an empty list,
+    and one outside `data/` (`check_listed` reports it) is never followed out of the folder."""
+    found = {}
+    for split, patterns in split_patterns(config).items():
+        paths = {p for pattern in patterns if inside_data(pattern) for p in folder.glob(pattern) if p.is_file()}
+        found[split] = sorted(paths)
+    return found
+
+
+def inside_data(pattern: str) -> bool:
+    """Whether a card's `data_files` pattern stays under the folder's `data/`."""
+    parts = PurePosixPath(pattern).parts
+    return len(parts) > 1 and parts[0] == "data" and ".." not in parts and "\\" not in pattern
+
+
+def config_record(folder: Path, config: dict, info: DatasetInfo | None) -> dict:
+    """What one config of a card reads, as the build report records it and `validate` compares it:
+    its Parquet filter, and per split the files its patterns match (relative paths) and the rows the card counts."""
+    counted = (info.splits or {}) if info is not None else {}
+    splits = {}
+    for split, paths in config_shards(folder, config).items():
+        rows = counted[split].num_examples if split in counted else None
+        splits[split] = {"files": [path.relative_to(folder).as_posix() for path in paths], "rows": rows}
+    return {"filters": config.get("filters"), "splits": splits}
+
+
+def configs_as_built(folder: Path) -> dict[str, dict]:
+    """`config_record` of every config of the card in `folder` (read when the build, or `preview --add-config`,
+    has just written it): the build report keeps it, so a card edited later is caught."""
+    data = load_card(folder).data
+    infos = DatasetInfosDict.from_dataset_card_data(data)
+    return {name: config_record(folder, config, infos.get(name)) for name, config in MetadataConfigs.from_dataset_card_data(data).items()}

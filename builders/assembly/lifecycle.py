@@ -24,7 +24,7 @@ import json
 import logging
 import os
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
@@ -153,22 +153,42 @@ def clean_dead_builds(out: Path) -> list[str]:
     return actions
 
 
+def not_a_build_folder(folder: Path) -> str | None:
+    """Why `folder` is not a dataset folder a build wrote (None when it is one): what `--overwrite` may replace."""
+    return None if is_build_folder(folder) else f"no {REPORT_NAME} of a build in it"
+
+
+Ownership = Callable[[Path], "str | None"]
+"""Says why a folder is not one this tool wrote (and may replace), or None when it is."""
+
+
+def check_replaceable(out: Path, overwrite: bool, owned: Ownership = not_a_build_folder,
+                      rule: str = "--overwrite replaces only a folder a build wrote") -> None:
+    """Raise BuildError (one line, saying nothing was changed) unless `out` is absent, or, with `overwrite`,
+    a real folder (no link) that `owned` says this tool wrote. To be called before anything is changed."""
+    if not os.path.lexists(out):
+        return
+    if not overwrite:
+        raise BuildError(f"{out} already exists; pass --overwrite to replace it")
+    why = "a link" if out.is_symlink() else "not a folder" if not out.is_dir() else owned(out)
+    if why:
+        raise BuildError(f"{rule}, and {out} is not one ({why}): nothing was changed; choose another --out")
+
+
 @contextmanager
-def staged_output(out: Path, overwrite: bool) -> Iterator[tuple[Path, list[str]]]:
+def staged_output(out: Path, overwrite: bool, owned: Ownership = not_a_build_folder,
+                  rule: str = "--overwrite replaces only a folder a build wrote") -> Iterator[tuple[Path, list[str]]]:
     """A fresh folder to build in, renamed to `out` when the block finishes without error.
 
     Yields the folder and the lines saying what dead builds' leftovers were cleaned. Any
-    exception (a signal included) removes the folder; `out` is then as it was.
+    exception (a signal included) removes the folder; `out` is then as it was. An existing `out`
+    is replaced only as `check_replaceable` allows (`owned`: a build's folder unless told otherwise).
     """
     out = Path(out).absolute()
     out.parent.mkdir(parents=True, exist_ok=True)
     with output_lock(out):
         cleaned = clean_dead_builds(out)
-        if os.path.lexists(out) and not overwrite:
-            raise BuildError(f"{out} already exists; pass --overwrite to replace it")
-        if os.path.lexists(out) and (out.is_symlink() or not is_build_folder(out)):
-            raise BuildError(f"--overwrite replaces only a folder a build wrote, and {out} is not one (no {REPORT_NAME} of a build "
-                             "in it): nothing was changed; choose another --out")
+        check_replaceable(out, overwrite, owned, rule)
         partial = partial_path(out)
         shutil.rmtree(partial, ignore_errors=True)
         partial.mkdir()

@@ -4,7 +4,8 @@
 reason), counts per split and config (the conversation config's rows apart, in
 `conversation_rows`: they hold the same questions again), what was noticed without rejecting (clipped boxes,
 unknown region names, missing images), the settings, the shards' checksums and the card's
-configs as built (`cxr-vqa validate` checks the folder against both).
+configs as built, each with the files it reads and the rows it counts per split
+(`config_files`; `cxr-vqa validate` checks the folder against all of it).
 `read == written + rejected` is checked before the report is saved.
 """
 
@@ -58,6 +59,7 @@ class BuildReport:
     images: Counter = field(default_factory=Counter)  # "split" -> distinct images written
     shards: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
     configs: list[str] = field(default_factory=list)  # the card's configs as built
+    config_files: dict = field(default_factory=dict)  # config -> its filters, and per split its files and rows (card.config_record)
     provenance: dict = field(default_factory=dict)  # synthetic or real, and why (builders.provenance)
 
     def reject(self, item: Reject) -> None:
@@ -94,6 +96,7 @@ class BuildReport:
             "settings": self.settings,
             "shards": self.shards,
             "configs": self.configs,
+            "config_files": self.config_files,
             "provenance": self.provenance,
         }
 
@@ -108,10 +111,12 @@ class BuildReport:
         path.write_text(text + "\n", encoding="utf-8")
 
     @staticmethod
-    def add_files(path: Path, shards: dict[str, str], files: dict[str, str], config: str | None = None) -> None:
+    def add_files(path: Path, shards: dict[str, str], files: dict[str, str], config: str | None = None,
+                  record: dict | None = None) -> None:
         """Record, in a saved report, data files a tool added to the build after it (`preview --add-config`):
-        shards and other files with their sha256, and the config they make. `validate` checks them
-        like the build's own, and `publish` uploads nothing the report does not list."""
+        shards and other files with their sha256, and the config they make with what it reads (`record`,
+        `card.config_record`). `validate` checks them like the build's own, and `publish` uploads nothing
+        the report does not list."""
         from builders.files import write_text
 
         report = json.loads(path.read_text(encoding="utf-8"))
@@ -119,6 +124,8 @@ class BuildReport:
         report["files"] = {**report.get("files", {}), **files}
         if config and config not in report.setdefault("configs", []):
             report["configs"].append(config)
+        if config and record is not None:
+            report["config_files"] = {**report.get("config_files", {}), config: record}
         write_text(path, json.dumps(report, indent=2, ensure_ascii=False) + "\n")
 
     def summary(self) -> str:

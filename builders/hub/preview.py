@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from datasets import Features
 from PIL import Image, ImageDraw, ImageFont
 
-from builders.assembly.card import config_info, load_card, set_card_section, update_card
+from builders.assembly.card import config_info, config_record, load_card, set_card_section, update_card
 from builders.assembly.report import BuildReport
 from builders.assembly.shards import sha256
 from builders.files import atomic_path, write_text
@@ -338,7 +338,8 @@ def add_preview_config(folder: Path, n: int = 8, split: str | None = None, image
     added = [target, folder / PREVIEW_IMAGE] if image else [target]
     checksums = {path.relative_to(folder).as_posix(): sha256(path) for path in added}
     BuildReport.add_files(folder / REPORT, {k: v for k, v in checksums.items() if k.startswith("data/")},
-                          {k: v for k, v in checksums.items() if not k.startswith("data/")}, PREVIEW_CONFIG)
+                          {k: v for k, v in checksums.items() if not k.startswith("data/")}, PREVIEW_CONFIG,
+                          config_record(folder, new_configs[PREVIEW_CONFIG], info))
     write_text(folder / "README.md", str(card))
     return target
 

@@ -25,8 +25,10 @@ touches the Hub:
   on the builder's machine (read from the report's settings and from the shards themselves).
 
 The folder must also pass `validate`, which requires `build_report.json` and refuses a folder
-holding any file the report does not list. What is uploaded is exactly the card, the report and
-the files it lists with their sha256 (`planned_files`), never a listing of the folder. Uploading
+holding any file the report does not list, any symbolic link, or a card whose configs read other
+files or count other rows than the build recorded. What is uploaded is exactly the card, the
+report and the files it lists with their sha256 (`planned_files`, which refuses a path through a
+link too), never a listing of the folder; the access rules above read exactly those shards. Uploading
 is `HfApi.create_repo` and one `HfApi.create_commit` per config's shard set, then one with the
 card and report (`upload_groups`); before the
 upload the repo's actual visibility is read back, since `create_repo(exist_ok=True)` leaves
@@ -36,6 +38,7 @@ places (`HF_TOKEN`, the saved login) and is never printed.
 
 from __future__ import annotations
 
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -58,6 +61,7 @@ from builders.hub.validate import (
     check_ready,
     config_shards,
     listed_files,
+    reached_through_link,
     read_report,
 )
 from builders.provenance import folder_synthetic
@@ -97,9 +101,18 @@ class BuildFacts:
     gated_fields: dict | None = None
 
 
+def uploaded_names(folder: Path) -> list[str]:
+    """What `publish` uploads, by relative path: the card, the report and every file the report lists."""
+    return sorted({CARD, REPORT, *listed_files(read_report(folder))})
+
+
 def shard_paths(folder: Path) -> list[Path]:
-    """Every Parquet file under `data/`, hidden or not: what the access rules inspect (at least what is uploaded)."""
-    return sorted((folder / "data").rglob("*.parquet"))
+    """The Parquet files the access rules inspect: exactly those uploaded (`uploaded_names`). A folder without
+    a usable report uploads nothing and is refused; its rules then read every Parquet file under `data/`."""
+    try:
+        return [folder / name for name in uploaded_names(folder) if name.endswith(".parquet")]
+    except ValueError:
+        return sorted(Path(top, name) for top, _, files in os.walk(folder / "data") for name in files if name.endswith(".parquet"))
 
 
 def shard_dataset(folder: Path) -> str | None:
@@ -138,9 +151,16 @@ def carried_content(folder: Path) -> list[str]:
             if values.null_count < len(values):
                 where.setdefault(("report text", column), []).append(rel)
     found = [f"{what} ({column!r} column in {len(files)} file(s), e.g. {files[0]})" for (what, column), files in where.items()]
-    if (folder / PREVIEW_IMAGE).exists():
+    if (folder / PREVIEW_IMAGE).exists() or PREVIEW_IMAGE in _uploaded_or_none(folder):
         found.append(f"rendered images ({PREVIEW_IMAGE})")
     return found
+
+
+def _uploaded_or_none(folder: Path) -> list[str]:
+    try:
+        return uploaded_names(folder)
+    except ValueError:
+        return []
 
 
 def holds_local_paths(folder: Path) -> bool:
@@ -177,7 +197,7 @@ def inspect_build(folder: Path) -> BuildFacts:
     return BuildFacts(
         dataset=dataset,
         image_mode=image_mode,
-        synthetic=folder_synthetic(folder),
+        synthetic=folder_synthetic(folder, shard_paths(folder)),
         licence=name or licence,
         licence_declared=bool(licence) and (licence != "other" or bool(name or link)),
         credentialed_licence=is_credentialed(described),
@@ -278,7 +298,11 @@ def _size(n: int) -> str:
 def planned_files(folder: Path) -> list[tuple[str, int]]:
     """The files to upload (relative path, size): the card, the report and every file the report lists,
     nothing else from the folder (`validate` has checked their checksums and that nothing else is there)."""
-    names = sorted({CARD, REPORT, *listed_files(read_report(folder))})
+    names = uploaded_names(folder)
+    for name in names:
+        if link := reached_through_link(folder, name):
+            raise PublishRefused(f"{folder / link} is a symbolic link: publish uploads the files a build wrote, never "
+                                 "what a link points to; nothing is uploaded")
     return [(name, (folder / name).stat().st_size) for name in names]
 
 

@@ -3,6 +3,9 @@
 Checked before any upload (`publish` runs it too). Each problem names the file and
 the rule it breaks, so a failure reads as one line:
 
+- `link`: the folder holds no symbolic link (file or folder), hidden entries aside, and no file the
+  report lists is reached through one: every check then reads exactly the files `publish` uploads,
+  never a folder that a glob enters and another walk does not. Nothing else is checked until they go.
 - `parquet`: every shard is a readable Parquet file.
 - `card`: README.md exists and its YAML parses into `configs` and `dataset_info`.
 - `config-name`: names the viewer and `datasets` accept.
@@ -22,6 +25,10 @@ the rule it breaks, so a failure reads as one line:
   (a name starting with `.`) are never uploaded and not checked.
 - `data-files` also: a pattern outside `data/` (absolute, `..`), or matching a file the report does not list.
 - `missing-config`: the card still declares every config the build made.
+- `built-configs`: each config of the card reads the files (with the Parquet filter) and counts the
+  rows that the report recorded for it when the build wrote the card (`config_files`); a config the
+  build did not make is refused. A card edited to point one config at another's shards, with its row
+  counts edited to match, passes every other rule (the shards and checksums are the build's own).
 - `duplicate-id`: every row of the default config has its own `question_id`.
 - `conversations`: a one-conversation-per-image config (`sft_per_image`, `sft_per_study`) asks every
   question of `sft` exactly once per split, each reply the same text (`builders.hub.conversation_rows`).
@@ -32,6 +39,7 @@ the rule it breaks, so a failure reads as one line:
 from __future__ import annotations
 
 import json
+import os
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -45,6 +53,7 @@ from datasets.naming import INVALID_WINDOWS_CHARACTERS_IN_PATH
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard
 
+from builders.assembly.card import config_record, config_shards, inside_data, split_patterns
 from builders.assembly.shards import count_rows, sha256
 from builders.hub.conversation_rows import split_problems
 
@@ -92,30 +101,6 @@ def card_configs(folder: Path) -> tuple[dict[str, dict], DatasetInfosDict]:
 def default_config(configs: dict[str, dict]) -> str:
     """The config `load_dataset(folder)` reads: the one marked default, else `default`, else the first."""
     return next((name for name, c in configs.items() if c.get("default")), "default" if "default" in configs else next(iter(configs)))
-
-
-def split_patterns(config: dict) -> dict[str, list[str]]:
-    """{split: [glob, ...]} of one config's `data_files` (every form MetadataConfigs accepts)."""
-    data_files = config.get("data_files", [])
-    if isinstance(data_files, (str, list)) and (isinstance(data_files, str) or all(isinstance(d, str) for d in data_files)):
-        return {"train": [data_files] if isinstance(data_files, str) else list(data_files)}
-    if isinstance(data_files, dict):
-        data_files = [{"split": k, "path": v} for k, v in data_files.items()]
-    out: dict[str, list[str]] = {}
-    for entry in data_files:
-        paths = entry["path"]
-        out.setdefault(entry.get("split", "train"), []).extend([paths] if isinstance(paths, str) else paths)
-    return out
-
-
-def config_shards(folder: Path, config: dict) -> dict[str, list[Path]]:
-    """{split: shards on disk} of one config, in path order; a pattern matching nothing gives an empty list,
-    and one outside `data/` (`check_listed` reports it) is never followed out of the folder."""
-    found = {}
-    for split, patterns in split_patterns(config).items():
-        paths = {p for pattern in patterns if inside_data(pattern) for p in folder.glob(pattern) if p.is_file()}
-        found[split] = sorted(paths)
-    return found
 
 
 def _rel(folder: Path, path: Path) -> str:
@@ -219,10 +204,43 @@ def _written_by_a_build(rel: str) -> bool:
     return rel in TOOL_FILES or (inside_data(rel) and rel.endswith(".parquet") and not any(c in rel for c in "*?["))
 
 
-def inside_data(pattern: str) -> bool:
-    """Whether a card's `data_files` pattern stays under the folder's `data/`."""
-    parts = PurePosixPath(pattern).parts
-    return len(parts) > 1 and parts[0] == "data" and ".." not in parts and "\\" not in pattern
+def linked_entries(folder: Path) -> list[str]:
+    """Every symbolic link in the folder (file or folder; not entered), by relative path; hidden entries
+    (a name starting with `.`, never uploaded) are left out."""
+    found = []
+    for top, subfolders, files in os.walk(folder):
+        subfolders[:] = [name for name in subfolders if not name.startswith(".")]
+        found += [Path(top, name).relative_to(folder).as_posix() for name in [*subfolders, *files]
+                  if not name.startswith(".") and Path(top, name).is_symlink()]
+    return sorted(found)
+
+
+def reached_through_link(folder: Path, rel: str) -> str | None:
+    """The first part of `rel` (itself included) that is a link under `folder`, or None."""
+    path = Path(folder)
+    for part in PurePosixPath(rel).parts:
+        path = path / part
+        if path.is_symlink():
+            return path.relative_to(folder).as_posix()
+    return None
+
+
+def check_links(folder: Path) -> list[Problem]:
+    """`link`: links in the folder, and listed files reached through one (a hidden folder's included)."""
+    problems = [Problem(rel, "link", "a symbolic link: a build folder holds the files it wrote, not links to them; "
+                                     "replace it with what it points to (or rebuild the folder)")
+                for rel in linked_entries(folder)]
+    try:
+        listed = listed_files(read_report(folder)) if not (folder / REPORT).is_symlink() else {}
+    except ValueError:
+        listed = {}
+    named = {p.file for p in problems}
+    for rel in sorted({CARD, *listed}):
+        link = reached_through_link(folder, rel)
+        if link and link not in named:
+            named.add(link)
+            problems.append(Problem(link, "link", f"a symbolic link on the way to {rel}, which would be uploaded"))
+    return problems
 
 
 def check_listed(folder: Path, report: dict, configs: dict[str, dict]) -> list[Problem]:
@@ -238,8 +256,6 @@ def check_listed(folder: Path, report: dict, configs: dict[str, dict]) -> list[P
         if rel not in allowed:
             problems.append(Problem(rel, "unlisted-file", f"not written by the build ({REPORT} does not list it): "
                                                           "move it out of the folder; publish uploads only what the build wrote"))
-        elif path.is_symlink():
-            problems.append(Problem(rel, "unlisted-file", "a link, not the file the build wrote"))
     for name, config in configs.items():
         for split, patterns in split_patterns(config).items():
             for pattern in filter(inside_data, patterns):  # the others: `check_config`
@@ -250,8 +266,40 @@ def check_listed(folder: Path, report: dict, configs: dict[str, dict]) -> list[P
     return problems
 
 
-def check_build_report(folder: Path, configs: dict[str, dict]) -> list[Problem]:
-    """The folder against what its build wrote down: the files it lists, their checksums and the card's configs."""
+def check_configs_as_built(folder: Path, report: dict, configs: dict[str, dict], infos: DatasetInfosDict) -> list[Problem]:
+    """`built-configs`: each config of the card reads the files, with the filter, and counts the rows the build
+    recorded for it (`config_files`): a card pointed at another config's shards, with its counts edited to
+    match, is caught here, since its shards and checksums are all the build's own."""
+    recorded = report.get("config_files")
+    if not isinstance(recorded, dict) or not recorded:
+        return [Problem(REPORT, "built-configs", "records no `config_files` (which files each config reads, its rows): "
+                                                 "written by an older cxr-vqa; rebuild the folder")]
+    problems = []
+    for name, config in configs.items():
+        built = recorded.get(name)
+        if not isinstance(built, dict):
+            problems.append(Problem(CARD, "built-configs", f"config {name!r} was not made by the build ({REPORT} records no such config)"))
+            continue
+        now = config_record(folder, config, infos.get(name))
+        if now["filters"] != built.get("filters"):
+            problems.append(Problem(CARD, "built-configs", f"config {name!r}: filters {now['filters']!r}, the build wrote {built.get('filters')!r}"))
+        splits = built.get("splits") if isinstance(built.get("splits"), dict) else {}
+        for split in sorted(set(now["splits"]) | set(splits)):
+            read, wrote = now["splits"].get(split, {}), splits.get(split) or {}
+            if read.get("files") != wrote.get("files"):
+                files, expected = read.get("files", []), wrote.get("files", [])
+                differ = sorted(set(files) ^ set(expected))
+                problems.append(Problem(CARD, "built-configs", f"config {name!r} split {split!r}: reads {len(files)} file(s), the build "
+                                                               f"made it read {len(expected)} ({'; '.join(differ[:2]) or 'another order'} differ)"))
+            elif read.get("rows") != wrote.get("rows"):
+                problems.append(Problem(CARD, "built-configs", f"config {name!r} split {split!r}: the card counts {read.get('rows')} rows, "
+                                                               f"the build counted {wrote.get('rows')}"))
+    return problems
+
+
+def check_build_report(folder: Path, configs: dict[str, dict], infos: DatasetInfosDict | None = None) -> list[Problem]:
+    """The folder against what its build wrote down: the files it lists, their checksums and the card's configs
+    (each with the files it reads and its rows)."""
     try:
         report = read_report(folder)
     except ValueError as err:
@@ -271,7 +319,7 @@ def check_build_report(folder: Path, configs: dict[str, dict]) -> list[Problem]:
     for name in built:
         if name not in configs:
             problems.append(Problem("README.md", "missing-config", f"the build made config {name!r}; the card does not declare it"))
-    return problems
+    return problems + check_configs_as_built(folder, report, configs, infos if infos is not None else DatasetInfosDict())
 
 
 def check_viewer_rows(folder: Path, name: str, config: dict) -> list[Problem]:
@@ -348,6 +396,8 @@ def check_conversations(folder: Path, configs: dict[str, dict]) -> list[Problem]
 def validate(folder: Path) -> list[Problem]:
     """Every viewer-readiness problem of a built dataset folder; empty when it is ready."""
     folder = Path(folder)
+    if links := check_links(folder):
+        return links
     try:
         configs, infos = card_configs(folder)
     except ValueError as err:
@@ -367,7 +417,7 @@ def validate(folder: Path) -> list[Problem]:
     for path in sorted((folder / "data").rglob("*.parquet")) if (folder / "data").is_dir() else []:
         if path not in read:
             problems.append(Problem(_rel(folder, path), "stray-file", "no config of the card reads this file"))
-    problems += check_build_report(folder, configs)
+    problems += check_build_report(folder, configs, infos)
     problems += check_unique_ids(folder, configs, broken)
     if not problems:  # reading rows needs sound files and card; otherwise the problems above say why
         problems += check_conversations(folder, configs)
