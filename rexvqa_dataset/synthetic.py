@@ -24,17 +24,17 @@ import json
 import math
 import random
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from tqdm.auto import tqdm
 
 from builders.images import IMAGE_TAG_KEY
 from builders.provenance import ManifestWriter, image_tag
+from builders.synthetic_release import Chunk, write_release
 from rexvqa_dataset.features import TASKS
 from rexvqa_dataset.synthetic_drawing import StudyFinding, chest_pixels
 from rexvqa_dataset.synthetic_profile import (
@@ -63,8 +63,6 @@ from rexvqa_dataset.synthetic_profile import (
 
 __all__ = ["PUBLIC_QUESTIONS", "PUBLIC_STUDIES", "QUESTIONS_PER_STUDY", "SyntheticRelease", "SyntheticStudy",
            "generate", "make_study", "split_sizes", "write_split"]
-
-NOTE_NAME = "SYNTHETIC.md"
 
 SYNTHETIC_NOTE = """# Synthetic ReXVQA release
 
@@ -300,18 +298,17 @@ def _studies(seed: int, first: int, count: int, split: str, downscale: int,
         yield make_study(seed, index, split, downscale, weights)
 
 
-def _write_images(args: tuple[int, int, int, str, int, str]) -> int:
-    """Write the images of `count` studies from `first`; returns `count`. A study's images and findings
+def _write_images(seed: int, downscale: int, root: str, chunk: Chunk) -> int:
+    """Write the images of one chunk of studies; returns its number of studies. A study's images and findings
     are made before its questions, so they do not depend on the task shares."""
-    seed, first, count, split, downscale, root = args
-    for study in _studies(seed, first, count, split, downscale):
+    for study in _studies(seed, chunk.first, chunk.count, chunk.split, downscale):
         for relative, width, height, pixel_seed in study.images:
             path = Path(root) / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             tag = PngInfo()
             tag.add_text(IMAGE_TAG_KEY, image_tag(path.name))
             Image.fromarray(chest_pixels(random.Random(pixel_seed), width, height, study.findings)).save(path, "PNG", pnginfo=tag)
-    return count
+    return chunk.count
 
 
 def write_split(path: Path, studies: Iterator[SyntheticStudy], progress: tqdm | None = None) -> int:
@@ -347,27 +344,15 @@ def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4
     out = Path(out)
     weights = task_weights(task_shares)
     (out / "metadata").mkdir(parents=True, exist_ok=True)
-    (out / NOTE_NAME).write_text(SYNTHETIC_NOTE, encoding="utf-8")
-    manifest = ManifestWriter(out, "cxr-vqa synthesize rexvqa")
     sizes = split_sizes(num_studies)
-    firsts = dict(zip(sizes, np.cumsum([0, *sizes.values()])[:-1].tolist()))
-    questions = {}
-    quiet = num_studies < 1024
-    with tqdm(desc="synthetic questions", unit="question", disable=quiet or None) as bar:
-        for split, count in sizes.items():
-            path = out / "metadata" / f"{split}_vqa_data.json"
-            questions[split] = write_split(path, _studies(seed, firsts[split], count, split, downscale, weights), bar)
-            manifest.add(path)
-    manifest.save()
-    if images:
-        chunks = ((seed, start, min(64, firsts[split] + count - start), split, downscale, str(out))
-                  for split, count in sizes.items() for start in range(firsts[split], firsts[split] + count, 64))
-        with tqdm(total=sum(sizes.values()), desc="synthetic images", unit="study", disable=quiet or None) as bar:
-            if num_proc > 1:
-                with ProcessPoolExecutor(num_proc) as pool:
-                    for studies in pool.map(_write_images, chunks):
-                        bar.update(studies)
-            else:
-                for chunk in chunks:
-                    bar.update(_write_images(chunk))
+
+    def annotations(split: str, first: int, count: int, manifest: ManifestWriter, bar: tqdm) -> int:
+        path = out / "metadata" / f"{split}_vqa_data.json"
+        written = write_split(path, _studies(seed, first, count, split, downscale, weights), bar)
+        manifest.add(path)
+        return written
+
+    questions = write_release(out, note=SYNTHETIC_NOTE, made_by="cxr-vqa synthesize rexvqa", sizes=sizes,
+                              write_annotations=annotations, chunk_size=64, num_proc=num_proc, item_unit="study",
+                              write_images=partial(_write_images, seed, downscale, str(out)) if images else None)
     return SyntheticRelease(out, sizes, questions)
