@@ -21,6 +21,7 @@ from __future__ import annotations
 import csv
 import json
 import random
+import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -85,6 +86,14 @@ class SyntheticRelease:
     @property
     def image_root(self) -> Path:
         return self.root / "files"
+
+    def build_commands(self) -> list[str]:
+        """The `cxr-vqa build` command that makes a dataset of this release (beside it, `<root>-dataset`).
+
+        The root holds the same questions in each layout written; `build` reads one of them (per_type
+        first), so the root is the source."""
+        out = self.root.with_name(self.root.name + "-dataset")
+        return [shlex.join(["cxr-vqa", "build", "gemex", "--source", str(self.root), "--images", str(self.image_root), "--out", str(out)])]
 
 
 def split_sizes(num_images: int) -> dict[str, int]:

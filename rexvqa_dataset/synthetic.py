@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -131,6 +132,12 @@ class SyntheticRelease:
     @property
     def metadata(self) -> Path:
         return self.root / "metadata"
+
+    def build_commands(self) -> list[str]:
+        """The `cxr-vqa build` command that makes a dataset of this release (beside it, `<root>-dataset`);
+        image paths are relative to `metadata/`, which `build` takes by default."""
+        out = self.root.with_name(self.root.name + "-dataset")
+        return [shlex.join(["cxr-vqa", "build", "rexvqa", "--source", str(self.root), "--out", str(out)])]
 
 
 def split_sizes(num_studies: int) -> dict[str, int]:

@@ -1,3 +1,4 @@
+import shlex
 import subprocess
 import sys
 
@@ -47,3 +48,15 @@ def test_images_are_required_unless_mode_none(gemex_release, tmp_path, capsys):
 def test_synthesize_writes_a_release(tmp_path):
     assert main(["synthesize", "gemex", "--out", str(tmp_path / "r"), "--num-images", "6"]) == 0
     assert (tmp_path / "r" / "per_type" / "test" / "open_ended_question.jsonl").exists()
+
+
+def test_synthesize_prints_the_build_commands_that_build_it(tmp_path, capsys):
+    for dataset, count in (("gemex", "--num-images"), ("rexvqa", "--num-studies")):
+        assert main(["synthesize", dataset, "--out", str(tmp_path / dataset), count, "6"]) == 0
+        command = capsys.readouterr().out.splitlines()[-1].strip()
+        args = shlex.split(command)
+        assert args[:3] == ["cxr-vqa", "build", dataset]
+        assert main(args[1:]) == 0
+        summary = capsys.readouterr().out
+        assert " 0 rejected" in summary, summary
+        assert load_dataset(str(tmp_path / f"{dataset}-dataset"), split="train").num_rows > 0

@@ -59,6 +59,7 @@ class BuildReport:
     shards: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
     configs: list[str] = field(default_factory=list)  # the card's configs as built
     provenance: dict = field(default_factory=dict)  # synthetic or real, and why (builders.provenance)
+    source_note: str = ""  # which copy was read where the source holds the same records more than once
 
     def reject(self, item: Reject) -> None:
         self.rejects.append(item)
@@ -95,6 +96,7 @@ class BuildReport:
             "shards": self.shards,
             "configs": self.configs,
             "provenance": self.provenance,
+            "source_note": self.source_note,
         }
 
     def save(self, path: Path) -> None:
@@ -126,6 +128,8 @@ class BuildReport:
         if self.rejected:
             top = "; ".join(f"{n} x {reason}" for reason, n in self.reject_reasons().most_common(3))
             text += f" ({top})"
+        if self.source_note:
+            text += f"; {self.source_note}"
         return text
 
 
