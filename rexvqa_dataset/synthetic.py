@@ -79,23 +79,66 @@ a model reads chest radiographs.
 
 PRESENCE, LOCATION, NEGATION, DIFFERENTIAL, GEOMETRIC = TASKS
 QUESTIONS = {
-    PRESENCE: ("Which of the following findings is present on this chest radiograph?",
-               "Which finding can be seen on this chest X-ray?",
-               "Which of these abnormalities is visible on the radiograph?"),
-    LOCATION: ("Where is the {finding} located?",
-               "In which lung zone is the {finding} seen?",
-               "What is the location of the {finding} on this radiograph?"),
-    NEGATION: ("Which of the following findings is NOT present on this chest radiograph?",
-               "Which finding is NOT seen on this chest X-ray?",
-               "All of the following are visible on this radiograph EXCEPT:"),
-    DIFFERENTIAL: ("What is the most likely diagnosis given the imaging findings?",
-                   "Which diagnosis best explains the findings on this chest radiograph?",
-                   "Based on this chest X-ray, which condition is most likely?"),
-    GEOMETRIC: ("What is the size of the {finding}?",
-                "How large is the {finding} on this radiograph?",
-                "How would you grade the extent of the {finding}?"),
+    PRESENCE: ("Which of the following findings is present{where}?", "Which finding can be seen{where}?",
+               "Which of these abnormalities is visible{where}?", "Which of the following is demonstrated{where}?",
+               "What abnormality is identified{where}?", "Which of the following findings does the study show{where}?"),
+    LOCATION: ("Where is the {finding} located{where}?", "In which lung zone is the {finding} seen{where}?",
+               "What is the location of the {finding}{where}?", "Which zone does the {finding} project over{where}?",
+               "Where does the {finding} lie{where}?"),
+    NEGATION: ("Which of the following findings is NOT present{where}?", "Which finding is NOT seen{where}?",
+               "All of the following are visible{where} EXCEPT:", "Which of these is absent{where}?",
+               "Which of the following can be excluded{where}?"),
+    DIFFERENTIAL: ("What is the most likely diagnosis given the imaging findings{where}?",
+                   "Which diagnosis best explains the findings{where}?", "Which condition is most likely{where}?",
+                   "What is the leading diagnosis based on the findings{where}?", "Which diagnosis do the findings{where} favor?"),
+    GEOMETRIC: ("What is the size of the {finding}{where}?", "How large is the {finding}{where}?",
+                "How would you grade the extent of the {finding}{where}?", "What is the extent of the {finding}{where}?"),
 }
-"""chosen: plausible. Three wordings per task; none names or hints at the answer."""
+"""chosen: plausible. Several wordings per task; none names or hints at the answer. `{where}` names the
+images where no opening sentence does; `{finding}` is the finding asked about."""
+WHERE = (" on this chest radiograph", " on this chest X-ray", " on the radiograph", " on these images", " in this study")
+VIEW_NAMES = {"PA": "PA", "AP": "AP", "LATERAL": "lateral", "LL": "left lateral"}
+AGE_UNITS = {"Y": "year", "M": "month", "W": "week", "D": "day"}
+
+
+def _views_phrase(views: list[str | None]) -> str:
+    """`PA and lateral radiographs`, `AP radiograph`, `radiographs`: the study's named views."""
+    named = list(dict.fromkeys(VIEW_NAMES[v] for v in views if v in VIEW_NAMES))
+    noun = "radiographs" if len(views) > 1 else "radiograph"
+    return f"{' and '.join(named)} {noun}" if named else noun
+
+
+def _patient(study: dict) -> str:
+    """`a 67-year-old woman`, `a 5-month-old boy`: from the study's age and sex."""
+    age = study["PatientAge"]
+    number, unit = int(age[:-1]), AGE_UNITS[age[-1]]
+    adult = unit == "year"
+    who = {"M": "man" if adult else "boy", "F": "woman" if adult else "girl"}[study["PatientSex"]]
+    article = "an" if str(number).startswith("8") or number in (11, 18) else "a"
+    return f"{article} {number}-{unit}-old {who}"
+
+
+def _complaint(study: dict) -> str | None:
+    """The indication as a complaint (`cough`, `fever`), or None where the study has none."""
+    text = study["Indication"]
+    return text.split(",")[0].rstrip(".").lower() if isinstance(text, str) else None
+
+
+def question_wording(rng: random.Random, task: str, study: dict) -> str:
+    """A question of `task` as written for this study's report: the core wording, opened (or not) by the
+    views, the patient and the complaint (which say nothing of the answer); `{finding}` left to fill."""
+    core = rng.choice(QUESTIONS[task])
+    complaint = _complaint(study)
+    form = rng.random()
+    if form < 0.3:
+        return core.replace("{where}", rng.choice(WHERE))
+    if form < 0.7:
+        opening = f"On the {_views_phrase(study['ImageViewPosition'] or [None] * len(study['ImagePath']))} of {_patient(study)}"
+        opening += f" with {complaint}, " if complaint else ", "
+        return opening + core[0].lower() + core[1:].replace("{where}", "")
+    first = f"{_capital(_patient(study))} presents with {complaint}." if complaint else f"{_capital(_patient(study))} is referred for imaging."
+    return first + " " + core.replace("{where}", rng.choice(WHERE))
+
 
 ASKABLE: dict[str, Callable[[FindingKind], bool]] = {
     PRESENCE: lambda kind: True,
@@ -201,7 +244,7 @@ class Question:
     """The finding whose category and subcategory the question is filed under."""
 
 
-def _ask(rng: random.Random, task: str, findings: list[StudyFinding]) -> Question:
+def _ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dict) -> Question:
     """One question of `task` about the study's `findings`, its answer at a uniformly random letter.
 
     Every option is of one kind (four finding names, four diagnoses, four zones, four sizes), each
@@ -209,7 +252,7 @@ def _ask(rng: random.Random, task: str, findings: list[StudyFinding]) -> Questio
     negation questions, whose options are findings, are filed under a uniformly chosen option's
     finding: their category and subcategory point at the answer one time in four, as any option does.
     """
-    wording = rng.choice(QUESTIONS[task])
+    wording = question_wording(rng, task, study)
     present = [f.kind for f in findings]
     absent = [kind for kind in FINDINGS if kind not in present]
     if task in (PRESENCE, NEGATION):
@@ -289,7 +332,7 @@ def make_study(seed: int, index: int, split: str, downscale: int, weights: dict[
     }
     records = {}
     for _q in range(max(1, round(rng.gauss(QUESTIONS_PER_STUDY, 1.2)))):
-        asked = _ask(rng, _task(rng, findings, weights), findings)
+        asked = _ask(rng, _task(rng, findings, weights), findings, study)
         record = {"question": asked.question, "options": [f"{'ABCD'[k]}. {t}" for k, t in enumerate(asked.options)],
                   "correct_answer": "ABCD"[asked.answer], "correct_answer_explanation": asked.explanation, "task_name": asked.task,
                   "category": NEGATION_CATEGORY if asked.task == NEGATION else asked.topic.category,
