@@ -65,6 +65,7 @@ def run_synthesize_rexvqa(args: argparse.Namespace) -> int:
     release = generate(args.out, num_studies=args.num_studies, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc)
     print(f"{args.out}: synthetic ReXVQA release, studies per split {release.studies}, questions per split {release.questions}")
     print(f"  annotations: {release.metadata}; images: {args.out}/deid_png")
+    print("build it:", *release.build_commands(), sep="\n  ")
     return 0
 
 
@@ -73,7 +74,8 @@ def run_synthesize_gemex(args: argparse.Namespace) -> int:
 
     release = generate(args.out, num_images=args.num_images, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc)
     print(f"{args.out}: synthetic GEMeX release, images per split {release.images}, questions per split {release.questions}")
-    print(f"  annotations: {args.out}/per_type, {args.out}/llava, {args.out}/grouped; images: {release.image_root}")
+    print(f"  annotations: {args.out}/per_type, {args.out}/llava, {args.out}/grouped (the same questions); images: {release.image_root}")
+    print("build it:", *release.build_commands(), sep="\n  ")
     return 0
 
 

@@ -69,9 +69,10 @@ def demo_release_owner(dataset: str) -> tuple:
     from importlib import import_module
 
     from builders.provenance import foreign_release_file
+    from builders.synthetic_release import NOTE_NAME
 
     synthetic = import_module(f"{dataset}_dataset.synthetic")
-    return partial(foreign_release_file, notes={synthetic.NOTE_NAME: synthetic.SYNTHETIC_NOTE}), DEMO_RULE
+    return partial(foreign_release_file, notes={NOTE_NAME: synthetic.SYNTHETIC_NOTE}), DEMO_RULE
 
 
 def check_demo_folder(out: Path) -> None:

@@ -1,6 +1,7 @@
 """Build GEMeX: raw release -> schema check -> typed rows -> images attached -> shards, card, report.
 
-Two passes. The first reads every annotation file (any mix of the three layouts),
+Two passes. The first reads the annotation files (any mix of the three layouts; a split
+that comes in several, as the release does, in one of them: `one_layout_per_split`),
 checks each question and stages its text columns on disk. The second takes each
 split's rows sorted by image, loads each image once, converts its boxes into the stored
 image's pixels, drops repeated questions, and writes one shard set per question type.
@@ -39,10 +40,37 @@ from gemex_dataset.features import (
     per_image_features,
 )
 from gemex_dataset.prompts import messages_array, to_messages
-from gemex_dataset.readers import RawQuestion, find_source_files
+from gemex_dataset.readers import RawQuestion, SourceFile, find_source_files
 from gemex_dataset.rows import question_row
 
 IMAGE_COLUMNS = ("question_id", "image", "image_width", "image_height", "boxes", "messages")
+LAYOUT_PREFERENCE = ("per_type", "grouped", "llava")
+"""Which layout is read where a split comes in several: the per-type files hold every field (reports, region
+names), the grouped ones boxes without region names, the LLaVA file neither report nor region names."""
+
+
+def one_layout_per_split(files: list[SourceFile]) -> tuple[list[SourceFile], str]:
+    """The files to read, and a note saying which were left out, where one split comes in several layouts.
+
+    The released layouts are the same questions written three ways: a folder holding more than one for
+    a split (the release as downloaded) is read in one layout, the first of `LAYOUT_PREFERENCE` it has,
+    not three times with two copies rejected as repeats. Splits in one layout each are all read.
+    """
+    layouts: dict[str | None, set[str]] = {}
+    for src in files:
+        layouts.setdefault(src.split, set()).add(src.layout)
+    chosen = {split: next(layout for layout in LAYOUT_PREFERENCE if layout in found) for split, found in layouts.items()}
+    kept = [src for src in files if src.layout == chosen[src.split]]
+    left = [src for src in files if src.layout != chosen[src.split]]
+    if not left:
+        return kept, ""
+    order = ("train", "validation", "test")
+    splits = sorted((s for s in layouts if len(layouts[s]) > 1), key=lambda s: (order.index(s) if s in order else len(order), str(s)))
+    read = "/".join(sorted({chosen[s] for s in splits}))
+    others = "/".join(sorted({src.layout for src in left}))
+    note = (f"{', '.join(map(str, splits))} each in {len(layouts[splits[0]])} layouts of the same questions: read {read}, "
+            f"{len(left)} {others} file(s) not read (give one layout's folder as --source to build another)")
+    return kept, note
 
 
 class GemexBuild(DatasetBuild):
@@ -72,6 +100,7 @@ class GemexBuild(DatasetBuild):
         files = find_source_files(Path(self.settings.source), self.settings.split)
         if not files:
             raise BuildError(f"no GEMeX annotation files under {self.settings.source} (expected *_question.jsonl, *.json or *.jsonl + *.csv)")
+        files, self.report.source_note = one_layout_per_split(files)
         for src in tqdm(files, desc="reading annotations", unit="file", disable=len(files) < 4):
             for path in (src.path, src.csv) if src.csv else (src.path,):
                 self.provenance.annotation_file(path)

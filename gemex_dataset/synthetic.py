@@ -21,16 +21,17 @@ from __future__ import annotations
 import csv
 import json
 import random
+import shlex
 from collections.abc import Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 from tqdm.auto import tqdm
 
 from builders.box_frame import pixels_to_frame224
 from builders.provenance import ManifestWriter, image_tag
+from builders.synthetic_release import Chunk, write_release
 from gemex_dataset.anatomy import region_layout
 from gemex_dataset.features import LLAVA_Q_TYPES
 from gemex_dataset.prompts import TYPE_PROMPTS
@@ -45,7 +46,6 @@ from gemex_dataset.synthetic_questions import Findings, QuestionWriter, Shown, d
 
 MIMIC_SIZES = ((2544, 3056), (2539, 3050), (2544, 3056), (3056, 2544), (2048, 2500), (3050, 2539))
 LAYOUTS = ("per_type", "llava", "grouped")
-NOTE_NAME = "SYNTHETIC.md"
 
 SYNTHETIC_NOTE = """# Synthetic GEMeX release
 
@@ -86,6 +86,14 @@ class SyntheticRelease:
     @property
     def image_root(self) -> Path:
         return self.root / "files"
+
+    def build_commands(self) -> list[str]:
+        """The `cxr-vqa build` command that makes a dataset of this release (beside it, `<root>-dataset`).
+
+        The root holds the same questions in each layout written; `build` reads one of them (per_type
+        first), so the root is the source."""
+        out = self.root.with_name(self.root.name + "-dataset")
+        return [shlex.join(["cxr-vqa", "build", "gemex", "--source", str(self.root), "--images", str(self.image_root), "--out", str(out)])]
 
 
 def split_sizes(num_images: int) -> dict[str, int]:
@@ -171,11 +179,10 @@ def _split_records(seed: int, first: int, count: int, downscale: int, test: bool
         yield image, image.questions, report(image, random.Random(f"{seed}/report/{index}"))
 
 
-def _write_images(args: tuple[int, int, int, int, str, int]) -> int:
-    seed, first, count, downscale, root, test_from = args
-    for index in range(first, first + count):
-        write_image(make_image(seed, index, downscale, index >= test_from), Path(root), index)
-    return count
+def _write_images(seed: int, downscale: int, root: str, chunk: Chunk) -> int:
+    for index in range(chunk.first, chunk.first + chunk.count):
+        write_image(make_image(seed, index, downscale, chunk.split == "test"), Path(root), index)
+    return chunk.count
 
 
 class JsonArrayWriter:
@@ -276,25 +283,12 @@ def generate(out: Path, num_images: int = 24, seed: int = 0, downscale: int = 8,
     about 318 x 382 for a 2544 x 3056 original).
     """
     out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / NOTE_NAME).write_text(SYNTHETIC_NOTE, encoding="utf-8")
     sizes = split_sizes(num_images)
-    firsts = dict(zip(sizes, np.cumsum([0] + list(sizes.values()))[:-1].tolist()))
-    manifest = ManifestWriter(out, "cxr-vqa synthesize gemex")
-    quiet = sum(sizes.values()) < 1024
-    with tqdm(desc="synthetic questions", unit="question", disable=quiet or None) as bar:
-        counts = {split: write_annotations(out, split, seed, firsts[split], n, downscale, layouts, manifest, bar) for split, n in sizes.items()}
-    manifest.save()
-    if images:
-        total = sum(sizes.values())
-        test_from = firsts["test"]
-        chunks = ((seed, start, min(256, total - start), downscale, str(out / "files"), test_from) for start in range(0, total, 256))
-        with tqdm(total=total, desc="synthetic images", unit="image", disable=quiet or None) as bar:
-            if num_proc > 1:
-                with ProcessPoolExecutor(num_proc) as pool:
-                    for written in pool.map(_write_images, chunks):
-                        bar.update(written)
-            else:
-                for chunk in chunks:
-                    bar.update(_write_images(chunk))
+
+    def annotations(split: str, first: int, count: int, manifest: ManifestWriter, bar: tqdm) -> int:
+        return write_annotations(out, split, seed, first, count, downscale, layouts, manifest, bar)
+
+    counts = write_release(out, note=SYNTHETIC_NOTE, made_by="cxr-vqa synthesize gemex", sizes=sizes,
+                           write_annotations=annotations, chunk_size=256, num_proc=num_proc,
+                           write_images=partial(_write_images, seed, downscale, str(out / "files")) if images else None)
     return SyntheticRelease(out, sizes, counts)

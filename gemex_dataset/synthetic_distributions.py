@@ -115,16 +115,24 @@ FINDING_BY_NAME = {f.name: f for f in FINDINGS}
 SIZED = ("nodular opacity", "calcified granuloma")  # the findings a size question asks about
 UNGRADED_KINDS = ("line", "clips", "nodule")  # devices and nodules have no severity (a nodule has a size)
 
-# Question wording: lead-ins, modifiers and tails vary the text (GEMeX questions are ~98% distinct,
-# public samples); none of them depends on the answer.
-LEADS = ("", "On this chest X-ray, ", "In this radiograph, ", "Looking at the image, ", "Based on the CXR, ",
-         "On this frontal view, ", "In this study, ", "On the current film, ", "From this image, ", "On this exam, ")
-TAILS = ("", " on this image", " in this CXR", " on the frontal view", " on this study", " in this radiograph",
-         " on today's film", " on this exam")
+# Question wording: an opening that names the image or a closing that does (never both), a clinical
+# setting, and several wordings of each question vary the text (GEMeX questions are ~98% distinct, public
+# samples, with no patient details appended); none of them depends on the answer.
+LEADS = ("On this chest X-ray, ", "In this radiograph, ", "Looking at the image, ", "Based on the CXR, ",
+         "On this frontal view, ", "In this study, ", "On the current film, ", "From this image, ", "On this exam, ",
+         "Reviewing this CXR, ", "On this PA film, ", "On this portable film, ")
+TAILS = (" on this image", " in this CXR", " on the frontal view", " on this study", " in this radiograph",
+         " on today's film", " on this exam", " on this chest film", " in this chest X-ray", " on the PA projection")
 CONTEXTS = ("", " in a patient with cough", " in a patient with dyspnea", " after line placement", " on follow-up",
             " in the ICU setting", " after surgery", " in a patient with fever", " in a patient with chest pain",
-            " on admission", " before discharge", " in a patient with hypoxia", " after trauma", " on a portable study",
-            " in a smoker", " after intubation")
-AGED_SHARE = 0.75  # questions that end with the patient's age (chosen: plausible; 18-95), for variety alone
-AGES = (18, 95)
+            " on admission", " before discharge", " in a patient with hypoxia", " after trauma", " in a smoker",
+            " after intubation", " in a patient with sepsis", " after a fall", " in a patient with hemoptysis",
+            " before surgery", " in a patient with weight loss", " after chest tube removal", " in a patient with tachycardia",
+            " after a CABG", " in a patient with heart failure", " in a patient with COPD", " in a patient with wheezing",
+            " after central line placement", " in a patient with syncope", " in a patient with leg swelling",
+            " in an immunocompromised patient", " after chemotherapy", " in a patient with a history of cancer",
+            " in a patient with renal failure", " before elective surgery", " in a patient with abdominal pain",
+            " after pacemaker insertion", " in a patient with a prior TB exposure", " after a motor vehicle collision")
 DESCRIPTORS = ("", "any ", "focal ", "visible ", "definite ", "residual ", "new ")
+PLURAL_FINDINGS = ("surgical clips", "pacemaker leads", "degenerative changes")
+"""Finding names that take a plural verb and no article ("surgical clips are seen")."""

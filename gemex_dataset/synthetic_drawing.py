@@ -12,6 +12,22 @@ from gemex_dataset.synthetic_distributions import CHEST_WIDTH_CM, FINDING_BY_NAM
 from gemex_dataset.synthetic_questions import Shown
 
 Layout = dict[str, tuple[float, float, float, float]]
+OPACITY_FILL = {"consolidation": 150, "atelectasis": 128, "pulmonary edema": 112}
+"""Each opacity its own density, so one painted over another in the same zone leaves both in sight."""
+FOCAL_KINDS = ("nodule", "clips", "spots")
+"""Small findings, painted over the broad ones so that none of them disappears under a later one."""
+
+
+def paint_order(shown: list[Shown], layout: Layout) -> list[Shown]:
+    """Broad findings first, those of larger regions and larger extent before smaller ones (a zone's finding
+    on top of a whole lung's), then focal findings, then lines and tubes on top: each stays visible in its box."""
+    def key(s: Shown) -> tuple:
+        kind = FINDING_BY_NAME[s.finding].kind
+        x1, y1, x2, y2 = layout[s.region]
+        layer = 2 if kind == "line" else 1 if kind in FOCAL_KINDS else 0
+        return layer, -(x2 - x1) * (y2 - y1), -SEVERITY_EXTENT[s.severity]
+
+    return sorted(shown, key=key)
 
 
 class ChestPainter:
@@ -25,6 +41,12 @@ class ChestPainter:
     def box(self, name: str) -> tuple[float, float, float, float]:
         x1, y1, x2, y2 = self.layout[name]
         return x1 * self.width, y1 * self.height, x2 * self.width, y2 * self.height
+
+    def heart(self, scale: float) -> None:
+        """The heart filling `scale` of its box's width."""
+        x1, y1, x2, y2 = self.box("cardiac region")
+        cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 2 * scale, (y2 - y1) / 2
+        self.draw.ellipse((cx - hw, cy - hh, cx + hw, cy + hh), fill=190)
 
     def anatomy(self, heart_scale: float) -> None:
         draw, width, height = self.draw, self.width, self.height
@@ -45,11 +67,14 @@ class ChestPainter:
         draw.rectangle(self.box("mediastinum"), fill=150)
         draw.ellipse(self.box("svc"), fill=165)
         draw.rectangle(self.box("trachea"), fill=50)
-        x1, y1, x2, y2 = self.box("cardiac region")
-        cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 2 * heart_scale, (y2 - y1) / 2
-        draw.ellipse((cx - hw, cy - hh, cx + hw, cy + hh), fill=190)
+        self.heart(heart_scale)
         for side in ("right", "left"):
             draw.ellipse(self.box(f"{side} hilar structures"), fill=120)
+
+    def contrasting(self, x: float, y: float, step: int) -> int:
+        """A density `step` brighter than the picture at (x, y), or as much darker where that would not show."""
+        around = self.image.getpixel((min(int(x), self.width - 1), min(int(y), self.height - 1)))
+        return around + step if around + step <= 250 else max(0, around - step)
 
     def finding(self, shown: Shown, seed: int) -> None:
         """Paint one finding inside its region's box; its extent follows the severity, a nodule's diameter its size."""
@@ -66,11 +91,12 @@ class ChestPainter:
         line = max(2, self.width // 90)
         draw = self.draw
         if kind == "opacity":
-            draw.ellipse((cx - w * extent / 2, cy - h * extent / 2, cx + w * extent / 2, cy + h * extent / 2), fill=140)
+            draw.ellipse((cx - w * extent / 2, cy - h * extent / 2, cx + w * extent / 2, cy + h * extent / 2),
+                         fill=OPACITY_FILL.get(shown.finding, 140))
         elif kind == "nodule":  # its diameter is its size, kept inside the box
-            r = min(shown.size_cm / CHEST_WIDTH_CM * self.width / 2, w / 2, h / 2)
+            r = min(max(2.5, shown.size_cm / CHEST_WIDTH_CM * self.width / 2), w / 2, h / 2)  # at least a few pixels wide
             cx, cy = rng.uniform(x1 + r, x2 - r), rng.uniform(y1 + r, y2 - r)
-            draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=235 if "calcified" in shown.finding else 185)
+            draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=self.contrasting(cx, cy, 90 if "calcified" in shown.finding else 60))
         elif kind == "effusion":
             top = y2 - h * extent
             draw.rectangle((x1, top + h * 0.1, x2, y2), fill=175)
@@ -107,8 +133,15 @@ def draw_chest(layout: Layout, width: int, height: int, seed: int, shown: list[S
     painter = ChestPainter(layout, width, height)
     heart = next((s for s in shown if FINDING_BY_NAME[s.finding].kind == "heart"), None)
     # the heart fills 0.72 of its box's width when normal, 0.85-0.99 when enlarged
-    painter.anatomy(0.85 + 0.15 * SEVERITY_EXTENT[heart.severity] if heart else 0.72)
-    for s in sorted(shown, key=lambda s: FINDING_BY_NAME[s.finding].kind == "line"):  # lines on top
-        if FINDING_BY_NAME[s.finding].kind != "heart":
+    scale = 0.85 + 0.15 * SEVERITY_EXTENT[heart.severity] if heart else 0.72
+    painter.anatomy(scale)
+    ordered = paint_order(list(shown), layout)
+    broad = [s for s in ordered if FINDING_BY_NAME[s.finding].kind not in (*FOCAL_KINDS, "line", "heart")]
+    for s in broad:
+        painter.finding(s, seed)
+    if heart and broad:  # an enlarged heart's border stays in sight over the lung findings beside it
+        painter.heart(scale)
+    for s in ordered:
+        if s not in broad and FINDING_BY_NAME[s.finding].kind != "heart":
             painter.finding(s, seed)
     return painter.picture(seed)

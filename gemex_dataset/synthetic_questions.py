@@ -12,8 +12,6 @@ import random
 from dataclasses import dataclass, field
 
 from gemex_dataset.synthetic_distributions import (
-    AGED_SHARE,
-    AGES,
     ASK_AGAIN_SHARE,
     CLOSED_ASK_PRESENT,
     CONTENT_TYPE_SHARES,
@@ -26,6 +24,7 @@ from gemex_dataset.synthetic_distributions import (
     LEADS,
     MULTI_CORRECT,
     NEGATION_OPTION_SHARE,
+    PLURAL_FINDINGS,
     REGION_SHARES,
     SECOND_BOX_SHARE,
     SEVERITIES,
@@ -47,9 +46,34 @@ class Shown:
     size_cm: float
 
 
+LEVELS = {"lung": ("upper", "mid", "lower"), "upper lung zone": ("upper",), "mid lung zone": ("mid",),
+          "lower lung zone": ("lower",), "mid-to-lower lung zone": ("mid", "lower"), "mid-to-upper lung zone": ("upper", "mid")}
+
+
+def region_cells(region: str) -> frozenset[tuple[str, ...]]:
+    """The parts of the chest a region covers: a lung region its (side, level) thirds, a paired structure its
+    sides, any other region itself. One region lies within another when its cells are a subset."""
+    side, _, rest = region.partition(" ")
+    if side not in ("right", "left", "bilateral"):
+        return frozenset({(region,)})
+    sides = ("right", "left") if side == "bilateral" else (side,)
+    if rest in LEVELS:
+        return frozenset((s, level) for s in sides for level in LEVELS[rest])
+    return frozenset((s, rest) for s in sides)
+
+
+def within(part: str, whole: str) -> bool:
+    return region_cells(part) <= region_cells(whole)
+
+
 @dataclass
 class Findings:
-    """What an image shows: each (finding, region) decided once, present (`Shown`) or absent (None)."""
+    """What an image shows: each (finding, region) decided once, present (`Shown`) or absent (None).
+
+    Decisions about one finding never contradict each other: it is not said absent from a region
+    that holds a part where it shows ("the bilateral lung does not show X" beside "the right upper
+    lung zone shows X"), whatever the question asking wanted.
+    """
 
     healthy: bool
     decided: dict[tuple[str, str], Shown | None] = field(default_factory=dict)
@@ -60,15 +84,23 @@ class Findings:
 
     def decide(self, finding: str, region: str, present: bool, rng: random.Random,
                severity: str | None = None, size_cm: float | None = None) -> Shown | None:
-        """Whether `finding` shows in `region`: as decided before, else as asked (never on a healthy image)."""
+        """Whether `finding` shows in `region`: as decided before; else present where it shows in a part of
+        the region, absent where it was said absent from a region holding this one, otherwise as asked
+        (never on a healthy image)."""
         key = (finding, region)
         if key not in self.decided:
+            same = [(r, s) for (f, r), s in self.decided.items() if f == finding]
+            if any(s is not None and within(r, region) for r, s in same):
+                present = True
+            if any(s is None and within(region, r) for r, s in same):
+                present = False
             self.decided[key] = Shown(finding, region, severity or rng.choice(SEVERITIES),
                                       size_cm or rng.choice(SIZES_CM)) if present and not self.healthy else None
         return self.decided[key]
 
     def at(self, region: str) -> list[Shown]:
-        return [s for s in self.shown if s.region == region]
+        """The findings shown in `region` or in a part of it."""
+        return [s for s in self.shown if within(s.region, region)]
 
 
 def _pick(rng: random.Random, shares: dict[str, float]) -> str:
@@ -100,9 +132,34 @@ def content_type(rng: random.Random, qtype: str) -> str:
     return _pick(rng, {t: CONTENT_TYPE_SHARES[t] for t in CONTENT_TYPES_BY_QUESTION[qtype]})
 
 
+def plural(name: str) -> bool:
+    """Whether a finding or region name takes a plural verb ("surgical clips are", "hilar structures show")."""
+    return name in PLURAL_FINDINGS or name.endswith("structures")
+
+
+def be(name: str) -> str:
+    return "are" if plural(name) else "is"
+
+
+def does(name: str) -> str:
+    return "do" if plural(name) else "does"
+
+
+def _and(items: list[str]) -> str:
+    return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " and " + items[-1]
+
+
+def shows(region: str, negated: bool = False) -> str:
+    """`the <region> shows` / `show` / `does not show` / `do not show`, agreeing with the region."""
+    if negated:
+        return f"the {region} {'do' if plural(region) else 'does'} not show"
+    return f"the {region} {'show' if plural(region) else 'shows'}"
+
+
 def _phrase(rng: random.Random, core: str) -> str:
-    aged = f" (patient aged {rng.randint(*AGES)})" if rng.random() < AGED_SHARE else ""
-    text = rng.choice(LEADS) + core + rng.choice(TAILS) + rng.choice(CONTEXTS) + aged + "?"
+    """The question: the image named once (an opening or a closing, or neither) and a clinical setting."""
+    where = rng.random()
+    text = (rng.choice(LEADS) if where < 0.45 else "") + core + (rng.choice(TAILS) if where > 0.6 else "") + rng.choice(CONTEXTS) + "?"
     return text[0].upper() + text[1:]
 
 
@@ -116,20 +173,79 @@ def _letters(options: list[str]) -> list[str]:
     return [f"{chr(65 + i)}: {o[0].upper()}{o[1:]}" for i, o in enumerate(options)]
 
 
-def _reason(rng: random.Random, region: str, what: str) -> str:
-    """A reason of 60-150 characters (GEMeX: "mostly between 60 and 150"; public samples: median 83-98)."""
-    look = rng.choice(("the appearance of", "the density in", "the contour of", "the pattern in", "the edges of"))
-    because = rng.choice(("", "", "", " on this film"))
-    text = f"{what[0].upper()}{what[1:]}, judged from {look} this region{because}."
-    return text if len(text) >= 60 else text[:-1] + ", as the image shows."
+EVIDENCE = {
+    "opacity": ("increased density over {extent} of it", "airspace density over {extent} of it",
+                "patchy opacity over {extent} of it"),
+    "nodule": ("a round {size} cm density with sharp margins", "a well-defined {size} cm nodule", "a discrete {size} cm rounded opacity"),
+    "effusion": ("blunting of the costophrenic angle with a meniscus", "dependent fluid density with a meniscus",
+                 "a layering density filling {extent} of the base"),
+    "pneumothorax": ("a visceral pleural line with no lung markings beyond it", "a lucent rim without vessels at the apex",
+                     "a thin pleural line and absent markings above it"),
+    "line": ("a linear radiopaque device along its expected course", "a tubular radiopaque line in the expected position",
+             "a thin dense line projecting over it"),
+    "clips": ("small metallic densities", "several radiopaque clips", "clustered metallic clips"),
+    "heart": ("a cardiac silhouette wider than expected", "an enlarged cardiac silhouette", "a broadened heart shadow"),
+    "hilum": ("prominent, dense hilar shadows", "enlarged hilar contours", "bulky hilar opacities"),
+    "dome": ("a dome higher than the other side", "an elevated diaphragmatic contour", "a raised hemidiaphragm outline"),
+    "spots": ("bright marginal densities along the vertebrae", "osteophytes at several levels", "endplate sclerosis and spurring"),
+    "widening": ("a mediastinal shadow wider than normal", "a broadened superior mediastinum", "widening of the mediastinal contour"),
+}
+"""chosen: plausible. What a reader sees of each drawn kind; {extent} and {size} from the finding itself."""
+EXTENT_WORDS = {"mild": "about a third", "moderate": "over half", "severe": "nearly all"}
+NORMAL = ("it is clear", "its contour is normal", "its density is as expected", "nothing abnormal projects over it",
+          "it looks unremarkable", "no focal change is seen there", "it appears within normal limits")
+"""chosen: plausible. What a reason says of a region without the finding asked about."""
+CLOSINGS = ("", "", "", "", "", "", ", in keeping with {implication}", ", suggesting {implication}", ", typical of {implication}")
+
+
+def evidence(rng: random.Random, shown: Shown) -> str:
+    kind = FINDING_BY_NAME[shown.finding].kind
+    return rng.choice(EVIDENCE[kind]).format(extent=EXTENT_WORDS[shown.severity], size=shown.size_cm)
+
+
+def _fit(text: str, extra: str) -> str:
+    """`text` + `extra`, as long as that stays under 150 characters; a reason ends with a full stop."""
+    whole = text + extra
+    return (whole if len(whole) <= 149 else text) + "."
+
+
+def present_reason(rng: random.Random, shown: Shown, region: str) -> str:
+    """Why a question's answer says `shown` is there: what the film shows of it in `region`, and what it suggests."""
+    f = FINDING_BY_NAME[shown.finding]
+    opening = rng.choice((f"{shows(region).capitalize()} {described(shown)}",
+                          f"{described(shown).capitalize()} {'are' if plural(shown.finding) else 'is'} seen in the {region}",
+                          f"There {'are' if plural(shown.finding) else 'is'} {described(shown)} in the {region}"))
+    text = f"{opening}: {evidence(rng, shown)}"
+    return _fit(text, rng.choice(CLOSINGS).format(implication=f.implication))
+
+
+def absent_reason(rng: random.Random, finding: str, region: str, severity: str | None = None) -> str:
+    """Why a question's answer says `finding` (of `severity`, if given) is not in `region`."""
+    what = f"{severity} {finding}" if severity else finding
+    text = rng.choice((f"{shows(region, negated=True).capitalize()} {what}; {rng.choice(NORMAL)}",
+                       f"No {what} {'are' if plural(finding) else 'is'} seen in the {region}, where {rng.choice(NORMAL)}",
+                       f"There is no sign of {what} in the {region}: {rng.choice(NORMAL)}"))
+    return _fit(text, rng.choice(("", "", " here")))
+
+
+def healthy_reason(rng: random.Random, region: str, whole_film: bool) -> str:
+    """Why a region is answered normal; `whole_film`: the image has no finding anywhere."""
+    closing = rng.choice((" and the rest of the film is clear", ", as is the rest of this film")) if whole_film else ""
+    return _fit(f"{shows(region).capitalize()} no abnormality; {rng.choice(NORMAL)}", closing)
 
 
 def described(shown: Shown | None) -> str:
+    """The finding as a report names it: "a 1.2 cm calcified granuloma", "mild consolidation", "surgical clips",
+    "an endotracheal tube"."""
     if shown is None:
         return "no abnormality"
     if FINDING_BY_NAME[shown.finding].kind == "nodule":
         return f"a {shown.size_cm} cm {shown.finding}"
-    return f"{shown.severity} {shown.finding}" if graded(shown.finding) else f"a {shown.finding}"
+    if graded(shown.finding):
+        return f"{shown.severity} {shown.finding}"
+    if plural(shown.finding):
+        return shown.finding
+    return f"{'an' if shown.finding[0] in 'aeiou' else 'a'} {shown.finding}"
 
 
 def _options(rng: random.Random, correct: str, pool: list[str]) -> tuple[list[str], str]:
@@ -155,10 +271,17 @@ class QuestionWriter:
         fitting = [s for s in self.findings.shown if (ctype != "severity" or graded(s.finding)) and (ctype != "size" or s.finding in SIZED)]
         if fitting and self.rng.random() < ASK_AGAIN_SHARE:
             return self.rng.choice(fitting)
-        finding, region = pick_pair(self.rng, graded_only=ctype == "severity")
-        if ctype == "size":
-            finding = self.rng.choice(SIZED)
-        return self.findings.decide(finding, region, True, self.rng)
+        for _ in range(20):  # a finding said absent nearby cannot show: ask about another
+            finding, region = pick_pair(self.rng, graded_only=ctype == "severity")
+            if ctype == "size":
+                finding = self.rng.choice(SIZED)
+            shown = self.findings.decide(finding, region, True, self.rng)
+            if shown is not None or self.findings.healthy:
+                return shown
+        return self.rng.choice(fitting) if fitting else shown
+
+    def _clear_reason(self, region: str) -> str:
+        return healthy_reason(self.rng, region, whole_film=self.findings.healthy)
 
     def open_ended(self) -> dict:
         rng, ctype = self.rng, content_type(self.rng, "open_ended")
@@ -166,21 +289,31 @@ class QuestionWriter:
         if shown is None or ctype == "abnormality":
             region = shown.region if shown else pick_region(rng)
             question = _phrase(rng, rng.choice(("what abnormality is seen in the {r}", "what is observed in the {r}",
-                                                "what does the {r} show", "which finding is present in the {r}")).format(r=region))
+                                                f"what {does(region)} the {{r}} show", "which finding is present in the {r}",
+                                                "what can be seen in the {r}", "what finding involves the {r}",
+                                                "describe any abnormality of the {r}")).format(r=region))
             answer = described(shown).capitalize() + "."
             ctype = "abnormality"
         else:
             region, f = shown.region, FINDING_BY_NAME[shown.finding]
             question, answer = {
-                "location": (f"where is the {f.name} located", f"In the {region}."),
-                "severity": (f"how severe is the {f.name} in the {region}", f"{shown.severity.capitalize()}."),
-                "disease": (f"what condition could the {f.name} in the {region} indicate", f"{f.disease.capitalize()}."),
-                "size": (f"what is the size of the {f.name} in the {region}", f"About {shown.size_cm} cm."),
-                "implication": (f"what does the {f.name} in the {region} suggest", f"{f.implication.capitalize()}."),
+                "location": (rng.choice((f"where {be(f.name)} the {f.name} located", f"in which region {be(f.name)} the {f.name} seen",
+                                         f"where in the chest {be(f.name)} the {f.name}")), f"In the {region}."),
+                "severity": (rng.choice((f"how severe {be(f.name)} the {f.name} in the {region}",
+                                         f"what is the severity of the {f.name} in the {region}",
+                                         f"how would you grade the {f.name} in the {region}")), f"{shown.severity.capitalize()}."),
+                "disease": (rng.choice((f"what condition could the {f.name} in the {region} indicate",
+                                        f"what disease might the {f.name} in the {region} point to",
+                                        f"what underlying condition fits the {f.name} in the {region}")), f"{f.disease.capitalize()}."),
+                "size": (rng.choice((f"what is the size of the {f.name} in the {region}", f"how large is the {f.name} in the {region}",
+                                     f"what does the {f.name} in the {region} measure")), f"About {shown.size_cm} cm."),
+                "implication": (rng.choice((f"what {does(f.name)} the {f.name} in the {region} suggest",
+                                            f"what is the significance of the {f.name} in the {region}",
+                                            f"what {does(f.name)} the {f.name} in the {region} imply")), f"{f.implication.capitalize()}."),
             }[ctype]
             question = _phrase(rng, question)
-        return {"question": question, "type": ctype, "answer": answer,
-                "reason": _reason(rng, region, f"the {region} shows {described(shown)}"), "regions": _boxes(rng, [region])}
+        reason = present_reason(rng, shown, region) if shown else self._clear_reason(region)
+        return {"question": question, "type": ctype, "answer": answer, "reason": reason, "regions": _boxes(rng, [region])}
 
     def closed_ended(self) -> dict:
         rng, ctype = self.rng, content_type(self.rng, "closed_ended")
@@ -191,15 +324,22 @@ class QuestionWriter:
             shown = self.findings.decide(finding, region, wanted, rng,
                                          severity=severity if wanted else rng.choice([s for s in SEVERITIES if s != severity]))
             yes = shown is not None and shown.severity == severity
-            core = f"is there {severity} {finding} in the {region}"
+            core = rng.choice((f"{be(finding)} there {severity} {finding} in the {region}",
+                               f"{does(region)} the {region} show {severity} {finding}",
+                               f"{be(finding)} the {finding} in the {region} {severity}"))
         else:
             shown = self.findings.decide(finding, region, wanted, rng)
             yes = shown is not None
-            core = rng.choice(("is there {d}{f} in the {r}", "does the {r} show {d}{f}", "is {d}{f} seen in the {r}",
-                               "can {d}{f} be identified in the {r}")).format(d=rng.choice(DESCRIPTORS), f=finding, r=region)
-        what = f"the {region} {'shows' if yes else 'does not show'} {severity + ' ' if ctype == 'severity' else ''}{finding}"
+            core = rng.choice((f"{be(finding)} there {{d}}{{f}} in the {{r}}", f"{does(region)} the {{r}} show {{d}}{{f}}",
+                               f"{be(finding)} {{d}}{{f}} seen in the {{r}}", "can {d}{f} be identified in the {r}",
+                               "is there evidence of {d}{f} in the {r}", f"{be(finding)} {{d}}{{f}} present in the {{r}}")
+                              ).format(d=rng.choice(DESCRIPTORS), f=finding, r=region)
+        if shown is not None:  # yes, or a severity question answered no by the grade the film shows
+            reason = present_reason(rng, shown, region)
+        else:
+            reason = absent_reason(rng, finding, region, severity if ctype == "severity" else None)
         return {"question": _phrase(rng, core), "type": ctype, "answer": "Yes." if yes else "No.",
-                "reason": _reason(rng, region, what), "regions": _boxes(rng, [region])}
+                "reason": reason, "regions": _boxes(rng, [region])}
 
     def single_choice(self) -> dict:
         rng, ctype = self.rng, content_type(self.rng, "single_choice")
@@ -211,8 +351,9 @@ class QuestionWriter:
             shown = self.findings.at(region)[0] if present else None
             others = set(present[1:])
             options, answer = _options(rng, correct, [f for f in [*findings_at(region), "normal"] if f not in others])
-            core = rng.choice(("what is observed in the {r}", "what abnormality does the {r} show",
-                               "which finding is seen in the {r}")).format(r=region)
+            core = rng.choice(("what is observed in the {r}", f"what abnormality {does(region)} the {{r}} show",
+                               "which finding is seen in the {r}", "which of these best describes the {r}",
+                               "what is the main finding in the {r}")).format(r=region)
             ctype = "abnormality"
         else:
             region, f = shown.region, FINDING_BY_NAME[shown.finding]
@@ -220,22 +361,25 @@ class QuestionWriter:
                 ctype = "severity" if graded(f.name) else "implication"
             if ctype == "location":
                 options, answer = _options(rng, region, list(f.regions))
-                core = f"where is the {f.name} located"
+                core = rng.choice((f"where {be(f.name)} the {f.name} located", f"which region {does(f.name)} the {f.name} involve"))
             elif ctype == "severity":
                 options, answer = _options(rng, shown.severity, [*SEVERITIES, "none"])
-                core = f"how severe is the {f.name} in the {region}"
+                core = rng.choice((f"how severe {be(f.name)} the {f.name} in the {region}", f"what grade {be(f.name)} the {f.name} in the {region}"))
             elif ctype == "size":
                 options, answer = _options(rng, f"{shown.size_cm} cm", [f"{s} cm" for s in SIZES_CM])
-                core = f"what is the size of the {f.name} in the {region}"
+                core = rng.choice((f"what is the size of the {f.name} in the {region}", f"how large is the {f.name} in the {region}"))
             else:
                 attribute = "disease" if ctype == "disease" else "implication"
                 pool = [getattr(FINDING_BY_NAME[n], attribute) for n in findings_at(region)]
                 pool += [getattr(g, attribute) for g in FINDINGS if g.name not in findings_at(region)]
                 options, answer = _options(rng, getattr(f, attribute), pool[:max(4, len(findings_at(region)))])
-                core = (f"which condition best explains the finding in the {region}" if ctype == "disease"
-                        else f"what does the finding in the {region} most likely indicate")
+                core = rng.choice((f"which condition best explains the finding in the {region}",
+                                   f"what diagnosis does the finding in the {region} favour") if ctype == "disease"
+                                  else (f"what does the finding in the {region} most likely indicate",
+                                        f"what is the finding in the {region} most likely a sign of"))
+        reason = present_reason(rng, shown, region) if shown else self._clear_reason(region)
         return {"question": _phrase(rng, core), "choices": _letters(options), "type": ctype, "answer": answer,
-                "reason": _reason(rng, region, f"the {region} shows {described(shown)}"), "regions": _boxes(rng, [region])}
+                "reason": reason, "regions": _boxes(rng, [region])}
 
     def multi_choice(self) -> dict:
         """2-4 correct options; tried again in the rare case earlier questions left none true."""
@@ -256,7 +400,8 @@ class QuestionWriter:
             regions = rng.sample(finding.regions, k=4)
             truths = [self.findings.decide(finding.name, r, i in correct, rng) is not None for i, r in enumerate(regions)]
             options = regions
-            core = f"which regions show {rng.choice(DESCRIPTORS)}{finding.name}"
+            core = rng.choice(("which regions show {d}{f}", "where {is_} {d}{f} seen", "which areas contain {d}{f}",
+                               "in which regions {is_} there {d}{f}")).format(d=rng.choice(DESCRIPTORS), f=finding.name, is_=be(finding.name))
             grounded = [r for r, t in zip(regions, truths) if t] or regions[:1]
         else:
             pairs: list[tuple[str, str]] = []
@@ -273,17 +418,35 @@ class QuestionWriter:
                 options.append(f"no {finding} in the {region}" if negated else f"{finding} in the {region}")
                 if truths[-1] and not negated:  # an absence is not boxed (public samples: one box for three)
                     grounded.append(region)
-            core = rng.choice(("which findings are present", "which statements describe this image",
-                               "which of these are true of this radiograph", "select every correct description"))
+            core = rng.choice(("which findings are present", "which statements are correct",
+                               "which of these are true", "which descriptions are correct",
+                               "what abnormalities are present", "which of the following are shown",
+                               "which options match the appearance", "which of these findings can be confirmed"))
             if ctype == "disease":
-                core = "which findings support a diagnosis"
+                core = rng.choice(("which findings support a diagnosis", "which findings point to an underlying disease",
+                                   "which findings would explain the symptoms"))
+            named = list(dict.fromkeys(region for _, region in pairs))
+            if rng.random() < 0.7:  # the regions every option is about, true or not
+                core += " in the " + _and(named[:3]) + (" and elsewhere" if len(named) > 3 else "")
         letters = [chr(65 + i) for i, t in enumerate(truths) if t]
         grounded = list(dict.fromkeys(grounded)) or [options[0] if ctype == "location" else pick_region(rng)]
-        what = "the image bears out " + " and ".join(o.split(" in the ")[0].lower() for o, t in zip(options, truths) if t)
-        if len(what) > 90:
-            what = f"the image bears out options {', '.join(letters)}"
+        true = [o for o, t in zip(options, truths) if t]
+        if not true:  # asked again by `multi_choice`
+            reason = "None of the options matches what this film shows, on a careful look at each region named."
+        elif ctype == "location":
+            text = f"{finding.name.capitalize()} {be(finding.name)} seen in the {_and(true)}"
+            reason = _fit(text, f", not in the {_and([o for o, t in zip(options, truths) if not t])}" if len(true) < 4 else "")
+        else:
+            shown_ = [o for o in true if not o.startswith("no ")]
+            missing = [o.removeprefix("no ") for o in true if o.startswith("no ")]
+            text = rng.choice(("The film shows ", "The image shows ", "This CXR shows ", "Seen here: ")) + _and(shown_) if shown_ else \
+                "There is " + " and ".join(f"no {o}" for o in missing)
+            extra = f"; there is no {_and(missing)}" if shown_ and missing else ""
+            if len(text) > 149:
+                text = f"Options {_and(letters)} match the film, which shows {shown_[0] if shown_ else 'no ' + missing[0]}"
+            reason = _fit(text, extra)
         return {"question": _phrase(rng, core), "choices": _letters(options), "type": ctype, "answer": letters,
-                "reason": _reason(rng, grounded[0], what), "regions": grounded[:4]}
+                "reason": reason, "regions": grounded[:4]}
 
 
 def healthy(rng: random.Random) -> bool:

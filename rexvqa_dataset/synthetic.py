@@ -23,18 +23,19 @@ from __future__ import annotations
 import json
 import math
 import random
+import shlex
 from collections.abc import Callable, Iterator
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
-import numpy as np
 from PIL import Image
 from PIL.PngImagePlugin import PngInfo
 from tqdm.auto import tqdm
 
 from builders.images import IMAGE_TAG_KEY
 from builders.provenance import ManifestWriter, image_tag
+from builders.synthetic_release import Chunk, write_release
 from rexvqa_dataset.features import TASKS
 from rexvqa_dataset.synthetic_drawing import StudyFinding, chest_pixels
 from rexvqa_dataset.synthetic_profile import (
@@ -64,8 +65,6 @@ from rexvqa_dataset.synthetic_profile import (
 __all__ = ["PUBLIC_QUESTIONS", "PUBLIC_STUDIES", "QUESTIONS_PER_STUDY", "SyntheticRelease", "SyntheticStudy",
            "generate", "make_study", "split_sizes", "write_split"]
 
-NOTE_NAME = "SYNTHETIC.md"
-
 SYNTHETIC_NOTE = """# Synthetic ReXVQA release
 
 Made by `cxr-vqa synthesize rexvqa` (rexvqa_dataset/synthetic.py). Every image, report and question
@@ -80,23 +79,66 @@ a model reads chest radiographs.
 
 PRESENCE, LOCATION, NEGATION, DIFFERENTIAL, GEOMETRIC = TASKS
 QUESTIONS = {
-    PRESENCE: ("Which of the following findings is present on this chest radiograph?",
-               "Which finding can be seen on this chest X-ray?",
-               "Which of these abnormalities is visible on the radiograph?"),
-    LOCATION: ("Where is the {finding} located?",
-               "In which lung zone is the {finding} seen?",
-               "What is the location of the {finding} on this radiograph?"),
-    NEGATION: ("Which of the following findings is NOT present on this chest radiograph?",
-               "Which finding is NOT seen on this chest X-ray?",
-               "All of the following are visible on this radiograph EXCEPT:"),
-    DIFFERENTIAL: ("What is the most likely diagnosis given the imaging findings?",
-                   "Which diagnosis best explains the findings on this chest radiograph?",
-                   "Based on this chest X-ray, which condition is most likely?"),
-    GEOMETRIC: ("What is the size of the {finding}?",
-                "How large is the {finding} on this radiograph?",
-                "How would you grade the extent of the {finding}?"),
+    PRESENCE: ("Which of the following findings is present{where}?", "Which finding can be seen{where}?",
+               "Which of these abnormalities is visible{where}?", "Which of the following is demonstrated{where}?",
+               "What abnormality is identified{where}?", "Which of the following findings does the study show{where}?"),
+    LOCATION: ("Where is the {finding} located{where}?", "In which lung zone is the {finding} seen{where}?",
+               "What is the location of the {finding}{where}?", "Which zone does the {finding} project over{where}?",
+               "Where does the {finding} lie{where}?"),
+    NEGATION: ("Which of the following findings is NOT present{where}?", "Which finding is NOT seen{where}?",
+               "All of the following are visible{where} EXCEPT:", "Which of these is absent{where}?",
+               "Which of the following can be excluded{where}?"),
+    DIFFERENTIAL: ("What is the most likely diagnosis given the imaging findings{where}?",
+                   "Which diagnosis best explains the findings{where}?", "Which condition is most likely{where}?",
+                   "What is the leading diagnosis based on the findings{where}?", "Which diagnosis do the findings{where} favor?"),
+    GEOMETRIC: ("What is the size of the {finding}{where}?", "How large is the {finding}{where}?",
+                "How would you grade the extent of the {finding}{where}?", "What is the extent of the {finding}{where}?"),
 }
-"""chosen: plausible. Three wordings per task; none names or hints at the answer."""
+"""chosen: plausible. Several wordings per task; none names or hints at the answer. `{where}` names the
+images where no opening sentence does; `{finding}` is the finding asked about."""
+WHERE = (" on this chest radiograph", " on this chest X-ray", " on the radiograph", " on these images", " in this study")
+VIEW_NAMES = {"PA": "PA", "AP": "AP", "LATERAL": "lateral", "LL": "left lateral"}
+AGE_UNITS = {"Y": "year", "M": "month", "W": "week", "D": "day"}
+
+
+def _views_phrase(views: list[str | None]) -> str:
+    """`PA and lateral radiographs`, `AP radiograph`, `radiographs`: the study's named views."""
+    named = list(dict.fromkeys(VIEW_NAMES[v] for v in views if v in VIEW_NAMES))
+    noun = "radiographs" if len(views) > 1 else "radiograph"
+    return f"{' and '.join(named)} {noun}" if named else noun
+
+
+def _patient(study: dict) -> str:
+    """`a 67-year-old woman`, `a 5-month-old boy`: from the study's age and sex."""
+    age = study["PatientAge"]
+    number, unit = int(age[:-1]), AGE_UNITS[age[-1]]
+    adult = unit == "year"
+    who = {"M": "man" if adult else "boy", "F": "woman" if adult else "girl"}[study["PatientSex"]]
+    article = "an" if str(number).startswith("8") or number in (11, 18) else "a"
+    return f"{article} {number}-{unit}-old {who}"
+
+
+def _complaint(study: dict) -> str | None:
+    """The indication as a complaint (`cough`, `fever`), or None where the study has none."""
+    text = study["Indication"]
+    return text.split(",")[0].rstrip(".").lower() if isinstance(text, str) else None
+
+
+def question_wording(rng: random.Random, task: str, study: dict) -> str:
+    """A question of `task` as written for this study's report: the core wording, opened (or not) by the
+    views, the patient and the complaint (which say nothing of the answer); `{finding}` left to fill."""
+    core = rng.choice(QUESTIONS[task])
+    complaint = _complaint(study)
+    form = rng.random()
+    if form < 0.3:
+        return core.replace("{where}", rng.choice(WHERE))
+    if form < 0.7:
+        opening = f"On the {_views_phrase(study['ImageViewPosition'] or [None] * len(study['ImagePath']))} of {_patient(study)}"
+        opening += f" with {complaint}, " if complaint else ", "
+        return opening + core[0].lower() + core[1:].replace("{where}", "")
+    first = f"{_capital(_patient(study))} presents with {complaint}." if complaint else f"{_capital(_patient(study))} is referred for imaging."
+    return first + " " + core.replace("{where}", rng.choice(WHERE))
+
 
 ASKABLE: dict[str, Callable[[FindingKind], bool]] = {
     PRESENCE: lambda kind: True,
@@ -133,6 +175,12 @@ class SyntheticRelease:
     @property
     def metadata(self) -> Path:
         return self.root / "metadata"
+
+    def build_commands(self) -> list[str]:
+        """The `cxr-vqa build` command that makes a dataset of this release (beside it, `<root>-dataset`);
+        image paths are relative to `metadata/`, which `build` takes by default."""
+        out = self.root.with_name(self.root.name + "-dataset")
+        return [shlex.join(["cxr-vqa", "build", "rexvqa", "--source", str(self.root), "--out", str(out)])]
 
 
 def split_sizes(num_studies: int) -> dict[str, int]:
@@ -196,7 +244,7 @@ class Question:
     """The finding whose category and subcategory the question is filed under."""
 
 
-def _ask(rng: random.Random, task: str, findings: list[StudyFinding]) -> Question:
+def _ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dict) -> Question:
     """One question of `task` about the study's `findings`, its answer at a uniformly random letter.
 
     Every option is of one kind (four finding names, four diagnoses, four zones, four sizes), each
@@ -204,7 +252,7 @@ def _ask(rng: random.Random, task: str, findings: list[StudyFinding]) -> Questio
     negation questions, whose options are findings, are filed under a uniformly chosen option's
     finding: their category and subcategory point at the answer one time in four, as any option does.
     """
-    wording = rng.choice(QUESTIONS[task])
+    wording = question_wording(rng, task, study)
     present = [f.kind for f in findings]
     absent = [kind for kind in FINDINGS if kind not in present]
     if task in (PRESENCE, NEGATION):
@@ -284,7 +332,7 @@ def make_study(seed: int, index: int, split: str, downscale: int, weights: dict[
     }
     records = {}
     for _q in range(max(1, round(rng.gauss(QUESTIONS_PER_STUDY, 1.2)))):
-        asked = _ask(rng, _task(rng, findings, weights), findings)
+        asked = _ask(rng, _task(rng, findings, weights), findings, study)
         record = {"question": asked.question, "options": [f"{'ABCD'[k]}. {t}" for k, t in enumerate(asked.options)],
                   "correct_answer": "ABCD"[asked.answer], "correct_answer_explanation": asked.explanation, "task_name": asked.task,
                   "category": NEGATION_CATEGORY if asked.task == NEGATION else asked.topic.category,
@@ -300,18 +348,17 @@ def _studies(seed: int, first: int, count: int, split: str, downscale: int,
         yield make_study(seed, index, split, downscale, weights)
 
 
-def _write_images(args: tuple[int, int, int, str, int, str]) -> int:
-    """Write the images of `count` studies from `first`; returns `count`. A study's images and findings
+def _write_images(seed: int, downscale: int, root: str, chunk: Chunk) -> int:
+    """Write the images of one chunk of studies; returns its number of studies. A study's images and findings
     are made before its questions, so they do not depend on the task shares."""
-    seed, first, count, split, downscale, root = args
-    for study in _studies(seed, first, count, split, downscale):
+    for study in _studies(seed, chunk.first, chunk.count, chunk.split, downscale):
         for relative, width, height, pixel_seed in study.images:
             path = Path(root) / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             tag = PngInfo()
             tag.add_text(IMAGE_TAG_KEY, image_tag(path.name))
             Image.fromarray(chest_pixels(random.Random(pixel_seed), width, height, study.findings)).save(path, "PNG", pnginfo=tag)
-    return count
+    return chunk.count
 
 
 def write_split(path: Path, studies: Iterator[SyntheticStudy], progress: tqdm | None = None) -> int:
@@ -347,27 +394,15 @@ def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4
     out = Path(out)
     weights = task_weights(task_shares)
     (out / "metadata").mkdir(parents=True, exist_ok=True)
-    (out / NOTE_NAME).write_text(SYNTHETIC_NOTE, encoding="utf-8")
-    manifest = ManifestWriter(out, "cxr-vqa synthesize rexvqa")
     sizes = split_sizes(num_studies)
-    firsts = dict(zip(sizes, np.cumsum([0, *sizes.values()])[:-1].tolist()))
-    questions = {}
-    quiet = num_studies < 1024
-    with tqdm(desc="synthetic questions", unit="question", disable=quiet or None) as bar:
-        for split, count in sizes.items():
-            path = out / "metadata" / f"{split}_vqa_data.json"
-            questions[split] = write_split(path, _studies(seed, firsts[split], count, split, downscale, weights), bar)
-            manifest.add(path)
-    manifest.save()
-    if images:
-        chunks = ((seed, start, min(64, firsts[split] + count - start), split, downscale, str(out))
-                  for split, count in sizes.items() for start in range(firsts[split], firsts[split] + count, 64))
-        with tqdm(total=sum(sizes.values()), desc="synthetic images", unit="study", disable=quiet or None) as bar:
-            if num_proc > 1:
-                with ProcessPoolExecutor(num_proc) as pool:
-                    for studies in pool.map(_write_images, chunks):
-                        bar.update(studies)
-            else:
-                for chunk in chunks:
-                    bar.update(_write_images(chunk))
+
+    def annotations(split: str, first: int, count: int, manifest: ManifestWriter, bar: tqdm) -> int:
+        path = out / "metadata" / f"{split}_vqa_data.json"
+        written = write_split(path, _studies(seed, first, count, split, downscale, weights), bar)
+        manifest.add(path)
+        return written
+
+    questions = write_release(out, note=SYNTHETIC_NOTE, made_by="cxr-vqa synthesize rexvqa", sizes=sizes,
+                              write_annotations=annotations, chunk_size=64, num_proc=num_proc, item_unit="study",
+                              write_images=partial(_write_images, seed, downscale, str(out)) if images else None)
     return SyntheticRelease(out, sizes, questions)

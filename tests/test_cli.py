@@ -1,3 +1,4 @@
+import shlex
 import subprocess
 import sys
 from dataclasses import fields
@@ -141,3 +142,15 @@ def test_a_choice_outside_the_declared_ones_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["build", "rexvqa", "--source", "raw", "--out", "built", "--shard-layout", "sideways"])
     assert exit_.value.code == 2 and "invalid choice: 'sideways'" in capsys.readouterr().err
+
+
+def test_synthesize_prints_the_build_commands_that_build_it(tmp_path, capsys):
+    for dataset, count in (("gemex", "--num-images"), ("rexvqa", "--num-studies")):
+        assert main(["synthesize", dataset, "--out", str(tmp_path / dataset), count, "6"]) == 0
+        command = capsys.readouterr().out.splitlines()[-1].strip()
+        args = shlex.split(command)
+        assert args[:3] == ["cxr-vqa", "build", dataset]
+        assert main(args[1:]) == 0
+        summary = capsys.readouterr().out
+        assert " 0 rejected" in summary, summary
+        assert load_dataset(str(tmp_path / f"{dataset}-dataset"), split="train").num_rows > 0

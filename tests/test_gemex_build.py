@@ -1,4 +1,5 @@
 import json
+import shutil
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -252,3 +253,25 @@ def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_ma
     by_id = {row["question_id"]: row for row in embed}
     kept = [row for row in none if row["question_id"] not in lost]
     assert kept and all(row == {k: by_id[row["question_id"]][k] for k in row} for row in kept)
+
+
+def test_a_root_with_the_same_questions_in_three_layouts_is_read_once_in_one(gemex_release, tmp_path):
+    """The synthetic root, like the release as downloaded, holds every split in per_type, llava and
+    grouped: the build reads per_type alone and says so, rather than rejecting two copies as repeats."""
+    alone = build(gemex_release, tmp_path / "per_type", image_mode="none", images=None)
+    report = build(gemex_release, tmp_path / "root", source=gemex_release.root, image_mode="none", images=None)
+    assert report.rejected == 0
+    assert report.records_read == report.rows_written == alone.records_read
+    assert "read per_type" in report.summary() and "6 grouped/llava file(s) not read" in report.summary()
+    assert json.loads((tmp_path / "root" / "build_report.json").read_text())["source_note"] == report.source_note
+    assert set(load_dataset(str(tmp_path / "root"), split="train")["source_layout"]) == {"per_type"}
+
+
+def test_splits_in_different_layouts_are_all_read(gemex_release, tmp_path):
+    """A source whose splits each come in one layout (train as LLaVA, test per type) is read whole."""
+    source = tmp_path / "mixed"
+    shutil.copytree(gemex_release.root / "llava" / "train", source / "train")
+    shutil.copytree(gemex_release.root / "per_type" / "test", source / "test")
+    report = build(gemex_release, tmp_path / "out", source=source, image_mode="none", images=None)
+    assert report.source_note == "" and report.rejected == 0
+    assert set(report.rows) >= {"train/open_ended", "test/open_ended"}

@@ -175,3 +175,12 @@ def test_a_release_can_ask_for_other_task_shares():
     equal = Counter(r["task_name"] for i in range(500) for r in make_study(0, i, "train", 8, weights).records.values())
     assert paper["Geometric Information Assessment"] / paper.total() < 0.02
     assert all(0.15 < equal[task] / equal.total() < 0.25 for task in TASKS)
+
+
+def test_questions_are_worded_per_study():
+    """Questions read as written for each report (views, patient, complaint), not a handful of templates;
+    the opening says nothing of the answer, and the images are named once."""
+    questions = [r["question"] for index in range(200) for r in make_study(4, index, "train", 8).records.values()]
+    assert len(set(questions)) / len(questions) > 0.5
+    assert not any(re.search(r"\ba 8\d-year|\ba 1[18]-year", q) for q in questions)
+    assert not any(q.count("radiograph") > 1 for q in questions)

@@ -61,6 +61,7 @@ class BuildReport:
     configs: list[str] = field(default_factory=list)  # the card's configs as built
     config_files: dict = field(default_factory=dict)  # config -> its filters, and per split its files and rows (card.config_record)
     provenance: dict = field(default_factory=dict)  # synthetic or real, and why (builders.provenance)
+    source_note: str = ""  # which copy was read where the source holds the same records more than once
 
     def reject(self, item: Reject) -> None:
         self.rejects.append(item)
@@ -98,6 +99,7 @@ class BuildReport:
             "configs": self.configs,
             "config_files": self.config_files,
             "provenance": self.provenance,
+            "source_note": self.source_note,
         }
 
     def save(self, path: Path) -> None:
@@ -133,6 +135,8 @@ class BuildReport:
         if self.rejected:
             top = "; ".join(f"{n} x {reason}" for reason, n in self.reject_reasons().most_common(3))
             text += f" ({top})"
+        if self.source_note:
+            text += f"; {self.source_note}"
         return text
 
 
