@@ -25,8 +25,8 @@ Orientation
     the boxes are converted in the upright frame; ``embed_image`` stores the upright pixels, with no
     orientation tag left (such a file is never copied as it is); ``reference_image`` keeps the file,
     which ``datasets`` and the recipes' decoder turn upright as they decode it. A PNG's metadata is
-    read from the chunks before its pixel data and, where its last 64 KiB hold a metadata chunk,
-    from those after it too.
+    read from the chunks before its pixel data and, where its last 8 KiB hold a metadata chunk,
+    from those after it too (the same in every mode).
 
 Aspect ratio
     An image whose stored long side is more than 200 times its short side
@@ -141,8 +141,9 @@ _TAIL_BYTES = 64
 _HEADER_BYTES = 1 << 16
 """Read for a header: a JPEG's or PNG's markers and metadata fit in it (a longer header is parsed from the file)."""
 _PIL_FORMAT = {"jpeg": "JPEG", "png": "PNG"}
-_LATE_METADATA_BYTES = 1 << 16
-"""A PNG's last bytes searched for metadata chunks after its pixel data (an orientation there turns the image)."""
+_LATE_METADATA_BYTES = 1 << 13
+"""A PNG's last bytes searched for metadata chunks after its pixel data (an orientation there turns the image):
+enough for an eXIf chunk or an XMP packet, little enough to search in a few tens of microseconds."""
 _PNG_LATE_METADATA = (b"eXIf", b"Raw profile type exif", b"XML:com.adobe.xmp")
 _TRANSPOSE = {
     2: Image.Transpose.FLIP_LEFT_RIGHT,
