@@ -25,7 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, AspectRatioError, aspect_ratio_problem
 
 FRAME = 224
 Box = Sequence[float]
@@ -82,7 +82,15 @@ def qwen25vl_resized_size(
     """(width, height) of the image after Qwen2.5-VL's `smart_resize`: both sides multiples of
     `factor`, the area kept within [min_pixels, max_pixels], aspect kept as closely as possible.
     The bounds default to the pixel budget (`builders.pixel_budget`); the recipes resize images
-    with this same function, so an image and its boxes follow one resize."""
+    with this same function, so an image and its boxes follow one resize.
+
+    The area never passes `max_pixels`: where rounding a side up to `factor` would carry it past
+    (a narrow image under a small budget), the other side gives way. An image whose aspect ratio
+    is above `MAX_ASPECT_RATIO` raises `AspectRatioError`, as Qwen's own resize does."""
+    if problem := aspect_ratio_problem(width, height):
+        raise AspectRatioError(f"cannot resize an image of {problem}")
+    if factor * factor > max_pixels:
+        raise ValueError(f"pixel budget: max_pixels {max_pixels:,} is below one {factor} x {factor} patch")
     h_bar = max(factor, round(height / factor) * factor)
     w_bar = max(factor, round(width / factor) * factor)
     if h_bar * w_bar > max_pixels:
@@ -93,7 +101,20 @@ def qwen25vl_resized_size(
         beta = math.sqrt(min_pixels / (height * width))
         h_bar = math.ceil(height * beta / factor) * factor
         w_bar = math.ceil(width * beta / factor) * factor
-    return w_bar, h_bar
+    if width >= height:
+        return within_budget(w_bar, h_bar, factor, max_pixels)
+    return within_budget(h_bar, w_bar, factor, max_pixels)[::-1]
+
+
+def within_budget(long_side: int, short_side: int, factor: int, max_pixels: int) -> tuple[int, int]:
+    """Sides that are multiples of `factor` (`factor` at least), cut by whole `factor`s, the one along the
+    image's long side first, until their area is within `max_pixels` (at least `factor` squared)."""
+    if long_side * short_side <= max_pixels:
+        return long_side, short_side
+    long_side = max(factor, max_pixels // short_side // factor * factor)
+    if long_side * short_side > max_pixels:
+        short_side = max(factor, max_pixels // long_side // factor * factor)
+    return long_side, short_side
 
 
 def to_model_frame(box: Box, width: int, height: int, convention: str, **resize_kwargs: int) -> list[int]:

@@ -17,7 +17,20 @@ Modes
     else is decoded, brought to 8 bits (below), resized so that its long side is ``max_side``
     (aspect kept, Lanczos, never enlarged) and encoded again: JPEG quality 95 when an 8-bit
     image came from a JPEG file, PNG otherwise (16-bit PNG, mode ``I;16``, with ``keep_16bit``).
-    Orientation tags (EXIF) are ignored: pixels are kept as stored, whether copied or decoded.
+
+Orientation
+    An image is taken upright, as a viewer shows it: a JPEG or PNG whose EXIF orientation (or XMP
+    ``tiff:Orientation``, as Pillow's ``ImageOps.exif_transpose`` reads them) is other than 1 has it
+    applied. Every mode stores the upright size (width and height swapped by a quarter turn), so
+    the boxes are converted in the upright frame; ``embed_image`` stores the upright pixels, with no
+    orientation tag left (such a file is never copied as it is); ``reference_image`` keeps the file,
+    which ``datasets`` and the recipes' decoder turn upright as they decode it. A PNG's metadata is
+    read from the chunks before its pixel data and, where its last 8 KiB hold a metadata chunk,
+    from those after it too (the same in every mode).
+
+Aspect ratio
+    An image whose stored long side is more than 200 times its short side
+    (``builders.pixel_budget.MAX_ASPECT_RATIO``, Qwen's own limit) is refused: no pixel budget holds it.
 
 Windowing: how a source becomes an 8-bit image
     * 8-bit grayscale JPEG and PNG: unchanged.
@@ -63,12 +76,14 @@ from typing import BinaryIO, Literal
 
 import numpy as np
 import pydicom
-from PIL import Image
+from PIL import ExifTags, Image
 from pydicom.dataset import Dataset
 from pydicom.errors import InvalidDicomError
 from pydicom.multival import MultiValue
 from pydicom.pixels import apply_color_lut, apply_modality_lut, apply_voi, get_decoder, pixel_array
 from pydicom.uid import UID
+
+from builders.pixel_budget import aspect_ratio_problem
 
 IMAGE_TAG_KEY = "cxr-vqa"
 """The PNG tEXt keyword under which an image carries its tag (JPEG carries it as its COM comment)."""
@@ -106,6 +121,7 @@ ImageProblem = Literal[
     "decoder_missing",
     "path_escape",
     "not_a_file",
+    "aspect_ratio",
 ]
 
 JPEG_QUALITY = 95
@@ -125,6 +141,20 @@ _TAIL_BYTES = 64
 _HEADER_BYTES = 1 << 16
 """Read for a header: a JPEG's or PNG's markers and metadata fit in it (a longer header is parsed from the file)."""
 _PIL_FORMAT = {"jpeg": "JPEG", "png": "PNG"}
+_LATE_METADATA_BYTES = 1 << 13
+"""A PNG's last bytes searched for metadata chunks after its pixel data (an orientation there turns the image):
+enough for an eXIf chunk or an XMP packet, little enough to search in a few tens of microseconds."""
+_PNG_LATE_METADATA = (b"eXIf", b"Raw profile type exif", b"XML:com.adobe.xmp")
+_TRANSPOSE = {
+    2: Image.Transpose.FLIP_LEFT_RIGHT,
+    3: Image.Transpose.ROTATE_180,
+    4: Image.Transpose.FLIP_TOP_BOTTOM,
+    5: Image.Transpose.TRANSPOSE,
+    6: Image.Transpose.ROTATE_270,
+    7: Image.Transpose.TRANSVERSE,
+    8: Image.Transpose.ROTATE_90,
+}
+"""The EXIF orientations other than 1 and what turns each upright (as `PIL.ImageOps.exif_transpose`)."""
 
 
 class ImageError(ValueError):
@@ -223,10 +253,12 @@ def header_image(path: str | os.PathLike[str]) -> StoredImage:
     path = os.fspath(path)
     if sniff_format(path) == "dicom":
         dataset = _dcmread(path, path, stop_before_pixels=True)
-        width, height = _dicom_size(path, dataset)
+        width, height = _check_aspect(path, _dicom_size(path, dataset))
         return StoredImage(_absolute(path), None, width, height, width, height, _dicom_tag(dataset))
     with _decoding(path, "read the image header"), Image.open(path, formats=list(_PIL_FORMAT.values())) as image:
-        (width, height), tag = image.size, metadata_tag(image.info)
+        tail = _read_tail(path, _LATE_METADATA_BYTES) if image.format == "PNG" else b""
+        width, height = _check_aspect(path, _upright(image.size, _orientation(path, image, tail, path)))
+        tag = metadata_tag(image.info)
     return StoredImage(_absolute(path), None, width, height, width, height, tag)
 
 
@@ -235,7 +267,8 @@ def reference_image(path: str | os.PathLike[str]) -> StoredImage:
 
     The file must exist, be non-empty and have a header that parses. A JPEG must end with its
     EOI marker and a PNG with its IEND chunk, which catches truncated downloads and unpacking
-    cheaply. A DICOM file must hold pixel data that an installed plugin can decode.
+    cheaply. A DICOM file must hold pixel data that an installed plugin can decode. The size is
+    the upright one (module docstring, Orientation).
     """
     path = os.fspath(path)
     head, tail = _read_head_and_tail(path)
@@ -243,16 +276,16 @@ def reference_image(path: str | os.PathLike[str]) -> StoredImage:
     if image_format == "dicom":
         # defer_size: large values (the pixel data) are skipped over, not read.
         dataset = _read_dicom(path, path, defer_size="64 KB")
-        width, height = _dicom_size(path, dataset)
+        width, height = _check_aspect(path, _dicom_size(path, dataset))
         return StoredImage(_absolute(path), None, width, height, width, height, _dicom_tag(dataset))
-    _check_complete(path, image_format, tail)
+    _check_complete(path, image_format, tail[-_TAIL_BYTES:])
     with _decoding(path, "read the image header"):
         try:
             image = Image.open(io.BytesIO(head), formats=[_PIL_FORMAT[image_format]])
         except Exception:  # noqa: BLE001 - a header longer than the bytes read: parse the whole file
             image = Image.open(path, formats=[_PIL_FORMAT[image_format]])
         with image:
-            width, height = image.size
+            width, height = _check_aspect(path, _upright(image.size, _orientation(path, image, tail, path)))
             tag = metadata_tag(image.info)
     return StoredImage(_absolute(path), None, width, height, width, height, tag)
 
@@ -274,7 +307,8 @@ def embed_image(
     """The image at ``path`` encoded for embedding, resized to ``max_side`` at most.
 
     The file is read once. When it already is what would be stored (see the module docstring)
-    its bytes are returned unchanged; nothing is decoded.
+    its bytes are returned unchanged; nothing is decoded. Sizes and pixels are upright (module
+    docstring, Orientation); an image too narrow for any pixel budget is refused.
     """
     if max_side is not None and max_side < 1:
         raise ValueError(f"max_side must be a positive number of pixels, got {max_side}")
@@ -284,6 +318,7 @@ def embed_image(
     if image_format == "dicom":
         dataset = _read_dicom(path, io.BytesIO(data))
         source_width, source_height = _dicom_size(path, dataset)
+        _check_aspect(path, stored_size(source_width, source_height, max_side))
         pixels = _dicom_display_pixels(path, dataset, keep_16bit)
         return replace(_stored(path, pixels, (source_width, source_height), max_side, "PNG"), tag=_dicom_tag(dataset))
 
@@ -291,16 +326,17 @@ def embed_image(
     with _decoding(path, "read the image header"):
         image = Image.open(io.BytesIO(data), formats=[_PIL_FORMAT[image_format]])
     with image:
-        width, height = image.size
         tag = metadata_tag(image.info)
-        target = stored_size(width, height, max_side)
-        if target == (width, height) and _is_storable_as_is(image, keep_16bit):
+        orientation = _orientation(path, image, data[-_LATE_METADATA_BYTES:], io.BytesIO(data))
+        width, height = _upright(image.size, orientation)
+        target = _check_aspect(path, stored_size(width, height, max_side))
+        if orientation == 1 and target == (width, height) and _is_storable_as_is(image, keep_16bit):
             return StoredImage(_absolute(path), data, width, height, width, height, tag)
         if image.format == "JPEG" and target != (width, height):
-            # libjpeg decodes at 1/2, 1/4 or 1/8 scale, never below the asked size: the
-            # Lanczos resize then starts from far fewer pixels.
-            image.draft("L", target)
-        pixels = _pil_pixels(path, image)
+            # libjpeg decodes at 1/2, 1/4 or 1/8 scale, never below the asked size (in the file's
+            # own frame): the Lanczos resize then starts from far fewer pixels.
+            image.draft("L", _upright(target, orientation))
+        pixels = _pil_pixels(path, image, orientation)
     if not (keep_16bit and pixels.dtype == np.uint16):
         pixels = to_8bit(pixels)
     encoding = "JPEG" if image_format == "jpeg" and pixels.dtype == np.uint8 else "PNG"
@@ -311,7 +347,7 @@ def read_pixels(path: str | os.PathLike[str]) -> np.ndarray:
     """Decode the image at ``path`` to a 2-D array of its values, before any windowing.
 
     JPEG and PNG: uint8 (8-bit grayscale; colour and palette images converted by luma) or
-    uint16 (16-bit grayscale PNG). DICOM: the first frame after the modality LUT, whose dtype
+    uint16 (16-bit grayscale PNG), upright. DICOM: the first frame after the modality LUT, whose dtype
     follows pydicom (uint8/uint16/int16 when there is no rescale, float64 after Rescale Slope and
     Intercept); colour DICOM as luma. Neither the VOI window nor the MONOCHROME1 inversion is
     applied: for what a viewer should show, use ``read_display_pixels``.
@@ -466,11 +502,13 @@ def _read_file(path: str, size: int = -1) -> bytes:
 
 
 def _read_head_and_tail(path: str) -> tuple[bytes, bytes]:
-    """The first `_HEADER_BYTES` of ``path`` and its last `_TAIL_BYTES`, with one open (as ImageError if it cannot be used)."""
+    """The first `_HEADER_BYTES` of ``path`` and its last bytes (`_TAIL_BYTES`; `_LATE_METADATA_BYTES` of a PNG),
+    with one open (as ImageError if it cannot be used)."""
     fd, size = _open_regular_fd(path)
     try:
         head = os.read(fd, _HEADER_BYTES)  # a regular file: O_NONBLOCK has no effect on it
-        tail = os.pread(fd, _TAIL_BYTES, max(0, size - _TAIL_BYTES)) if size > len(head) else head[-_TAIL_BYTES:]
+        wanted = _LATE_METADATA_BYTES if head.startswith(_PNG_SIGNATURE) else _TAIL_BYTES
+        tail = os.pread(fd, wanted, max(0, size - wanted)) if size > len(head) else head[-wanted:]
     except OSError as err:
         raise ImageError(path, f"cannot read the file: {err.strerror or err}", "missing") from None
     finally:
@@ -478,6 +516,17 @@ def _read_head_and_tail(path: str) -> tuple[bytes, bytes]:
     if not head:
         raise ImageError(path, "empty file (0 bytes)", "empty")
     return head, tail
+
+
+def _read_tail(path: str, size: int) -> bytes:
+    """The last ``size`` bytes of ``path`` (as ImageError if it cannot be read)."""
+    fd, length = _open_regular_fd(path)
+    try:
+        return os.pread(fd, size, max(0, length - size))
+    except OSError as err:
+        raise ImageError(path, f"cannot read the file: {err.strerror or err}", "missing") from None
+    finally:
+        os.close(fd)
 
 
 def _format_from_head(path: str, head: bytes) -> ImageFormat:
@@ -533,13 +582,40 @@ def _decode_pil(path: str, image_format: ImageFormat, data: bytes) -> np.ndarray
     with _decoding(path, "read the image header"):
         image = Image.open(io.BytesIO(data), formats=[_PIL_FORMAT[image_format]])
     with image:
-        return _pil_pixels(path, image)
+        return _pil_pixels(path, image, _orientation(path, image, data[-_LATE_METADATA_BYTES:], io.BytesIO(data)))
 
 
-def _pil_pixels(path: str, image: Image.Image) -> np.ndarray:
-    """Decode an opened Pillow image to a 2-D uint8 or uint16 array."""
+def _orientation(path: str, image: Image.Image, tail: bytes, source: str | BinaryIO) -> int:
+    """The EXIF orientation (2 to 8, or 1: upright) of an opened, not yet decoded, JPEG or PNG, read as
+    `PIL.ImageOps.exif_transpose` reads it (EXIF, else XMP). A PNG's pixels are not decoded unless its
+    last bytes, ``tail``, hold a metadata chunk: then the file (``source``) is read whole, which reads the chunks after them."""
+    with _decoding(path, "read the EXIF orientation"):
+        if image.format == "PNG" and any(marker in tail for marker in _PNG_LATE_METADATA):
+            with Image.open(source, formats=["PNG"]) as whole:
+                orientation = whole.getexif().get(ExifTags.Base.Orientation, 1)
+        else:  # the base class's: what the header holds (PngImageFile's own would decode the pixels to look further)
+            orientation = Image.Image.getexif(image).get(ExifTags.Base.Orientation, 1)
+    return orientation if orientation in _TRANSPOSE else 1
+
+
+def _upright(size: tuple[int, int], orientation: int) -> tuple[int, int]:
+    """(width, height) of an image of ``size`` turned upright: swapped by a quarter turn (orientations 5 to 8)."""
+    return (size[1], size[0]) if orientation in (5, 6, 7, 8) else size
+
+
+def _check_aspect(path: str, size: tuple[int, int]) -> tuple[int, int]:
+    """``size``, unless no pixel budget can hold an image of it (`builders.pixel_budget.aspect_ratio_problem`)."""
+    if problem := aspect_ratio_problem(*size):
+        raise ImageError(path, f"image of {problem}", "aspect_ratio")
+    return size
+
+
+def _pil_pixels(path: str, image: Image.Image, orientation: int = 1) -> np.ndarray:
+    """Decode an opened Pillow image to a 2-D uint8 or uint16 array, turned upright by ``orientation``."""
     with _decoding(path, f"decode the {image.format} pixels"):
         image.load()
+        if orientation != 1:
+            image = image.transpose(_TRANSPOSE[orientation])
         if image.mode == "L":
             return np.asarray(image)
         if image.mode.startswith("I;16"):

@@ -26,6 +26,10 @@ from dataclasses import dataclass
 
 MAX_PIXELS = 640 * 28 * 28
 MIN_PIXELS = 56 * 56
+MAX_ASPECT_RATIO = 200
+"""The most an image's long side may be times its short side. Qwen's resize (`smart_resize`) refuses a wider
+ratio; below it, a side rounded up to one patch cannot carry the area past `max_pixels` at the default budget.
+The build refuses a wider image (`builders.images`), and `qwen25vl_resized_size` does as Qwen's does."""
 PROCESSOR_MAX_PIXELS = 16384 * 28 * 28
 """Qwen2.5-VL's released processor limit (12,845,056), what the recipes used before the budget."""
 
@@ -50,6 +54,19 @@ class PixelBudget:
     def resize_kwargs(self, factor: int) -> dict[str, int]:
         """The arguments of `builders.box_frame.qwen25vl_resized_size` for a processor whose sides are multiples of `factor`."""
         return {"factor": factor, "min_pixels": self.min_pixels, "max_pixels": self.max_pixels}
+
+
+class AspectRatioError(ValueError):
+    """An image too narrow for the budget: its long side more than `MAX_ASPECT_RATIO` times its short side."""
+
+
+def aspect_ratio_problem(width: int, height: int) -> str | None:
+    """Why an image of `width` x `height` pixels cannot be resized to a pixel budget, in a phrase; None when it can."""
+    long_side, short_side = max(width, height), min(width, height)
+    if short_side >= 1 and long_side <= MAX_ASPECT_RATIO * short_side:
+        return None
+    return (f"{width} x {height} pixels: aspect ratio {long_side / max(short_side, 1):,.1f}:1 is above {MAX_ASPECT_RATIO}:1, "
+            "which Qwen-family processors refuse (no pixel budget holds it)")
 
 
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:

@@ -171,11 +171,23 @@ def rexvqa_table(result: dict) -> str:
     return "\n".join(lines)
 
 
+def check_resizable(rows: list[dict]) -> None:
+    """Every image with boxes can be resized to a pixel budget, as a ``qwen2.5-vl`` box is read (a build refuses
+    one that cannot; a folder from elsewhere may hold one)."""
+    for row in rows:
+        width, height = row.get("image_width"), row.get("image_height")
+        if row.get("boxes") and width and height and (problem := pixel_budget.aspect_ratio_problem(width, height)):
+            raise EvaluationError(f"question {row['question_id']}: its image of {problem}: "
+                                  "boxes in the qwen2.5-vl convention cannot be read for it")
+
+
 def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     from builders.scoring import text_metrics
     from gemex_dataset import scoring
 
     rows = load_split(args.dataset, args.split, scoring.COLUMNS, ("question_id", "question_type", "answer", "reason", "boxes"))
+    if args.box_convention == "qwen2.5-vl":
+        check_resizable(rows)
     predictions, check, source = _predictions(args, rows, scoring)
     not_installed: dict[str, str] = {}
     if args.text_metrics is None:

@@ -249,3 +249,67 @@ def test_a_non_streaming_load_caches_each_image_once(builds, tmp_path):
     per_question = arrow_cache_bytes(folder, "sft", tmp_path / "per_question")
     assert per_image <= 1.3 * images + text_bytes, (per_image, images, text_bytes)
     assert per_question > 5 * images
+
+
+def image_parts(messages: list[dict]) -> int:
+    return sum(part["type"] == "image" for m in messages for part in m["content"])
+
+
+def studies_with_odd_image_lists(release: Path) -> tuple[str, str]:
+    """Edit a ReXVQA release: one study's questions each list its first image twice; another's first question
+    lists only its first image, its second question only the others. Returns the two study ids."""
+    path = release / "metadata" / "train_vqa_data.json"
+    records = json.loads(path.read_text())
+    by_study: dict[str, list[str]] = {}
+    for key, record in records.items():
+        by_study.setdefault(record["study_id"], []).append(key)
+    twice, apart = [s for s, keys in by_study.items() if len(keys) >= 2 and len(records[keys[0]]["ImagePath"]) >= 2][:2]
+    for key in by_study[twice]:
+        record = records[key]
+        record["ImagePath"], record["ImageViewPosition"] = [record["ImagePath"][0]] * 2, [record["ImageViewPosition"][0]] * 2
+    first, second = (records[key] for key in by_study[apart][:2])
+    for record, cut in ((first, slice(0, 1)), (second, slice(1, None))):
+        record["ImagePath"], record["ImageViewPosition"] = record["ImagePath"][cut], record["ImageViewPosition"][cut]
+    path.write_text(json.dumps(records, indent=1))
+    return twice, apart
+
+
+@pytest.mark.parametrize("mode", ["embed", "reference"])
+def test_a_rows_image_parts_are_its_images_whatever_its_questions_list(mode, tmp_path):
+    """A record listing its image twice, and a study whose questions show different images: each row of every
+    config holds one image part per image it shows, the conversation row its study's images each once."""
+    from training_recipes.data import ConversationSettings, to_messages
+
+    release = generate_rexvqa(tmp_path / "release", num_studies=6, seed=3).root
+    twice, apart = studies_with_odd_image_lists(release)
+    folder = tmp_path / "built"
+    build_rexvqa(BuildSettings(source=release, out=folder, image_mode=mode))
+    assert validate(folder) == []
+    for config in ("sft", "sft_per_study"):
+        rows = config_table(folder, config, "train").to_pylist()
+        assert all(image_parts(row["messages"]) == len(row["images"]) for row in rows)
+    studies = {row["study_id"]: row for row in config_table(folder, "sft_per_study", "train").to_pylist()}
+    assert len(studies[twice]["images"]) == 1 and len(studies[apart]["images"]) == 2
+    for study in (twice, apart):
+        row = studies[study]
+        assert image_parts(to_messages(row, "rexvqa", ConversationSettings())) == len(row["images"])
+        without_images = {k: v for k, v in row.items() if k != "images"}  # as token counting reads it
+        assert image_parts(to_messages(without_images, "rexvqa", ConversationSettings())) == len(row["images"])
+
+
+@pytest.mark.parametrize("config", ["sft", "sft_per_study"])
+def test_validate_catches_image_parts_that_are_not_the_rows_images(config, builds, tmp_path):
+    import shutil
+
+    folder = tmp_path / "copy"
+    shutil.copytree(builds["rexvqa-reference"], folder)
+    path = config_shards(folder, card_configs(folder)[0][config])["train"][0]
+    table = pq.read_table(path)
+    rows = table.to_pylist()
+    rows[1]["messages"][1]["content"].insert(0, {"type": "image", "text": None})
+    pq.write_table(pa.Table.from_pylist(rows, schema=table.schema), path)
+    shard = path.relative_to(folder).as_posix()
+    BuildReport.add_files(folder / "build_report.json", {shard: sha256(path)}, {})
+    problems = [p for p in validate(folder) if p.rule == "image-parts"]
+    assert [p.file for p in problems] == [shard]
+    assert f"row 1 shows {len(rows[1]['images'])} image(s) in `images` but its messages hold {len(rows[1]['images']) + 1}" in problems[0].detail

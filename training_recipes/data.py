@@ -139,7 +139,8 @@ def to_messages(row: dict, kind: str, settings: ConversationSettings, with_answe
     time from its typed turns, with the image's columns, and joined as the build joins them."""
     if "turns" in row:
         shared = {k: v for k, v in row.items() if k not in ("turns", "question_ids", "messages")}
-        return conversation([to_messages({**shared, **turn}, kind, settings, with_answer) for turn in row["turns"]])
+        turns = [to_messages({**shared, **turn}, kind, settings, with_answer) for turn in row["turns"]]
+        return conversation(turns, shown_images(row, kind))
     return PROMPTS[kind].to_messages(
         row,
         box_convention=settings.box_convention,
@@ -147,6 +148,17 @@ def to_messages(row: dict, kind: str, settings: ConversationSettings, with_answe
         fold_system=settings.fold_system,
         **settings.resize_kwargs,
     )
+
+
+def shown_images(row: dict, kind: str) -> int:
+    """How many images a conversation row shows (its first turn's image parts): GEMeX's one image, a ReXVQA
+    study's stored images, counted by their sizes where the image column was left out to count tokens."""
+    if kind == "gemex":
+        return 1
+    for column in ("images", "image_widths"):
+        if row.get(column) is not None:
+            return len(row[column])
+    return PROMPTS[kind].image_count(row)
 
 
 def to_trl_example(row: dict, kind: str, settings: ConversationSettings, with_answer: bool = True) -> dict:

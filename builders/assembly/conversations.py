@@ -4,7 +4,8 @@ The `sft` config asks one question per row, so an image with ten questions goes 
 vision tower and the language model ten times, and a non-streaming `load_dataset` copies it
 ten times into its Arrow cache. A conversation row asks all of an image's (a study's)
 questions as user/assistant turns, with the same instructions and replies as `sft`
-(`builders.assembly.sft.conversation`), the image parts in the first user turn only.
+(`builders.assembly.sft.conversation`), the image parts in the first user turn only: one per image of
+the row (the image, or the study's images each once), whatever the questions themselves list.
 
 Turn order is shuffled by a seed and the image's key (`turn_order`), so it carries no signal
 (release order puts question types in a fixed order) and does not depend on how the build
@@ -25,7 +26,7 @@ import numpy as np
 import pyarrow as pa
 from datasets import Features, List, Value
 
-from builders.assembly.sft import MESSAGES, conversation, system_text
+from builders.assembly.sft import MESSAGES, conversation, image_count, system_text
 
 CHARS_PER_TOKEN = 4
 """English text in the Qwen2/Llama tokenizers: about four characters a token."""
@@ -164,7 +165,7 @@ class ConversationLayout:
             out.append({"conversation_id": f"{name}/{part}", **shared,
                         "question_ids": [q["question_id"] for q in turns],
                         "turns": [{c: q[c] for c in self.turn_columns} for q in turns],
-                        "messages": conversation([q["messages"] for q in turns])})
+                        "messages": conversation([q["messages"] for q in turns], image_count(shared))})
         return out
 
     def table_rows(self, table: pa.Table) -> list[dict]:

@@ -37,7 +37,7 @@ def chat_messages(instruction: str, question: str, images: int, target: str | No
         question = f"{instruction}\n{question}"
     else:
         messages.append({"role": "system", "content": [_text(instruction)]})
-    messages.append({"role": "user", "content": [{"type": "image", "text": None} for _ in range(images)] + [_text(question)]})
+    messages.append({"role": "user", "content": [_image() for _ in range(images)] + [_text(question)]})
     if target is not None:
         messages.append({"role": "assistant", "content": [_text(target)]})
     return messages
@@ -45,6 +45,18 @@ def chat_messages(instruction: str, question: str, images: int, target: str | No
 
 def _text(text: str) -> dict:
     return {"type": "text", "text": text}
+
+
+def _image() -> dict:
+    return {"type": "image", "text": None}
+
+
+def image_count(row: dict) -> int:
+    """How many images a row shows: the length of its `images` (ReXVQA), or its one `image` (GEMeX).
+    A row's messages hold exactly this many image parts (`cxr-vqa validate`'s rule `image-parts`)."""
+    if row.get("images") is not None:
+        return len(row["images"])
+    return int(row.get("image") is not None)
 
 
 def chat_messages_array(instruction: pa.Array, question: pa.Array, images: np.ndarray, target: pa.Array) -> pa.Array:
@@ -86,10 +98,12 @@ def format_choices_array(choices: pa.Array) -> pa.Array:
     return join_lists(lettered, lengths, "[", ", ", "]")
 
 
-def conversation(questions: list[list[dict]]) -> list[dict]:
+def conversation(questions: list[list[dict]], images: int) -> list[dict]:
     """One conversation from several questions' `chat_messages` (each with its reply), in the given order.
 
-    The image parts stay in the first user turn only. A system instruction that every question
+    The first user turn carries `images` image parts, one per image of the conversation's row
+    (`image_count`), and no other turn any: the questions' own image parts are not copied, since
+    questions of one study may show different images, or list one image twice. A system instruction that every question
     shares becomes the one system turn; where they differ (GEMeX's question-type-aware prompts
     on an image with questions of several types), each user turn starts with its own, as
     `fold_system` writes it: a system turn speaks for the whole conversation, and a later
@@ -100,11 +114,10 @@ def conversation(questions: list[list[dict]]) -> list[dict]:
     turns: list[dict] = [{"role": "system", "content": [_text(instructions[0])]}] if shared else []
     for k, (messages, instruction) in enumerate(zip(questions, instructions)):
         user = next(m for m in messages if m["role"] == "user")
-        images = [part for part in user["content"] if part["type"] == "image"] if k == 0 else []
         text = "\n".join(part["text"] for part in user["content"] if part["type"] == "text")
         if instruction is not None and not shared:
             text = f"{instruction}\n{text}"
-        turns.append({"role": "user", "content": [*images, _text(text)]})
+        turns.append({"role": "user", "content": [*(_image() for _ in range(images if k == 0 else 0)), _text(text)]})
         turns.extend(m for m in messages if m["role"] == "assistant")
     return turns
 

@@ -32,6 +32,8 @@ the rule it breaks, so a failure reads as one line:
 - `duplicate-id`: every row of the default config has its own `question_id`.
 - `conversations`: a one-conversation-per-image config (`sft_per_image`, `sft_per_study`) asks every
   question of `sft` exactly once per split, each reply the same text (`builders.hub.conversation_rows`).
+- `image-parts`: every row with `messages` holds one image part per image it shows (its `images`, or its
+  one `image`): TRL pairs the stored parts with the images as they are (`builders.hub.image_parts`).
 - `viewer-rows`: the viewer reads a config's data files as they are (no `filters`): their rows
   must be the rows `load_dataset(folder, config)` returns, compared by count and `question_id`.
 """
@@ -56,6 +58,7 @@ from huggingface_hub import DatasetCard
 from builders.assembly.card import config_record, config_shards, inside_data, split_patterns
 from builders.assembly.shards import count_rows, sha256
 from builders.hub.conversation_rows import split_problems
+from builders.hub.image_parts import file_problem as image_parts_problem
 
 ID_COLUMN = "question_id"
 
@@ -414,6 +417,8 @@ def validate(folder: Path) -> list[Problem]:
         read |= {p for paths in config_shards(folder, config).values() for p in paths}
     for path in sorted(read - broken):
         problems += check_shard(folder, path)
+        if detail := image_parts_problem(path):
+            problems.append(Problem(_rel(folder, path), "image-parts", detail))
     for path in sorted((folder / "data").rglob("*.parquet")) if (folder / "data").is_dir() else []:
         if path not in read:
             problems.append(Problem(_rel(folder, path), "stray-file", "no config of the card reads this file"))
