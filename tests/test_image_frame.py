@@ -22,7 +22,7 @@ from datasets import load_dataset
 from PIL import Image, ImageOps
 
 from builders import images
-from builders.assembly.pipeline import BuildSettings
+from builders.assembly.settings import BuildSettings
 from builders.box_frame import qwen25vl_resized_size
 from builders.hub.validate import card_configs, config_shards, validate
 from builders.pixel_budget import MAX_ASPECT_RATIO, AspectRatioError, PixelBudget
