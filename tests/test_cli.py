@@ -47,3 +47,35 @@ def test_images_are_required_unless_mode_none(gemex_release, tmp_path, capsys):
 def test_synthesize_writes_a_release(tmp_path):
     assert main(["synthesize", "gemex", "--out", str(tmp_path / "r"), "--num-images", "6"]) == 0
     assert (tmp_path / "r" / "per_type" / "test" / "open_ended_question.jsonl").exists()
+
+
+def one_line_error(args: list[str]) -> str:
+    result = subprocess.run([sys.executable, "-m", "builders.cli", *args], capture_output=True, text=True, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    return result.stderr
+
+
+def test_a_folder_that_does_not_exist_is_named_as_such(tmp_path):
+    missing = str(tmp_path / "nowhere")
+    for args in (["validate", missing], ["preview", missing, "--out", str(tmp_path / "p.html")],
+                 ["publish", missing, "--repo", "org/name", "--dry-run"],
+                 ["convert", "--dataset", missing, "--out", str(tmp_path / "x.json")]):
+        assert "nowhere: no such folder; name the folder a build wrote" in one_line_error(args)
+
+
+def test_convert_of_a_rexvqa_build_says_what_it_converts(tmp_path):
+    from rexvqa_dataset.synthetic import generate
+
+    release = generate(tmp_path / "raw", num_studies=6)
+    out = tmp_path / "rexvqa"
+    assert main(["build", "rexvqa", "--source", str(release.root), "--out", str(out), "--image-mode", "none"]) == 0
+    error = one_line_error(["convert", "--dataset", str(out), "--out", str(tmp_path / "x.json")])
+    assert "a rexvqa build; convert writes GEMeX builds" in error and not (tmp_path / "x.json").exists()
+
+
+def test_convert_of_a_split_the_build_lacks_names_those_it_has(gemex_release, tmp_path):
+    out = tmp_path / "gemex"
+    assert main(["build", "gemex", "--source", str(gemex_release.root / "per_type"), "--out", str(out), "--image-mode", "none"]) == 0
+    error = one_line_error(["convert", "--dataset", str(out), "--split", "valid", "--out", str(tmp_path / "x.json")])
+    assert "no 'valid' split (it has test, train, validation)" in error

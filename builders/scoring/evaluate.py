@@ -133,7 +133,50 @@ def _predictions(args: argparse.Namespace, rows: list[dict], module) -> tuple[di
     if args.baseline == "majority":
         return module.majority_replies(rows, **kwargs), None, {"baseline": "majority"}
     check = match_to_split(read_predictions(args.predictions, args.predictions_format), ids, source=str(args.predictions))
+    refuse_unmatched(check, args)
     return check.predictions, check, {"predictions": str(args.predictions), "predictions_format": args.predictions_format}
+
+
+def refuse_unmatched(check: PredictionsCheck, args: argparse.Namespace) -> None:
+    """Stop before any scoring when the predictions mostly name questions the split does not hold
+    (another split, the other dataset): scoring them would print a table of zeros. A file that
+    covers part of the split and names nothing else (a `--max_samples` run) is scored, its missing
+    questions counted wrong; so is one that covers the split and more (every split in one file)."""
+    matched, unknown = len(check.predictions), len(check.unknown)
+    questions = matched + len(check.missing)
+    if matched and not (matched < questions / 2 and unknown > matched):
+        return
+    given = f"{matched + unknown + len(check.duplicates)} prediction(s)"
+    origin = unmatched_origin(args, [p.question_id for p in check.unknown]) if unknown else "the file holds no predictions"
+    raise EvaluationError(f"{args.predictions}: only {matched} of its {given} match the {questions} questions of the "
+                          f"{args.split!r} split of {args.dataset}; {origin}; nothing was scored")
+
+
+def unmatched_origin(args: argparse.Namespace, unknown: list[str]) -> str:
+    """What predictions that miss the split look like they belong to, and what to run instead."""
+    from gemex_dataset.scoring import QUESTION_ID
+
+    data = args.dataset / "data"
+    for other in sorted(p.name for p in data.iterdir() if p.is_dir() and p.name != args.split) if data.is_dir() else []:
+        try:
+            held = {row["question_id"] for row in load_split(args.dataset, other, ["question_id"], ["question_id"])}
+        except EvaluationError:
+            continue
+        hits = sum(question_id in held for question_id in unknown)
+        if hits * 2 >= len(unknown):
+            return f"{hits} of them are questions of its {other!r} split: pass --split {other}"
+    example = unknown[0]
+    gemex_ids = [QUESTION_ID.match(question_id) for question_id in unknown]
+    if args.benchmark == "rexvqa" and all(gemex_ids):
+        return (f"they look like GEMeX question ids (e.g. {example!r}): score them with "
+                "`cxr-vqa evaluate gemex --dataset <a GEMeX build>`")
+    if args.benchmark == "gemex" and not any(gemex_ids):
+        return (f"they are not GEMeX question ids (`<split>/<dicom_id>/<question_type>/<n>`; e.g. {example!r}): a ReXVQA "
+                "predictions file is scored with `cxr-vqa evaluate rexvqa --dataset <a ReXVQA build>`")
+    splits = sorted({match["split"] for match in gemex_ids if match})
+    if args.benchmark == "gemex" and splits and args.split not in splits:
+        return f"they name the {', '.join(map(repr, splits))} split(s) of another GEMeX build (e.g. {example!r})"
+    return f"they name questions of another build (e.g. {example!r})"
 
 
 def resize_kwargs(args: argparse.Namespace) -> dict[str, int]:
@@ -161,7 +204,7 @@ def rexvqa_table(result: dict) -> str:
     lines = ["| Group | Questions | Accuracy | Failed extraction | Missing |", "|---|---|---|---|---|"]
 
     def line(name, block):
-        lines.append(f"| {name} | {block['questions']} | {_fmt(block['accuracy'], 4)} | {block['failed_extraction']} | {block['missing']} |")
+        lines.append(f"| {name} | {block['questions']} | {_fmt(block['accuracy'])} | {block['failed_extraction']} | {block['missing']} |")
 
     line("Overall", result["overall"])
     for task, block in result["per_task"].items():
@@ -244,10 +287,23 @@ def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
     return argparse.Namespace(**{**defaults, "baseline": None, **vars(args)})
 
 
+def check_benchmark(args: argparse.Namespace) -> None:
+    """A folder whose build report names the other dataset is refused before anything loads."""
+    report = args.dataset / "build_report.json"
+    try:
+        built = json.loads(report.read_text()).get("dataset")
+    except (OSError, ValueError, AttributeError):
+        return
+    if built in BENCHMARKS and built != args.benchmark:
+        raise EvaluationError(f"{args.dataset}: a {built} build (its build_report.json says so), not {args.benchmark}: "
+                              f"score it with `cxr-vqa evaluate {built} --dataset {args.dataset}`")
+
+
 def run(args: argparse.Namespace) -> int:
     """Run one evaluation; 0 on success, 1 when `--strict` finds prediction problems, 2 on an error."""
     args = _with_defaults(args)
     try:
+        check_benchmark(args)
         report, text = (evaluate_gemex if args.benchmark == "gemex" else evaluate_rexvqa)(args)
     except (EvaluationError, PredictionsError, MissingExtraError, JudgeError) as error:
         print(mask_secrets(f"cxr-vqa evaluate: error: {error}"), file=sys.stderr)
