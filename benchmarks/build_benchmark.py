@@ -54,7 +54,7 @@ PEAK = 'def peak_mb():\n    return next(int(l.split()[1]) for l in open("/proc/s
 CHILD_BUILD = PEAK + """
 import json, sys, time
 from pathlib import Path
-from builders.assembly.pipeline import BuildSettings
+from builders.assembly.settings import BuildSettings
 dataset, source, images, out, mode, options = sys.argv[1:7]
 if dataset == "gemex":
     from gemex_dataset.build import build_gemex as build

@@ -4,7 +4,7 @@
     python benchmarks/fidelity.py --scale 0.1 --downscale 32        # a tenth of that, quickly
     python benchmarks/fidelity.py --gemex-release PATH              # measure an existing GEMeX release
 
-Each release is written through `cxr-vqa synthesize` (builders.cli) into a temporary folder and read
+Each release is written through `cxr-vqa synthesize` (cxr_vqa.cli) into a temporary folder and read
 back with plain Python by `fidelity_gemex.figures` / `fidelity_rexvqa.figures`, beside the text-only
 baselines. ReXVQA's rows appear where benchmarks/fidelity_rexvqa.py is present. Exits 1 if any figure
 is out of its range.
@@ -24,7 +24,7 @@ sys.path[:0] = [str(HERE.parent), str(HERE)]
 import fidelity_gemex  # noqa: E402
 from fidelity_figures import Figure, markdown_table  # noqa: E402
 
-from builders.cli import main as cxr_vqa  # noqa: E402
+from cxr_vqa.cli import main as cxr_vqa  # noqa: E402
 
 GEMEX_IMAGES = 3_000  # issue 25: "3,000 GEMeX images and 3,000 ReXVQA studies at --downscale 8"
 REXVQA_STUDIES = 3_000

@@ -64,7 +64,7 @@ def release(dataset: str, images: int, work: Path, downscale: int) -> tuple[Path
 
 
 def build(dataset: str, source: Path, images: Path | None, out: Path, layout: str, cdc: bool, conversations: bool = True) -> float:
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from builders.assembly.shards import ShardWriter
 
     if dataset == "gemex":

@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 CHILD = """
 import json, resource, sys, time
-from builders.cli import main
+from cxr_vqa.cli import main
 argv = json.loads(sys.argv[1])
 start = time.perf_counter()
 code = main(argv)

@@ -138,7 +138,7 @@ def built_splits(work: Path, gemex_images: int, rexvqa_studies: int) -> dict:
     """Full-size synthetic releases built with images referenced (read from disk at their size)."""
     from datasets import Image, List, concatenate_datasets, load_dataset
 
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate as gemex_release
     from rexvqa_dataset.build import build_rexvqa

@@ -155,7 +155,7 @@ def compile_counts() -> dict[str, int]:
 
 def build_synthetic_gemex(workdir: Path, rows: int, image_size: int) -> Path:
     """A real `cxr-vqa` build (embed mode, long side `image_size`) of a synthetic release with at least `rows` training questions."""
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate
 

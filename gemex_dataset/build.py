@@ -18,9 +18,11 @@ from tqdm.auto import tqdm
 
 from builders.assembly.card import build_configs, release_card_data, render_card
 from builders.assembly.conversations import ConversationLayout
+from builders.assembly.dataset_build import DatasetBuild
 from builders.assembly.image_source import ImageSource, Loaded
-from builders.assembly.pipeline import BuildSettings, DatasetBuild, Staging
 from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
+from builders.assembly.settings import BuildSettings
+from builders.assembly.staging import Staging
 from builders.box_frame import frame224_to_pixels_many
 from builders.columns import offsets
 from builders.images import ImageError, StoredImage
@@ -316,6 +318,15 @@ def without_images(table: pa.Table) -> pa.Table:
             .append_column(pa.field("image_width", pa.int32()), nulls.cast(pa.int32()))
             .append_column(pa.field("image_height", pa.int32()), nulls.cast(pa.int32()))
             .append_column(pa.field("boxes", pa.list_(pa.list_(pa.float32(), 4))), nulls.cast(pa.list_(pa.list_(pa.float32(), 4)))))
+
+
+OPTION_HELP = {
+    "source": "the raw release: a folder holding any of its three layouts (or one annotation file)",
+    "images": "the folder image paths are relative to (optional with --image-mode none)",
+    "split": "the split of every file read (default: from train/valid/test folder names)",
+    "image_ext": "image files carry this suffix instead of the released one (e.g. dcm for MIMIC-CXR DICOM)",
+}
+"""How a GEMeX build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
 
 
 GATED_PROMPT = (

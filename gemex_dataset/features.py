@@ -13,6 +13,8 @@ from builders.assembly.sft import MESSAGES
 
 QUESTION_TYPES: tuple[str, ...] = ("open_ended", "closed_ended", "single_choice", "multi_choice")
 """The four question formats, in the paper's order; also the names of the per-type configs."""
+LLAVA_Q_TYPES: dict[str, str] = {t: f"{t}_questions" for t in QUESTION_TYPES}
+"""Each question type's `q_type` in the LLaVA layout (and its key in the grouped layout)."""
 
 
 COLUMN_DOCS: dict[str, str] = {

@@ -22,8 +22,16 @@ from builders.columns import empty_lists, offsets, positions, rows_with, true, v
 from builders.json_blocks import BLOCK_BYTES, LineBlock, line_blocks, read_block
 from builders.json_stream import name_not_utf8
 from gemex_dataset.features import QUESTION_TYPES
-from gemex_dataset.readers import PER_TYPE_FILES, RawQuestion, SourceFile, json_line, per_type_question, read_file
-from gemex_dataset.rows import FAR_OUTSIDE, PATH_PATTERN
+from gemex_dataset.readers import (
+    PATH_PATTERN,
+    PER_TYPE_FILES,
+    RawQuestion,
+    SourceFile,
+    json_line,
+    per_type_question,
+    read_file,
+)
+from gemex_dataset.rows import FAR_OUTSIDE
 
 CHOICE_TYPES = ("single_choice", "multi_choice")
 LETTERS = pa.array([chr(65 + k) for k in range(26)])

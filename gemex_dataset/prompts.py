@@ -20,16 +20,14 @@ an image part) so a column of messages is one uniform Arrow struct.
 from __future__ import annotations
 
 import json
-import string
-from collections.abc import Sequence
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.assembly.sft import chat_messages, chat_messages_array
+from builders.assembly.sft import chat_messages, chat_messages_array, format_choices, format_choices_array
 from builders.box_frame import to_model_frame
-from builders.columns import offsets, positions
+from builders.columns import join_lists
 from gemex_dataset.features import QUESTION_TYPES
 
 TYPE_PROMPTS: dict[str, str] = {
@@ -61,11 +59,6 @@ def question_type_name(question_type: int | str) -> str:
 def type_prompt(question_type: int | str) -> str:
     """The paper's question-type-aware instruction for this format."""
     return TYPE_PROMPTS[question_type_name(question_type)]
-
-
-def format_choices(choices: Sequence[str]) -> str:
-    """``[A: x, B: y]``, as in the released human turns."""
-    return "[" + ", ".join(f"{letter}: {text}" for letter, text in zip(string.ascii_uppercase, choices)) + "]"
 
 
 def question_text(row: dict) -> str:
@@ -136,25 +129,10 @@ def messages_array(rows: pa.Table, pixel_boxes: np.ndarray) -> pa.Array:
     return chat_messages_array(instruction, question, np.ones(len(qtype), dtype=np.int64), target)
 
 
-def _join_lists(items: pa.Array, lengths: np.ndarray, open_: str, separator: str, close: str) -> pa.Array:
-    """Per row, its run of `items` (lengths given) written `open_ item, item close`."""
-    return pc.binary_join_element_wise(open_, pc.binary_join(pa.ListArray.from_arrays(offsets(lengths), items), separator), close, "")
-
-
 def _with_choices(question: pa.Array, choices: pa.Array, is_choice: np.ndarray) -> pa.Array:
     """`question_text`: choice questions with non-empty choices get `` <choices>: [A: x, B: y]``."""
     written = pc.binary_join_element_wise(question, " <choices>: ", format_choices_array(choices), "")
     return pc.if_else(pa.array(is_choice & (pc.list_value_length(choices).fill_null(0).to_numpy() > 0)), written, question)
-
-
-def format_choices_array(choices: pa.Array) -> pa.Array:
-    """`format_choices` of every row's list at once: ``[A: x, B: y]`` (at most 26 lettered)."""
-    items = pc.list_flatten(choices)
-    position = positions(choices)
-    letters = pa.array(list(string.ascii_uppercase)).take(pa.array(np.minimum(position, 25)))
-    lettered = pc.binary_join_element_wise(letters, items, ": ").filter(pa.array(position < len(string.ascii_uppercase)))
-    lengths = np.minimum(pc.list_value_length(choices).fill_null(0).to_numpy(), len(string.ascii_uppercase))
-    return _join_lists(lettered, lengths, "[", ", ", "]")
 
 
 def _answers(rows: pa.Table, qtype: np.ndarray) -> pa.Array:
@@ -165,7 +143,7 @@ def _answers(rows: pa.Table, qtype: np.ndarray) -> pa.Array:
     flat = pc.list_flatten(letters)
     quoted = pc.binary_join_element_wise("'", flat, "'", "")
     first = flat.take(pa.array(np.r_[0, np.cumsum(count)][:-1], mask=count == 0)) if len(flat) else pa.nulls(len(count), pa.string())
-    written = pc.if_else(pa.array(multi), _join_lists(quoted, count, "[", ", ", "]"), pc.if_else(pa.array(single & (count > 0)), first, answer))
+    written = pc.if_else(pa.array(multi), join_lists(quoted, count, "[", ", ", "]"), pc.if_else(pa.array(single & (count > 0)), first, answer))
     unlettered = np.flatnonzero(multi & (count == 0))
     if len(unlettered):  # no answer letters staged: read them from the answer text, as `answer_text` does
         fixed = written.to_pylist()
@@ -178,5 +156,5 @@ def _answers(rows: pa.Table, qtype: np.ndarray) -> pa.Array:
 def _locations(boxes_224: pa.Array, pixel_boxes: np.ndarray) -> pa.Array:
     """`location_text` in pixels: ``[[x1, y1, x2, y2], ...]`` of integers (Python's round, half to even)."""
     corners = pc.cast(pa.array(np.rint(pixel_boxes).astype(np.int64).ravel()), pa.string())
-    boxes = _join_lists(corners, np.full(len(pixel_boxes), 4), "[", ", ", "]")
-    return _join_lists(boxes, pc.list_value_length(boxes_224).fill_null(0).to_numpy(), "[", ", ", "]")
+    boxes = join_lists(corners, np.full(len(pixel_boxes), 4), "[", ", ", "]")
+    return join_lists(boxes, pc.list_value_length(boxes_224).fill_null(0).to_numpy(), "[", ", ", "]")

@@ -21,10 +21,15 @@ from pathlib import Path
 from builders.assembly.lifecycle import release_files
 from builders.assembly.report import Reject
 from builders.json_stream import NAME_NOT_UTF8, Damage, LineError, RecordStream, loads_line, name_not_utf8, open_text
+from gemex_dataset.features import LLAVA_Q_TYPES, QUESTION_TYPES
 from schemas import first_error
 
-PER_TYPE_FILES = {f"{t}_question.jsonl": t for t in ("open_ended", "closed_ended", "single_choice", "multi_choice")}
-LLAVA_Q_TYPES = {f"{t}_questions": t for t in PER_TYPE_FILES.values()}
+PER_TYPE_FILES = {f"{t}_question.jsonl": t for t in QUESTION_TYPES}
+QUESTION_TYPE_OF_LLAVA = {q_type: t for t, q_type in LLAVA_Q_TYPES.items()}
+"""The question type named by a LLaVA record's `q_type` (or a grouped record's key)."""
+PATH_PATTERN = r"^p(?P<group>[0-9]{2})/p(?P<subject>[0-9]+)/s(?P<study>[0-9]+)/(?P<dicom>[^/]+)\.(?:jpg|jpeg|png|dcm)$"
+"""A MIMIC-CXR-JPG image path, case aside; written for both Python's `re` and Arrow's RE2 (`per_type_columns`)."""
+_PATH = re.compile(PATH_PATTERN, re.I)
 SPLIT_FOLDERS = {"train": "train", "valid": "validation", "validation": "validation", "val": "validation", "test": "test"}
 
 
@@ -55,6 +60,14 @@ def split_of(path: Path) -> str | None:
         if part.lower() in SPLIT_FOLDERS:
             return SPLIT_FOLDERS[part.lower()]
     return None
+
+
+def path_ids(image_path: str) -> tuple[str | None, str | None, str | None]:
+    """(subject_id, study_id, dicom_id) from 'p10/p10046166/s50051329/<dicom_id>.jpg'; None where the path differs."""
+    match = _PATH.match(image_path)
+    if not match:
+        return None, None, None
+    return match["subject"], match["study"], match["dicom"]
 
 
 def _grouped_csv(path: Path) -> Path | None:
@@ -187,7 +200,7 @@ def read_llava(src: SourceFile) -> Iterator[RawQuestion | Reject]:
             except ValueError as err:
                 yield Reject(file, where, err.args[0], err.args[1])
                 continue
-            yield RawQuestion(file, where, "llava", src.split, LLAVA_Q_TYPES[record["q_type"]], data)
+            yield RawQuestion(file, where, "llava", src.split, QUESTION_TYPE_OF_LLAVA[record["q_type"]], data)
 
 
 def _csv_paths(path: Path) -> list[str]:
@@ -218,7 +231,6 @@ def _first_misaligned(src: SourceFile, paths: list[str]) -> int:
     """The first line from which lines and CSV rows may part, when their counts differ: the first line that is
     not one image's questions (a line cut in two, two run together) or whose CSV row is not one image path;
     line 1 where none is (a row lost from the CSV leaves no trace)."""
-    from gemex_dataset.rows import path_ids  # rows imports this module
 
     for number, row, raw in _image_lines(src.path):
         if row >= len(paths):
@@ -269,7 +281,7 @@ def _grouped_questions(src: SourceFile, number: int, row: int, value: dict, imag
             data.update({"type": None, "answer": qa["answer"], "reason": qa["reason"],
                          "visual_regions": qa.get("visual_regions"), "visual_locations": qa["visual_locations"],
                          "image_path": image_path, "ori_report": None, "q_id": None, "row_id": f"row_{row}"})
-            yield RawQuestion(str(src.path), f"line {number}, {group}[{k}]", "grouped", src.split, LLAVA_Q_TYPES[group], data)
+            yield RawQuestion(str(src.path), f"line {number}, {group}[{k}]", "grouped", src.split, QUESTION_TYPE_OF_LLAVA[group], data)
 
 
 READERS = {"per_type": read_per_type, "llava": read_llava, "grouped": read_grouped}

@@ -15,17 +15,13 @@ from dataclasses import dataclass
 
 from builders.assembly.report import RecordError
 from gemex_dataset.anatomy import REGIONS
-from gemex_dataset.features import QUESTION_TYPES
+from gemex_dataset.features import LLAVA_Q_TYPES, QUESTION_TYPES
 from gemex_dataset.prompts import TYPE_PROMPTS
-from gemex_dataset.readers import RawQuestion
-from gemex_dataset.synthetic import LLAVA_Q_TYPES
+from gemex_dataset.readers import RawQuestion, path_ids
 
 FAR_OUTSIDE = 22
 """Pixels (10% of the 224 frame) a box may reach past the frame before it is rejected rather than clipped."""
 
-PATH_PATTERN = r"^p(?P<group>[0-9]{2})/p(?P<subject>[0-9]+)/s(?P<study>[0-9]+)/(?P<dicom>[^/]+)\.(?:jpg|jpeg|png|dcm)$"
-"""A MIMIC-CXR-JPG image path, case aside; written for both Python's `re` and Arrow's RE2 (`per_type_columns`)."""
-_PATH = re.compile(PATH_PATTERN, re.I)
 _CHOICE = re.compile(r"^(?P<letter>[A-Z]): (?P<text>[\s\S]*)$")
 _KNOWN_REGIONS = frozenset(REGIONS)
 
@@ -87,14 +83,6 @@ def checked_boxes(boxes: list[list[float]]) -> tuple[list[list[int]], int]:
         outside += min(x1, y1) < 0 or max(x2, y2) > 224
         out.append([round(v) for v in box])
     return out, outside
-
-
-def path_ids(image_path: str) -> tuple[str | None, str | None, str | None]:
-    """(subject_id, study_id, dicom_id) from 'p10/p10046166/s50051329/<dicom_id>.jpg'; None where the path differs."""
-    match = _PATH.match(image_path)
-    if not match:
-        return None, None, None
-    return match["subject"], match["study"], match["dicom"]
 
 
 def question_row(raw: RawQuestion, ordinal: int) -> tuple[dict, RowNotes]:

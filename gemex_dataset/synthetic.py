@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 from builders.box_frame import pixels_to_frame224
 from builders.provenance import ManifestWriter, image_tag
 from gemex_dataset.anatomy import region_layout
+from gemex_dataset.features import LLAVA_Q_TYPES
 from gemex_dataset.prompts import TYPE_PROMPTS
 from gemex_dataset.synthetic_distributions import (
     KEEP_RATE,
@@ -44,7 +45,6 @@ from gemex_dataset.synthetic_questions import Findings, QuestionWriter, Shown, d
 
 MIMIC_SIZES = ((2544, 3056), (2539, 3050), (2544, 3056), (3056, 2544), (2048, 2500), (3050, 2539))
 LAYOUTS = ("per_type", "llava", "grouped")
-LLAVA_Q_TYPES = {t: f"{t}_questions" for t in QUESTIONS_PER_IMAGE}
 NOTE_NAME = "SYNTHETIC.md"
 
 SYNTHETIC_NOTE = """# Synthetic GEMeX release

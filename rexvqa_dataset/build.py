@@ -24,9 +24,11 @@ from tqdm.auto import tqdm
 
 from builders.assembly.card import build_configs, release_card_data, render_card
 from builders.assembly.conversations import ConversationLayout
+from builders.assembly.dataset_build import DatasetBuild
 from builders.assembly.image_source import ImageSource, Loaded
-from builders.assembly.pipeline import BuildSettings, DatasetBuild, Staging
 from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
+from builders.assembly.settings import BuildSettings
+from builders.assembly.staging import Staging
 from builders.columns import empty_lists, offsets
 from builders.images import ImageError, StoredImage
 from rexvqa_dataset import record_columns
@@ -301,6 +303,14 @@ def without_images(table: pa.Table) -> pa.Table:
     sizes = pa.nulls(table.num_rows, pa.list_(pa.int32()))
     return (table.drop_columns(["_file"]).append_column("missing_images", empty_lists(table.num_rows))
             .append_column("image_widths", sizes).append_column("image_heights", sizes))
+
+
+OPTION_HELP = {
+    "source": "the raw release: its root or its metadata/ folder (or one *_vqa_data.json file)",
+    "images": "the folder image paths are relative to (default: the metadata folder)",
+    "split": "the split of every file read (default: from the file names, train/valid/test_vqa_data.json)",
+}
+"""How a ReXVQA build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
 
 
 GATED_PROMPT = (

@@ -14,8 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.assembly.sft import chat_messages, chat_messages_array
-from gemex_dataset.prompts import format_choices, format_choices_array
+from builders.assembly.sft import chat_messages, chat_messages_array, format_choices, format_choices_array
 
 INSTRUCTION = (
     "Input a chest X-ray study and a multiple-choice question, and the assistant will output the letter of "

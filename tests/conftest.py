@@ -32,7 +32,7 @@ def gemex_release(tmp_path_factory):
 @pytest.fixture(scope="session")
 def gemex_embed(gemex_release, tmp_path_factory):
     """A built GEMeX folder in embed mode, and its report."""
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
 
     out = tmp_path_factory.mktemp("gemex-built") / "gemex"

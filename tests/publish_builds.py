@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from builders.assembly.pipeline import BuildSettings
+from builders.assembly.settings import BuildSettings
 
 _cache: dict[str, Path] = {}
 

@@ -1,6 +1,6 @@
 """Real faults on real `cxr-vqa build` processes: kills at named points, signals, a full disk, a race.
 
-`CXR_VQA_STOP_AT=<point>` makes the build stop itself there (`builders.assembly.lifecycle`);
+`CXR_VQA_STOP_AT=<point>` makes the build stop itself there (`builders.files.stop_point`);
 the test then kills or signals the stopped process, so each fault lands where it is named.
 """
 
@@ -21,7 +21,7 @@ import pytest
 
 
 def build_command(release, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(release.root / "per_type"),
+    return [sys.executable, "-m", "cxr_vqa.cli", "build", "gemex", "--source", str(release.root / "per_type"),
             "--images", str(release.image_root), "--out", str(out), "--image-mode", "embed", *extra]
 
 
@@ -302,7 +302,7 @@ def test_a_script_without_a_main_guard_still_builds_reading_headers_on_threads(r
     out = tmp_path / "gemex"
     script = tmp_path / "build_it.py"
     script.write_text(
-        "from builders.assembly.pipeline import BuildSettings\n"
+        "from builders.assembly.settings import BuildSettings\n"
         "from gemex_dataset.build import build_gemex\n"
         f"build_gemex(BuildSettings(source={str(release_of_thousands.root / 'per_type')!r}, out={str(out)!r}, "
         f"images={str(release_of_thousands.image_root)!r}, image_mode='reference'))\n")
@@ -342,7 +342,7 @@ def test_overwrite_never_replaces_the_raw_release(gemex_release, tmp_path, where
     before = sorted(str(p.relative_to(raw)) for p in raw.rglob("*"))
     source = raw / "per_type"
     out = {"source": source, "parent": raw, "dot": Path(".")}[where]
-    command = [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(source), "--out", str(out),
+    command = [sys.executable, "-m", "cxr_vqa.cli", "build", "gemex", "--source", str(source), "--out", str(out),
                "--image-mode", "none", "--overwrite"]
     result = subprocess.run(command, env=quiet_env() | {"PYTHONPATH": os.getcwd()}, capture_output=True, text=True, timeout=300,
                             cwd=source if where == "dot" else None, check=False)
@@ -391,7 +391,7 @@ def test_an_out_inside_the_source_is_not_read_back(gemex_release, tmp_path):
     """A rebuild with --out inside --source reads the release, not the previous build's report or card."""
     raw = copy_release(gemex_release, tmp_path / "raw")
     out = raw / "llava" / "built"
-    command = [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(raw / "llava"), "--out", str(out), "--image-mode", "none"]
+    command = [sys.executable, "-m", "cxr_vqa.cli", "build", "gemex", "--source", str(raw / "llava"), "--out", str(out), "--image-mode", "none"]
     first = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
     assert first.returncode == 0, first.stderr
     report = json.loads((out / "build_report.json").read_text())
@@ -405,7 +405,7 @@ def test_an_out_inside_the_source_is_not_read_back(gemex_release, tmp_path):
 def test_a_synthetic_release_built_from_its_root_stays_synthetic(gemex_release, tmp_path):
     """The root holds SYNTHETIC_MANIFEST.json: it describes the annotation files and is not one of them."""
     out = tmp_path / "gemex"
-    command = [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(gemex_release.root), "--out", str(out),
+    command = [sys.executable, "-m", "cxr_vqa.cli", "build", "gemex", "--source", str(gemex_release.root), "--out", str(out),
                "--image-mode", "none"]
     result = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr

@@ -1,9 +1,14 @@
 import subprocess
 import sys
+from dataclasses import fields
+from pathlib import Path
 
+import pytest
 from datasets import load_dataset
 
-from builders.cli import main
+from builders.assembly.settings import BuildSettings
+from cxr_vqa.cli import main, parser
+from cxr_vqa.options import parsed_options
 
 
 def test_demo_builds_a_loadable_dataset(tmp_path, capsys):
@@ -33,7 +38,7 @@ def test_shard_layout_option(gemex_release, tmp_path):
 
 
 def test_errors_are_one_line_and_exit_non_zero(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(tmp_path / "nowhere"),
+    result = subprocess.run([sys.executable, "-m", "cxr_vqa", "build", "gemex", "--source", str(tmp_path / "nowhere"),
                              "--out", str(tmp_path / "out"), "--image-mode", "none"], capture_output=True, text=True, check=False)
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0 and "no such file or folder" in result.stderr
@@ -50,7 +55,7 @@ def test_synthesize_writes_a_release(tmp_path):
 
 
 def one_line_error(args: list[str]) -> str:
-    result = subprocess.run([sys.executable, "-m", "builders.cli", *args], capture_output=True, text=True, check=False)
+    result = subprocess.run([sys.executable, "-m", "cxr_vqa.cli", *args], capture_output=True, text=True, check=False)
     assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
     assert result.stderr.strip().count("\n") == 0, result.stderr
     return result.stderr
@@ -79,3 +84,33 @@ def test_convert_of_a_split_the_build_lacks_names_those_it_has(gemex_release, tm
     assert main(["build", "gemex", "--source", str(gemex_release.root / "per_type"), "--out", str(out), "--image-mode", "none"]) == 0
     error = one_line_error(["convert", "--dataset", str(out), "--split", "valid", "--out", str(tmp_path / "x.json")])
     assert "no 'valid' split (it has test, train, validation)" in error
+
+
+def test_build_options_are_the_settings_fields_with_their_defaults():
+    for dataset in ("gemex", "rexvqa"):
+        args = parser().parse_args(["build", dataset, "--source", "raw", "--out", "built"])
+        assert parsed_options(BuildSettings, args) == BuildSettings(source=Path("raw"), out=Path("built"))
+    args = parser().parse_args(["build", "gemex", "--source", "raw", "--out", "built", "--image-mode", "embed", "--image-size", "96",
+                                "--keep-16bit", "--shard-layout", "shared", "--turn-seed", "3", "--num-proc", "2"])
+    settings = parsed_options(BuildSettings, args)
+    assert (settings.image_mode, settings.image_size, settings.keep_16bit, settings.shard_layout, settings.turn_seed,
+            settings.num_proc) == ("embed", 96, True, "shared", 3, 2)
+    assert all(field.metadata["help"] for field in fields(BuildSettings))
+
+
+def test_each_dataset_build_has_its_own_help(capsys):
+    helps = {}
+    for dataset in ("gemex", "rexvqa"):
+        with pytest.raises(SystemExit):
+            main(["build", dataset, "--help"])
+        helps[dataset] = " ".join(capsys.readouterr().out.split())
+    assert "--source SOURCE the raw release: a folder holding any of its three layouts" in helps["gemex"]
+    assert "--source SOURCE the raw release: its root or its metadata/ folder" in helps["rexvqa"]
+    for text in helps.values():
+        assert "--keep-16bit embed 16-bit sources as 16-bit PNG" in text and "{reference,embed,none}" in text
+
+
+def test_a_choice_outside_the_declared_ones_is_refused(capsys):
+    with pytest.raises(SystemExit) as exit_:
+        main(["build", "rexvqa", "--source", "raw", "--out", "built", "--shard-layout", "sideways"])
+    assert exit_.value.code == 2 and "invalid choice: 'sideways'" in capsys.readouterr().err

@@ -16,8 +16,8 @@ from datasets import load_dataset
 from huggingface_hub import DatasetCard
 
 from builders.assembly.conversations import CHARS_PER_TOKEN, balanced_parts, turn_order
-from builders.assembly.pipeline import BuildSettings
 from builders.assembly.report import BuildReport
+from builders.assembly.settings import BuildSettings
 from builders.assembly.shards import sha256
 from builders.hub.validate import card_configs, config_shards, validate
 from gemex_dataset.build import build_gemex

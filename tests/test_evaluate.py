@@ -5,8 +5,8 @@ import pytest
 from datasets import ClassLabel, Dataset, Features, List, Value
 from scoring_fixtures import TASKS, gemex_rows, rexvqa_rows
 
-from builders.scoring import evaluate
 from builders.scoring.predictions import write_jsonl
+from cxr_vqa import evaluate
 from gemex_dataset import scoring as gemex_scoring
 from gemex_dataset.features import QUESTION_TYPES, features
 from rexvqa_dataset import scoring as rex_scoring
@@ -114,7 +114,7 @@ def test_evaluate_a_real_gemex_build(tmp_path, capsys, image_mode, convention):
     Without images (`none`) the build has no pixel boxes, so boxes are scored in the 224 frame."""
     from datasets import load_dataset
 
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate
 

@@ -21,7 +21,7 @@ def cxr_vqa(*argv: str, stop_at: str | None = None) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "CXR_VQA_STOP_AT"}
     if stop_at:
         env["CXR_VQA_STOP_AT"] = stop_at
-    return subprocess.Popen([sys.executable, "-m", "builders.cli", *argv], env=env,
+    return subprocess.Popen([sys.executable, "-m", "cxr_vqa.cli", *argv], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -84,7 +84,7 @@ def test_a_full_disk_while_writing_a_preview_is_one_line_and_leaves_the_old_file
     page = tmp_path / "preview.html"
     write_text(page, "<p>old</p>\n")
     process = subprocess.run(
-        [sys.executable, "-m", "builders.cli", "preview", str(gemex_embed[0]), "--n", "4", "--out", str(page)],
+        [sys.executable, "-m", "cxr_vqa.cli", "preview", str(gemex_embed[0]), "--n", "4", "--out", str(page)],
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 10, 8 << 10)),
         env={k: v for k, v in os.environ.items() if k != "CXR_VQA_STOP_AT"}, capture_output=True, text=True, timeout=300, check=False)
     assert process.returncode == 1

@@ -6,8 +6,8 @@ import shutil
 import pytest
 from datasets import load_dataset
 
-from builders.assembly.pipeline import BuildSettings
 from builders.assembly.report import BuildError
+from builders.assembly.settings import BuildSettings
 from gemex_dataset.build import build_gemex
 
 GOOD = {

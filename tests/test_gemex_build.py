@@ -7,8 +7,8 @@ from datasets import load_dataset, load_dataset_builder
 from huggingface_hub import DatasetCard
 from PIL import Image
 
-from builders.assembly.pipeline import BuildSettings
 from builders.assembly.report import BuildError
+from builders.assembly.settings import BuildSettings
 from gemex_dataset.build import build_gemex
 from gemex_dataset.features import PER_IMAGE_CONFIG, QUESTION_TYPES, features
 

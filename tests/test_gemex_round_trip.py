@@ -7,11 +7,11 @@ from collections import Counter
 import pytest
 from datasets import load_dataset
 
-from builders.assembly.pipeline import BuildSettings
-from builders.cli import main
+from builders.assembly.settings import BuildSettings
+from cxr_vqa.cli import main
 from gemex_dataset.build import build_gemex
+from gemex_dataset.features import LLAVA_Q_TYPES
 from gemex_dataset.rows import raw_record
-from gemex_dataset.synthetic import LLAVA_Q_TYPES
 
 
 def built_rows(source, out, split=None):

@@ -136,7 +136,7 @@ def test_the_build_keeps_the_real_records_shapes(tmp_path):
     letters, size and negation options, 5 questions of a type on a test image."""
     import pyarrow.parquet as pq
 
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.features import QUESTION_TYPES
 

@@ -10,7 +10,7 @@ import pyarrow.parquet as pq
 import pytest
 from datasets import load_dataset
 
-from builders.assembly.pipeline import BuildSettings
+from builders.assembly.settings import BuildSettings
 from builders.hub.validate import card_configs, config_shards, validate
 from gemex_dataset.build import build_gemex
 from rexvqa_dataset.build import build_rexvqa

@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from builders.assembly.image_source import ImageReader, ImageSource
-from builders.assembly.pipeline import BuildSettings
+from builders.assembly.settings import BuildSettings
 from builders.images import ImageError
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from builders.cli import main
 from builders.json_stream import Damage, LineError, RecordStream, loads_line
+from cxr_vqa.cli import main
 from gemex_dataset.synthetic import generate as generate_gemex
 from rexvqa_dataset.synthetic import generate as generate_rexvqa
 

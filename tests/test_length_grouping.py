@@ -23,7 +23,7 @@ from test_recipes import sft_config, training_collator  # noqa: E402
 from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 from trl import ModelConfig  # noqa: E402
 
-from builders.assembly.pipeline import BuildSettings  # noqa: E402
+from builders.assembly.settings import BuildSettings  # noqa: E402
 from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402

@@ -26,9 +26,9 @@ pytest.importorskip("transformers")
 sys.path.insert(0, str(Path(__file__).parent))
 import tiny_models
 
-from builders import cli
-from builders.scoring.evaluate import load_split
 from builders.scoring.text_metrics import installed_metrics
+from cxr_vqa import cli
+from cxr_vqa.evaluate import load_split
 from gemex_dataset import scoring as gemex_scoring
 from gemex_dataset.prompts import type_prompt
 from rexvqa_dataset import scoring as rexvqa_scoring
@@ -71,7 +71,7 @@ def lmms(tmp_path_factory):
 def demo(tmp_path_factory) -> Path:
     """`cxr-vqa demo`'s builds; ReXVQA from 60 studies with the five tasks in equal shares, so that every
     task has test questions (at the paper's mix a geometric question is 1 in 250, and the test split 6%)."""
-    from builders.demo import run_demo, run_rexvqa_demo
+    from cxr_vqa.demo import run_demo, run_rexvqa_demo
 
     out = tmp_path_factory.mktemp("demo")
     run_demo(out, num_images=12)

@@ -19,7 +19,7 @@ from datasets import load_dataset  # noqa: E402
 from test_recipes import END_OF_TURN, sft_config, training_collator  # noqa: E402
 from trl import ModelConfig, SFTTrainer  # noqa: E402
 
-from builders.assembly.pipeline import BuildSettings  # noqa: E402
+from builders.assembly.settings import BuildSettings  # noqa: E402
 from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from builders import cli
 from builders.box_frame import qwen25vl_resized_size
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
+from cxr_vqa import cli
 from training_recipes.data import decode_image
 from training_recipes.lmms_eval_tasks import harness
 

@@ -12,7 +12,6 @@ import pytest
 from PIL import Image
 from publish_builds import built, copy_build
 
-from builders.cli import main
 from builders.hub.preview import (
     PREVIEW_IMAGE,
     add_preview_config,
@@ -23,6 +22,7 @@ from builders.hub.preview import (
     write_preview,
 )
 from builders.hub.validate import validate
+from cxr_vqa.cli import main
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -12,10 +12,10 @@ import pytest
 from huggingface_hub import DatasetCard
 from PIL import Image
 
-from builders.assembly.pipeline import BuildSettings
-from builders.cli import main
+from builders.assembly.settings import BuildSettings
 from builders.hub.publish import PublishRefused, inspect_build, plan_publish
 from builders.provenance import MANIFEST_NAME, STAMP_KEY, folder_synthetic, verify_shard
+from cxr_vqa.cli import main
 from gemex_dataset.build import build_gemex
 from gemex_dataset.synthetic import generate
 from rexvqa_dataset.build import build_rexvqa

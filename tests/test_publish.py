@@ -21,10 +21,11 @@ import pytest
 from huggingface_hub import DatasetCard, HfApi, constants
 from publish_builds import built, copy_build
 
-from builders.assembly.pipeline import BuildSettings
-from builders.cli import main
+from builders.assembly.settings import BuildSettings
 from builders.hub.preview import add_preview_config
 from builders.hub.publish import PublishRefused, access_refusal, inspect_build, plan_publish, publish, upload_groups
+from cxr_vqa.cli import main
+from cxr_vqa.gating import GATING
 
 TOKEN = "hf_recordingServerSecret0123456789"
 
@@ -251,10 +252,16 @@ def test_preview_image_of_a_real_build_stays_out_of_public(root, tmp_path):
 
 
 def test_gated_plan_adds_the_gating_fields(root, tmp_path):
-    plan = plan_publish(copy_build("synthetic-embed", root, tmp_path / "gemex"), "org/demo", "gated")
+    plan = plan_publish(copy_build("synthetic-embed", root, tmp_path / "gemex"), "org/demo", "gated", gating=GATING)
     assert set(plan.card_fields) == {"extra_gated_prompt", "extra_gated_fields"}
     assert "checkbox" in plan.card_fields["extra_gated_fields"].values()
     assert plan_publish(built("real-embed", root), "org/gemex", "gated").card_fields == {}  # the real card has them
+
+
+def test_gated_refused_for_a_card_without_gating_when_the_dataset_names_none(root, tmp_path):
+    folder = copy_build("synthetic-embed", root, tmp_path / "gemex")
+    with pytest.raises(PublishRefused, match="--gated refused: the card has no extra_gated_prompt"):
+        plan_publish(folder, "org/demo", "gated", gating={"rexvqa": GATING["rexvqa"]})
 
 
 def test_unready_folder_is_refused(root, tmp_path):
@@ -326,7 +333,7 @@ def test_private_upload(root, hub, capsys, caplog):
 
 def test_gated_upload_gates_before_uploading(root, hub, tmp_path):
     folder = copy_build("synthetic-embed", root, tmp_path / "gemex")
-    plan = plan_publish(folder, "org/demo", "gated", revision="v1")
+    plan = plan_publish(folder, "org/demo", "gated", revision="v1", gating=GATING)
     publish(plan, api(hub))
     paths = [(r["method"], r["path"].split("?")[0]) for r in hub.requests]
     settings = paths.index(("PUT", "/api/datasets/org/demo/settings"))

@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).parent))
 import tiny_builds  # noqa: E402
 import tiny_models  # noqa: E402
 
-from builders import cli  # noqa: E402
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PROCESSOR_MAX_PIXELS, PixelBudget  # noqa: E402
+from cxr_vqa import cli  # noqa: E402
 from gemex_dataset.prompts import type_prompt  # noqa: E402
 from training_recipes import data, generate, sft  # noqa: E402
 
@@ -307,7 +307,7 @@ def test_end_to_end_on_a_real_demo_build(tmp_path):
     """The real builder makes a small synthetic GEMeX build (what `cxr-vqa demo` does); the recipe
     trains on it and predicts its questions. (`run_demo` itself is not called: with few images its
     preview asks for a `test` split the build may not have.)"""
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate as generate_release
 

@@ -14,9 +14,9 @@ from PIL import Image
 from pydicom.dataset import Dataset, FileMetaDataset
 from pydicom.uid import ExplicitVRLittleEndian, generate_uid
 
-from builders.assembly.pipeline import BuildSettings
 from builders.assembly.report import BuildError
-from builders.cli import main
+from builders.assembly.settings import BuildSettings
+from cxr_vqa.cli import main
 from rexvqa_dataset.build import build_rexvqa
 from rexvqa_dataset.features import PER_STUDY_CONFIG, TASK_CONFIGS, features
 from rexvqa_dataset.rows import raw_record, same_value

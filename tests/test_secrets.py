@@ -9,9 +9,9 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
-from builders.scoring import evaluate
 from builders.scoring.judge import ChatJudge, JudgeError
 from builders.secrets import MaskSecrets, mask_secrets
+from cxr_vqa import evaluate
 
 JUDGE_KEY = "sk-echoedJudgeKey-0123456789abcdef"
 HUB_TOKEN = "hf_localHubTokenValue0123456789"
@@ -69,7 +69,7 @@ def test_evaluate_prints_no_key(echo_url, tmp_path, capsys, caplog):
 
 
 def test_cli_error_lines_mask_tokens(monkeypatch, capsys, tmp_path):
-    from builders.cli import main
+    from cxr_vqa.cli import main
 
     monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
     missing = tmp_path / f"build-{HUB_TOKEN}"  # a secret that reaches an error message by any road
@@ -100,7 +100,7 @@ def test_logged_messages_are_masked(monkeypatch, caplog):
 ])
 def test_argument_errors_mask_what_they_echo(argv, capsys, monkeypatch):
     """Issue 27.10: argparse echoes the bad value; a key pasted into the wrong option never reaches the screen."""
-    from builders.cli import main
+    from cxr_vqa.cli import main
 
     monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
     with pytest.raises(SystemExit) as exit_:
@@ -111,7 +111,7 @@ def test_argument_errors_mask_what_they_echo(argv, capsys, monkeypatch):
 
 
 def test_a_bugs_traceback_is_masked_too(capsys, monkeypatch):
-    from builders import cli
+    from cxr_vqa import cli
 
     monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
 

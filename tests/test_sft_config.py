@@ -11,7 +11,7 @@ from transformers import Trainer, TrainingArguments
 from trl import SFTConfig, SFTTrainer
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
-from builders.assembly.pipeline import BuildSettings
+from builders.assembly.settings import BuildSettings
 from gemex_dataset.build import build_gemex
 from rexvqa_dataset.build import build_rexvqa
 from rexvqa_dataset.synthetic import generate as generate_rexvqa

@@ -3,7 +3,7 @@ import random
 
 import pyarrow as pa
 
-from builders.assembly.pipeline import Staging
+from builders.assembly.staging import Staging
 
 
 def test_sorted_batches_are_stable_and_never_cut_a_run_of_one_key(tmp_path):

@@ -10,8 +10,8 @@ from huggingface_hub import DatasetCard
 from publish_builds import built, copy_build
 
 import builders.hub.validate as validate_module
-from builders.cli import main
 from builders.hub.validate import check_ready, validate
+from cxr_vqa.cli import main
 
 
 @pytest.fixture(scope="session")

@@ -157,7 +157,7 @@ def python(*args: str | Path) -> list[str]:
 
 def cli(*args: str | Path) -> list[str]:
     """`cxr-vqa ARGS` (the package need not be installed: run from the repository root)."""
-    return python("-m", "builders.cli", *args)
+    return python("-m", "cxr_vqa.cli", *args)
 
 
 # ---- steps -------------------------------------------------------------------------------------------------

@@ -24,13 +24,11 @@ from concurrent.futures import Future, ProcessPoolExecutor, ThreadPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, TypeVar
+from typing import TypeVar
 
+from builders.assembly.settings import BuildSettings
 from builders.images import ImageError, StoredImage, embed_image, header_image, reference_image, resolve_image_path
 from builders.provenance import Provenance
-
-if TYPE_CHECKING:
-    from builders.assembly.pipeline import BuildSettings
 
 log = logging.getLogger("cxr_vqa")
 Loaded = StoredImage | ImageError

@@ -12,9 +12,8 @@ exact name (`leftovers`), never by a glob pattern built from `out`'s name, which
 `[`, `*` or `?`. `completed` lists the outputs renamed into place in this process, so that a
 Ctrl-C arriving after that can be reported as what it is.
 
-`CXR_VQA_STOP_AT=<point>` makes the process stop itself (SIGSTOP) when it reaches `point`
-(`start-up`, `reading`, `shards`, `card`, `renaming`, `written`, `atomic-write`), so fault tests
-can kill a real build at a known place.
+Fault tests stop a real build at a known place (`builders.files.stop_point`: `start-up`, `reading`,
+`shards`, `card`, `renaming`, `written`, `atomic-write`) and kill it there.
 """
 
 from __future__ import annotations
@@ -25,28 +24,19 @@ import json
 import logging
 import os
 import shutil
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from builders.assembly.report import BuildError
+from builders.files import leftovers, stop_point
 
-STOP_AT_ENV = "CXR_VQA_STOP_AT"
-STOP_POINTS = ("start-up", "reading", "shards", "card", "renaming", "written", "atomic-write")
 REPORT_NAME = "build_report.json"
 REPORT_KEYS = {"dataset", "settings", "records_read", "rows_written", "shards"}
 """Keys every report a build saves holds (`BuildReport.to_dict`)."""
 log = logging.getLogger("cxr_vqa")
 completed: list[Path] = []
 """Outputs this process has renamed into place, whole (read by the CLI when a late Ctrl-C arrives)."""
-
-
-def stop_point(point: str) -> None:
-    """Stop this process here (SIGSTOP) when `CXR_VQA_STOP_AT` names `point`; otherwise nothing."""
-    if os.environ.get(STOP_AT_ENV) == point:
-        os.environ.pop(STOP_AT_ENV)
-        os.kill(os.getpid(), signal.SIGSTOP)
 
 
 class OutputBusy(BuildError):
@@ -103,14 +93,6 @@ def output_lock(out: Path) -> Iterator[None]:
 def _pid_of(folder: Path) -> int | None:
     tail = folder.name.rsplit("-", 1)[-1]
     return int(tail) if tail.isdigit() else None
-
-
-def leftovers(path: Path, kind: str) -> list[Path]:
-    """The `.<name>.<kind>-<pid>` entries beside `path`, matched by exact name (no glob: `path`'s name may hold `[`)."""
-    prefix = f".{path.name}.{kind}-"
-    if not path.parent.is_dir():
-        return []
-    return sorted(entry for entry in path.parent.iterdir() if entry.name.startswith(prefix) and entry.name[len(prefix):].isdigit())
 
 
 def is_build_folder(folder: Path) -> bool:

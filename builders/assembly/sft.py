@@ -5,14 +5,21 @@ and a `messages` column of chat turns whose content is a list of `{"type": "imag
 `{"type": "text", "text": ...}` parts. The build writes `messages` into the same shards
 as the typed columns, made by the same prompt functions the recipes use
 (`gemex_dataset.prompts`, `rexvqa_dataset.prompts`), so the `sft` config costs no second
-copy of any image: it names the same files as `default`.
+copy of any image: it names the same files as `default`. Both datasets' prompts write choices
+the same way (`format_choices`).
 """
 
 from __future__ import annotations
 
+import string
+from collections.abc import Sequence
+
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import Features, List, Value
+
+from builders.columns import join_lists, positions
 
 MESSAGES = List({"role": Value("string"), "content": List({"type": Value("string"), "text": Value("string")})})
 """Chat turns; every content part has both keys (`text` is null for an image part), so the column is one Arrow type."""
@@ -62,6 +69,21 @@ def chat_messages_array(instruction: pa.Array, question: pa.Array, images: np.nd
     roles = pa.array(["system", "user", "assistant"] * n, pa.string())
     messages = pa.StructArray.from_arrays([roles, content], names=["role", "content"])
     return pa.ListArray.from_arrays(pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32)), messages).cast(MESSAGES_ARROW)
+
+
+def format_choices(choices: Sequence[str]) -> str:
+    """``[A: x, B: y]``, as in the released human turns."""
+    return "[" + ", ".join(f"{letter}: {text}" for letter, text in zip(string.ascii_uppercase, choices)) + "]"
+
+
+def format_choices_array(choices: pa.Array) -> pa.Array:
+    """`format_choices` of every row's list at once: ``[A: x, B: y]`` (at most 26 lettered)."""
+    items = pc.list_flatten(choices)
+    position = positions(choices)
+    letters = pa.array(list(string.ascii_uppercase)).take(pa.array(np.minimum(position, 25)))
+    lettered = pc.binary_join_element_wise(letters, items, ": ").filter(pa.array(position < len(string.ascii_uppercase)))
+    lengths = np.minimum(pc.list_value_length(choices).fill_null(0).to_numpy(), len(string.ascii_uppercase))
+    return join_lists(lettered, lengths, "[", ", ", "]")
 
 
 def conversation(questions: list[list[dict]]) -> list[dict]:

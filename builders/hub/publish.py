@@ -37,6 +37,7 @@ places (`HF_TOKEN`, the saved login) and is never printed.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -72,25 +73,12 @@ PUBLIC_TEXT_LICENCES = ("cc-by-4.0", "cc-by-sa-4.0", "cc0-1.0", "odc-by", "pddl"
 Non-commercial and no-derivatives licences are left out (a public repo cannot enforce them),
 and so is any free-text name: a data use agreement is not a licence to publish."""
 SHARD_NAME = re.compile(r"data/[^/]+/(?P<prefix>.+)-\d{5}-of-\d{5}\.parquet")
+Gating = tuple[str, dict[str, str]]
+"""A dataset's gating prompt and the fields its access form asks for (`extra_gated_prompt`, `extra_gated_fields`)."""
 
 
 class PublishRefused(ValueError):
     """The plan breaks an access rule; the message is the one line the CLI prints."""
-
-
-def gating_for(dataset: str) -> tuple[str, dict[str, str]] | None:
-    """The dataset's own gating prompt and fields, for cards built without them (e.g. synthetic)."""
-    if dataset == "gemex":
-        from gemex_dataset.build import GATED_FIELDS, GATED_PROMPT
-
-        return GATED_PROMPT, GATED_FIELDS
-    try:
-        from importlib import import_module
-
-        module = import_module(f"{dataset}_dataset.build")
-        return module.GATED_PROMPT, module.GATED_FIELDS
-    except (ImportError, AttributeError):
-        return None
 
 
 @dataclass
@@ -205,8 +193,10 @@ def is_credentialed(licence: str) -> bool:
 
 
 def access_refusal(facts: BuildFacts, visibility: Visibility, confirm_public: bool = False,
-                   text_licence: str | None = None) -> str | None:
-    """Why this build may not go to a repo of this visibility (one line), or None if it may."""
+                   text_licence: str | None = None, gating: Mapping[str, Gating] | None = None) -> str | None:
+    """Why this build may not go to a repo of this visibility (one line), or None if it may.
+
+    `gating` holds each dataset's own gating, for a card built without it (a synthetic build's)."""
     if facts.image_mode is None:
         return f"no {REPORT} says how this folder was built (image mode, checksums): rebuild it; nothing is uploaded"
     if facts.image_mode == "reference":
@@ -237,7 +227,7 @@ def access_refusal(facts: BuildFacts, visibility: Visibility, confirm_public: bo
         if not confirm_public:
             what = "synthetic demo data" if facts.synthetic else f"annotations under {text_licence or facts.licence}"
             return f"--public needs --confirm-public: anyone will be able to download this build ({what})"
-    if visibility == "gated" and not (facts.gated_prompt and facts.gated_fields) and gating_for(facts.dataset) is None:
+    if visibility == "gated" and not (facts.gated_prompt and facts.gated_fields) and facts.dataset not in (gating or {}):
         return f"--gated refused: the card has no extra_gated_prompt/extra_gated_fields and none are known for {facts.dataset!r}"
     return None
 
@@ -315,21 +305,24 @@ def upload_groups(files: list[tuple[str, int]]) -> list[list[str]]:
 
 
 def plan_publish(folder: Path, repo_id: str, visibility: Visibility = "private", revision: str | None = None,
-                 confirm_public: bool = False, text_licence: str | None = None) -> PublishPlan:
-    """The upload, checked against the access rules and viewer readiness; raises PublishRefused."""
+                 confirm_public: bool = False, text_licence: str | None = None,
+                 gating: Mapping[str, Gating] | None = None) -> PublishPlan:
+    """The upload, checked against the access rules and viewer readiness; raises PublishRefused.
+
+    `gating` holds each dataset's own gating prompt and fields, written into a card that has none."""
     folder = Path(folder)
     if repo_id.count("/") != 1 or not all(repo_id.split("/")):
         raise PublishRefused(f"--repo {repo_id!r}: expected ORG/NAME")
     check_ready(folder)
     facts = inspect_build(folder)
-    refusal = access_refusal(facts, visibility, confirm_public, text_licence)
+    refusal = access_refusal(facts, visibility, confirm_public, text_licence, gating)
     if refusal:
         raise PublishRefused(refusal)
     card_fields = {}
     if visibility == "public" and text_licence and not facts.synthetic:
         card_fields = {"license": "other", "license_name": text_licence, "license_link": None}
     if visibility == "gated" and not (facts.gated_prompt and facts.gated_fields):
-        prompt, fields = gating_for(facts.dataset)
+        prompt, fields = gating[facts.dataset]
         card_fields = {"extra_gated_prompt": prompt, "extra_gated_fields": fields}
     configs, _ = card_configs(folder)
     counts = {name: {split: count_rows(paths, config.get("filters"))[0] for split, paths in config_shards(folder, config).items()}

@@ -9,7 +9,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from builders.assembly.pipeline import BuildSettings
+from builders.assembly.settings import BuildSettings
 
 
 def run_demo(out: Path, num_images: int = 24) -> int:

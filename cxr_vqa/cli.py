@@ -25,42 +25,13 @@ def _terminate(signum, frame) -> None:
     raise Terminated()
 
 
-def _add_build_options(parser: argparse.ArgumentParser) -> None:
-    from builders.assembly.conversations import TEXT_TOKENS, TURN_SEED
-    from builders.assembly.pipeline import IMAGE_MODES
-    from builders.assembly.shards import SHARD_LAYOUTS
+def _build_parser(datasets, name: str, help: str, options_help: dict[str, str], run) -> None:
+    from builders.assembly.settings import BuildSettings
+    from cxr_vqa.options import add_options
 
-    parser.add_argument("--source", type=Path, required=True, help="the raw release: a folder (or one annotation file); for ReXVQA the release root or its metadata/")
-    parser.add_argument("--out", type=Path, required=True, help="the dataset folder to write")
-    parser.add_argument("--images", type=Path, help="the folder image paths are relative to (GEMeX: optional with --image-mode none; ReXVQA: default the metadata folder)")
-    parser.add_argument("--image-mode", choices=IMAGE_MODES, default="reference",
-                        help="reference: absolute paths to your files (default); embed: image bytes in the Parquet; none: no image column")
-    parser.add_argument("--image-size", type=int, help="with --image-mode embed: resize so the long side is N pixels (aspect kept)")
-    parser.add_argument("--image-ext", help="image files carry this suffix instead of the released one (e.g. dcm for MIMIC-CXR DICOM)")
-    parser.add_argument("--keep-16bit", action="store_true", help="embed 16-bit sources as 16-bit PNG instead of windowing them to 8 bits")
-    parser.add_argument("--split", help="the split of every file read (default: from train/valid/test folder names)")
-    parser.add_argument("--strict", action="store_true", help="fail on the first rejected record instead of reporting it")
-    parser.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
-    parser.add_argument("--num-proc", type=int, default=1, help="threads that encode embedded images; worker processes that read image headers (reference)")
-    parser.add_argument("--shard-layout", choices=SHARD_LAYOUTS, default="auto",
-                        help="by-config (auto, the default): a shard set per question type/task, what the Hub's viewer shows "
-                             "(an image is in each type's files; the Hub stores it once); shared: one set per split, configs "
-                             "select rows by a Parquet filter (each image once locally; not for the Hub: its viewer ignores filters)")
-    parser.add_argument("--conversation-tokens", type=int, default=TEXT_TOKENS,
-                        help="sft_per_image/sft_per_study: text tokens of one conversation row (about 4 characters a token), "
-                             f"a longer one is cut into balanced rows of the same image (default {TEXT_TOKENS}: with the "
-                             "at most 640 image tokens of the default 501,760-pixel budget a row stays under 3,000 tokens)")
-    parser.add_argument("--turn-seed", type=int, default=TURN_SEED,
-                        help=f"seed of the turn order in sft_per_image/sft_per_study (default {TURN_SEED}); the order carries no signal")
-
-
-def _settings(args: argparse.Namespace):
-    from builders.assembly.pipeline import BuildSettings
-
-    return BuildSettings(source=args.source, out=args.out, images=args.images, image_mode=args.image_mode,
-                         image_size=args.image_size, split=args.split, strict=args.strict, overwrite=args.overwrite,
-                         num_proc=args.num_proc, image_ext=args.image_ext, keep_16bit=args.keep_16bit, shard_layout=args.shard_layout,
-                         turn_seed=args.turn_seed, conversation_tokens=args.conversation_tokens)
+    build = datasets.add_parser(name, help=help, description=help)
+    add_options(build, BuildSettings, options_help)
+    build.set_defaults(func=run)
 
 
 def _print_report(report, out: Path) -> None:
@@ -70,16 +41,20 @@ def _print_report(report, out: Path) -> None:
 
 
 def run_build_gemex(args: argparse.Namespace) -> int:
+    from builders.assembly.settings import BuildSettings
+    from cxr_vqa.options import parsed_options
     from gemex_dataset.build import build_gemex
 
-    _print_report(build_gemex(_settings(args)), args.out)
+    _print_report(build_gemex(parsed_options(BuildSettings, args)), args.out)
     return 0
 
 
 def run_build_rexvqa(args: argparse.Namespace) -> int:
+    from builders.assembly.settings import BuildSettings
+    from cxr_vqa.options import parsed_options
     from rexvqa_dataset.build import build_rexvqa
 
-    _print_report(build_rexvqa(_settings(args)), args.out)
+    _print_report(build_rexvqa(parsed_options(BuildSettings, args)), args.out)
     return 0
 
 
@@ -110,7 +85,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_demo(args: argparse.Namespace) -> int:
-    from builders.demo import run_demo as demo
+    from cxr_vqa.demo import run_demo as demo
 
     return demo(args.out, args.num_images)
 
@@ -143,8 +118,9 @@ def run_preview(args: argparse.Namespace) -> int:
 
 def run_publish(args: argparse.Namespace) -> int:
     from builders.hub.publish import plan_publish, publish
+    from cxr_vqa.gating import GATING
 
-    plan = plan_publish(args.dataset, args.repo, args.visibility, args.revision, args.confirm_public, args.text_licence)
+    plan = plan_publish(args.dataset, args.repo, args.visibility, args.revision, args.confirm_public, args.text_licence, GATING)
     if args.dry_run:
         print("\n".join(["dry run: nothing is uploaded", *plan.lines()]))
         return 0
@@ -165,12 +141,13 @@ def parser() -> argparse.ArgumentParser:
 
     build = commands.add_parser("build", help="build a dataset folder from a raw release")
     datasets = build.add_subparsers(dest="dataset", required=True, metavar="DATASET")
-    gemex = datasets.add_parser("gemex", help="GEMeX: any of its three layouts, MIMIC-CXR-JPG (or DICOM) images")
-    _add_build_options(gemex)
-    gemex.set_defaults(func=run_build_gemex)
-    rexvqa = datasets.add_parser("rexvqa", help="ReXVQA: metadata/*_vqa_data.json, ReXGradient-160K PNG (or DICOM) images")
-    _add_build_options(rexvqa)
-    rexvqa.set_defaults(func=run_build_rexvqa)
+    from gemex_dataset import build as gemex
+    from rexvqa_dataset import build as rexvqa
+
+    _build_parser(datasets, "gemex", "GEMeX: any of its three layouts, MIMIC-CXR-JPG (or DICOM) images", gemex.OPTION_HELP,
+                  run_build_gemex)
+    _build_parser(datasets, "rexvqa", "ReXVQA: metadata/*_vqa_data.json, ReXGradient-160K PNG (or DICOM) images",
+                  rexvqa.OPTION_HELP, run_build_rexvqa)
 
     synth = commands.add_parser("synthesize", help="write a synthetic raw release in the real formats")
     synth_datasets = synth.add_subparsers(dest="dataset", required=True, metavar="DATASET")
@@ -230,7 +207,7 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("--revision", help="branch to commit to (created if missing; default main)")
     push.add_argument("--dry-run", action="store_true", help="print the plan (repo settings, files, sizes, card) and upload nothing")
     push.set_defaults(func=run_publish)
-    from builders.scoring import evaluate
+    from cxr_vqa import evaluate
 
     evaluate.add_parser(commands)
     return root
@@ -261,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
 
     completed.clear()
     try:
-        from builders.assembly.lifecycle import stop_point
+        from builders.files import stop_point
 
         stop_point("start-up")
         args = parser().parse_args(argv)

@@ -323,7 +323,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry (``python -m builders.scoring.evaluate gemex --dataset ...``) until the main CLI wires it in."""
+    """Stand-alone entry (``python -m cxr_vqa.evaluate gemex --dataset ...``) until the main CLI wires it in."""
     parser = MaskingArgumentParser(prog="cxr-vqa")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["evaluate", *(argv if argv is not None else sys.argv[1:])])
