@@ -211,7 +211,7 @@ def test_hostile_predictions_end_in_one_line_or_a_written_out(tmp_path, capsys, 
 @pytest.fixture(scope="module")
 def gemex_build(tmp_path_factory):
     """A real GEMeX build (annotations only) with train, validation and test splits."""
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
     from gemex_dataset.synthetic import generate
 
