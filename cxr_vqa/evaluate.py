@@ -1,6 +1,8 @@
-"""`cxr-vqa evaluate gemex|rexvqa`: score a predictions file (or a baseline) on a built split.
+"""`cxr-vqa evaluate FOLDER`: score a predictions file (or a baseline) on a split of a built GEMeX or ReXVQA folder.
 
-Reads only the columns the scorer needs from ``DIR``'s split (images are never decoded),
+Which scorer is the one the folder's build report names (``--benchmark`` to say it; the older
+spelling ``evaluate gemex|rexvqa --dataset FOLDER`` is still read). Every score is a percentage
+(0-100). Reads only the columns the scorer needs from the folder's split (images are never decoded),
 joins the predictions by ``question_id``, prints a Markdown table and, with ``--out``, writes
 JSON holding every number, the per-question outcomes and the settings. Scores are over the
 questions of the split: a missing prediction counts as wrong; predictions for unknown ids and
@@ -50,14 +52,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="score model predictions (or a baseline) on a built GEMeX or ReXVQA split",
         description=__doc__.split("\n\n")[0],
     )
-    parser.add_argument("benchmark", choices=BENCHMARKS)
-    parser.add_argument("--dataset", required=True, type=Path, help="a built dataset folder (data/<split>/*.parquet)")
+    parser.add_argument("folder", nargs="?", type=Path, metavar="FOLDER", help="the built dataset folder (the --out of `cxr-vqa build`)")
+    parser.add_argument("--benchmark", choices=BENCHMARKS,
+                        help="which scorer (default: the dataset the folder's build_report.json names, else its columns)")
+    parser.add_argument("--dataset", type=Path, metavar="FOLDER",
+                        help="the folder, in the older spelling `evaluate gemex|rexvqa --dataset FOLDER` (still read)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--predictions", type=Path, help='JSON Lines of {"question_id", "prediction"}, or a ReXrank submission')
     source.add_argument("--baseline", choices=BASELINES, help="score chance or the most common answer instead of a file")
-    parser.add_argument("--split", default="test")
+    parser.add_argument("--split", default="test", help="the split to score (train, validation or test)")
     parser.add_argument("--out", type=Path, help="write every number and the settings as JSON here")
-    parser.add_argument("--predictions-format", choices=("auto", "jsonl", "rexrank"), default="auto")
+    parser.add_argument("--predictions-format", choices=("auto", "jsonl", "rexrank"), default="auto",
+                        help="the layout of --predictions; auto tells them apart by the first byte")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
     parser.add_argument("--strict", action="store_true", help="exit 1 when predictions are missing, repeated or unknown")
     gemex = parser.add_argument_group("GEMeX")
@@ -283,8 +289,49 @@ def evaluate_rexvqa(args: argparse.Namespace) -> tuple[dict, str]:
 def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with every option it lacks set to the command's default (for callers building a Namespace)."""
     parser = add_parser(MaskingArgumentParser().add_subparsers())
-    defaults = vars(parser.parse_args([args.benchmark, "--dataset", ".", "--baseline", "random"]))
+    defaults = vars(parser.parse_args(["--baseline", "random"]))
     return argparse.Namespace(**{**defaults, "baseline": None, **vars(args)})
+
+
+def resolve_folder(args: argparse.Namespace) -> None:
+    """Set `args.dataset` (the folder) and `args.benchmark` from either spelling: `evaluate FOLDER`,
+    or the older `evaluate gemex|rexvqa --dataset FOLDER`."""
+    folder = args.folder
+    if args.dataset is not None:
+        if folder is not None:
+            if str(folder) not in BENCHMARKS:
+                raise EvaluationError(f"two folders named ({folder} and --dataset {args.dataset}): name the build folder once, "
+                                      f"`cxr-vqa evaluate {args.dataset} ...`")
+            if args.benchmark not in (None, str(folder)):
+                raise EvaluationError(f"evaluate {folder} --benchmark {args.benchmark}: two scorers named; give one")
+            args.benchmark = str(folder)
+        folder = args.dataset
+    if folder is None:
+        raise EvaluationError("name the built dataset folder: `cxr-vqa evaluate FOLDER --predictions FILE` (or --baseline random)")
+    args.dataset = Path(folder)
+    if args.benchmark is None:
+        args.benchmark = folder_benchmark(args.dataset)
+
+
+def folder_benchmark(folder: Path) -> str:
+    """The dataset a built folder holds: what its build report names, else what its columns show."""
+    import pyarrow.parquet as pq
+
+    from builders.hub.validate import built_dataset
+
+    if not folder.is_dir():
+        raise EvaluationError(f"{folder}: no such dataset folder; name the folder a build wrote (the --out of `cxr-vqa build`)")
+    built = built_dataset(folder)
+    if built in BENCHMARKS:
+        return built
+    for shard in sorted((folder / "data").glob("*/*.parquet")):
+        columns = set(pq.read_schema(shard).names)
+        if {"question_type", "reason"} <= columns:
+            return "gemex"
+        if "options" in columns:
+            return "rexvqa"
+    raise EvaluationError(f"{folder}: cannot tell whether it is a GEMeX or a ReXVQA build (no build_report.json, no "
+                          "data/<split>/*.parquet of either): pass --benchmark gemex|rexvqa")
 
 
 def check_benchmark(args: argparse.Namespace) -> None:
@@ -303,6 +350,7 @@ def run(args: argparse.Namespace) -> int:
     """Run one evaluation; 0 on success, 1 when `--strict` finds prediction problems, 2 on an error."""
     args = _with_defaults(args)
     try:
+        resolve_folder(args)
         check_benchmark(args)
         report, text = (evaluate_gemex if args.benchmark == "gemex" else evaluate_rexvqa)(args)
     except (EvaluationError, PredictionsError, MissingExtraError, JudgeError) as error:
@@ -323,7 +371,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Stand-alone entry (``python -m cxr_vqa.evaluate gemex --dataset ...``) until the main CLI wires it in."""
+    """Stand-alone entry (``python -m cxr_vqa.evaluate FOLDER ...``)."""
     parser = MaskingArgumentParser(prog="cxr-vqa")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["evaluate", *(argv if argv is not None else sys.argv[1:])])

@@ -114,3 +114,44 @@ def test_a_choice_outside_the_declared_ones_is_refused(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["build", "rexvqa", "--source", "raw", "--out", "built", "--shard-layout", "sideways"])
     assert exit_.value.code == 2 and "invalid choice: 'sideways'" in capsys.readouterr().err
+
+
+def every_parser(root):
+    """Each parser of the command line, subcommands of subcommands included, with its name."""
+    import argparse
+
+    yield "cxr-vqa", root
+    for action in root._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                for path, nested in every_parser(sub):
+                    yield f"{name} {path}" if path != "cxr-vqa" else name, nested
+
+
+def test_every_option_has_help_and_shows_its_default():
+    for name, command in every_parser(parser()):
+        text = " ".join(command.format_help().split())
+        for action in command._actions:
+            if action.help == "==SUPPRESS==" or action.dest == "help" or action.nargs == "A...":
+                continue
+            assert action.help, f"cxr-vqa {name}: {action.option_strings or action.dest} has no help"
+            if action.option_strings and action.nargs != 0 and action.default is not None:
+                assert "default" in action.help or f"(default: {action.default})" in text, (name, action.option_strings)
+
+
+def test_every_command_that_reads_a_build_names_its_folder_first(tmp_path):
+    """One grammar, `cxr-vqa COMMAND FOLDER ...`; `--dataset FOLDER` of convert and evaluate still read."""
+    for name, command in every_parser(parser()):
+        if name.split()[0] in ("validate", "preview", "publish", "convert", "evaluate"):
+            positional = [a for a in command._actions if not a.option_strings]
+            assert positional and positional[0].metavar == "FOLDER", name
+    from gemex_dataset.synthetic import generate
+
+    release = generate(tmp_path / "raw", num_images=12, layouts=("per_type",), images=False)
+    out = tmp_path / "gemex"
+    assert main(["build", "gemex", "--source", str(release.root / "per_type"), "--out", str(out), "--image-mode", "none"]) == 0
+    for spelling in ([str(out)], ["--dataset", str(out)]):
+        assert main(["convert", *spelling, "--out", str(tmp_path / "train.json")]) == 0
+    for spelling in ([str(out)], ["gemex", "--dataset", str(out)], [str(out), "--benchmark", "gemex"]):
+        assert main(["evaluate", *spelling, "--baseline", "majority", "--text-metrics", ""]) == 0
+    assert main(["evaluate", str(out), "--dataset", str(out), "--baseline", "majority"]) == 2  # two folders: which?
