@@ -264,7 +264,7 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
         text += f"\n\n* {BERTSCORE_NOTE}."
     if not_installed:
         text += (f"\n\nNot computed, their packages are not installed: {', '.join(METRIC_TITLES[m] for m in not_installed)} "
-                 f"(pip install 'cxr-vqa[{','.join(sorted(set(not_installed.values())))}]').")
+                 f"(from the cxr-vqa clone: pip install '.[{','.join(sorted(set(not_installed.values())))}]').")
         settings["text_metrics_not_installed"] = not_installed
     skipped = result["table"].get("all", {}).get("V_skipped", 0)
     if skipped:

@@ -42,7 +42,7 @@ def _require(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError as error:
         raise MissingExtraError(
-            f"{module} is needed for this metric; install it with: pip install 'cxr-vqa[{extra}]'"
+            f"{module} is needed for this metric; install it from the cxr-vqa clone with: pip install '.[{extra}]'"
         ) from error
 
 
