@@ -49,10 +49,10 @@ class GenerateArguments:
     model_name_or_path: str = field(metadata={"help": "Fine-tuned model folder, LoRA output folder or Hub id."})
     dataset_path: str = field(metadata={"help": "Built GEMeX or ReXVQA folder (or Hub repo id)."})
     output_file: str = field(metadata={"help": "Predictions JSON Lines; appended to, and resumed from."})
-    dataset_config: str | None = None
-    split: str = "test"
-    batch_size: int = 8
-    max_new_tokens: int = 256
+    dataset_config: str | None = field(default=None, metadata={"help": "Config to read (default: the card's default, every question)."})
+    split: str = field(default="test", metadata={"help": "Split to answer (train, validation or test)."})
+    batch_size: int = field(default=8, metadata={"help": "Questions generated at once."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Most tokens of one reply."})
     max_samples: int | None = field(default=None, metadata={"help": "Only the first N questions of the split."})
     dtype: str | None = field(
         default=None, metadata={"help": "bfloat16, float16, float32 or auto. Default: bfloat16 on a GPU that has it, else float32."}

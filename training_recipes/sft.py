@@ -51,7 +51,7 @@ class DataArguments:
     rexvqa_config: str | None = field(default=None, metadata={"help": "ReXVQA config, e.g. one task."})
     gemex_weight: float = field(default=1.0, metadata={"help": "Sampling weight of GEMeX when mixing."})
     rexvqa_weight: float = field(default=1.0, metadata={"help": "Sampling weight of ReXVQA when mixing."})
-    train_split: str = "train"
+    train_split: str = field(default="train", metadata={"help": "Split to train on."})
     eval_split: str | None = field(default=None, metadata={"help": "Split to evaluate the loss on (e.g. validation)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N rows per dataset."})
     streaming: bool = field(
