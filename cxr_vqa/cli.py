@@ -25,8 +25,30 @@ def _terminate(signum, frame) -> None:
     raise Terminated()
 
 
+FOLDER_HELP = "the built dataset folder (the --out of `cxr-vqa build`)"
+"""Every subcommand that reads a build names its folder first, positionally, with this help."""
+
+
+class DefaultsShown(argparse.HelpFormatter):
+    """Help that ends each option taking a value with its default, unless the help already says it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if not action.option_strings or action.nargs == 0 or action.default in (None, argparse.SUPPRESS) or "default" in text:
+            return text
+        return f"{text} (default: %(default)s)"
+
+
+class CommandParser(MaskingArgumentParser):
+    """The command's parsers, subcommands included (they are made of the parent's class): masked
+    error lines, and every default shown in the help."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", DefaultsShown)
+        super().__init__(*args, **kwargs)
+
+
 def _build_parser(datasets, name: str, summary: str, options_help: dict[str, str], run) -> None:
-    """`build NAME`: the options of `BuildSettings`, worded for the dataset where `options_help` says."""
     from builders.assembly.settings import BuildSettings
     from cxr_vqa.options import add_options
 
@@ -79,10 +101,20 @@ def run_synthesize_gemex(args: argparse.Namespace) -> int:
     return 0
 
 
+def built_folder(args: argparse.Namespace) -> Path:
+    """The build folder a command names, positional or in the older `--dataset FOLDER` spelling."""
+    if args.folder is not None and args.dataset is not None and args.folder != args.dataset:
+        raise ValueError(f"two folders named ({args.folder} and --dataset {args.dataset}): name the build folder once")
+    folder = args.folder or args.dataset
+    if folder is None:
+        raise ValueError(f"name the built dataset folder: cxr-vqa {args.command} FOLDER ...")
+    return folder
+
+
 def run_convert(args: argparse.Namespace) -> int:
     from gemex_dataset.conversion import write_llava
 
-    count = write_llava(args.dataset, args.out, split=args.split)
+    count = write_llava(built_folder(args), args.out, split=args.split)
     print(f"{args.out}: {count} LLaVA conversation records")
     return 0
 
@@ -134,13 +166,13 @@ def run_publish(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = MaskingArgumentParser(prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets.")
+    root = CommandParser(prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets.")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="generate synthetic raw releases and build them (no credentials needed)")
     demo.add_argument("--out", type=Path, default=Path("cxr-vqa-demo"),
                       help="folder for the demo (a rerun replaces what the last demo wrote there, and refuses anything else)")
-    demo.add_argument("--num-images", type=int, default=24, help="synthetic images to generate")
+    demo.add_argument("--num-images", type=int, default=24, help="synthetic GEMeX images to generate (the ReXVQA part is 20 studies)")
     demo.set_defaults(func=run_demo)
 
     build = commands.add_parser("build", help="build a dataset folder from a raw release")
@@ -156,34 +188,35 @@ def parser() -> argparse.ArgumentParser:
     synth = commands.add_parser("synthesize", help="write a synthetic raw release in the real formats")
     synth_datasets = synth.add_subparsers(dest="dataset", required=True, metavar="DATASET")
     synth_gemex = synth_datasets.add_parser("gemex", help="GEMeX: all three layouts and chest-X-ray-like JPEGs")
-    synth_gemex.add_argument("--out", type=Path, required=True)
+    synth_gemex.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
     synth_gemex.add_argument("--num-images", type=int, default=24, help="images (the paper: 151025)")
-    synth_gemex.add_argument("--seed", type=int, default=0)
+    synth_gemex.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
     synth_gemex.add_argument("--downscale", type=int, default=8, help="images this many times smaller than MIMIC-CXR's per side")
-    synth_gemex.add_argument("--num-proc", type=int, default=1)
+    synth_gemex.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images")
     synth_gemex.set_defaults(func=run_synthesize_gemex)
 
     synth_rexvqa = synth_datasets.add_parser("rexvqa", help="ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/")
-    synth_rexvqa.add_argument("--out", type=Path, required=True)
+    synth_rexvqa.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
     synth_rexvqa.add_argument("--num-studies", type=int, default=20, help="studies (the public release: 160000, about 4.09 questions each)")
-    synth_rexvqa.add_argument("--seed", type=int, default=0)
+    synth_rexvqa.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
     synth_rexvqa.add_argument("--downscale", type=int, default=4, help="images this many times smaller per side than the release's 600-800 px PNGs")
-    synth_rexvqa.add_argument("--num-proc", type=int, default=1)
+    synth_rexvqa.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images")
     synth_rexvqa.set_defaults(func=run_synthesize_rexvqa)
 
     convert = commands.add_parser("convert", help="write a built GEMeX dataset in the authors' LLaVA conversation layout")
-    convert.add_argument("--dataset", type=Path, required=True, help="a built GEMeX folder")
-    convert.add_argument("--to", choices=["llava"], default="llava")
-    convert.add_argument("--split", default="train")
+    convert.add_argument("folder", nargs="?", type=Path, metavar="FOLDER", help=f"{FOLDER_HELP}, of GEMeX")
+    convert.add_argument("--dataset", type=Path, metavar="FOLDER", help="the folder, in the older spelling (still read)")
+    convert.add_argument("--to", choices=["llava"], default="llava", help="the layout to write: the authors' LLaVA conversation JSON")
+    convert.add_argument("--split", default="train", help="the split to write (train, validation or test)")
     convert.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     convert.set_defaults(func=run_convert)
 
     check = commands.add_parser("validate", help="check a built folder is ready for the Hub's dataset viewer")
-    check.add_argument("dataset", type=Path, help="a built dataset folder")
+    check.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
     check.set_defaults(func=run_validate)
 
     preview = commands.add_parser("preview", help="draw rows of a built folder, boxes included, as PNG or HTML")
-    preview.add_argument("dataset", type=Path, help="a built dataset folder")
+    preview.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
     preview.add_argument("--out", type=Path, help="FILE.png (a grid) or FILE.html (self-contained page)")
     preview.add_argument("--n", type=int, default=16, help="rows to show")
     preview.add_argument("--config", help="the config to read (default: the card's default)")
@@ -195,7 +228,7 @@ def parser() -> argparse.ArgumentParser:
     from builders.hub.publish import PUBLIC_TEXT_LICENCES
 
     push = commands.add_parser("publish", help="upload a built folder to a Hub dataset repo under the access rules")
-    push.add_argument("dataset", type=Path, help="a built dataset folder")
+    push.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
     push.add_argument("--repo", required=True, help="ORG/NAME of the dataset repo")
     access = push.add_mutually_exclusive_group()
     access.add_argument("--private", dest="visibility", action="store_const", const="private", help="private repo (default)")

@@ -1,6 +1,8 @@
-"""`cxr-vqa evaluate gemex|rexvqa`: score a predictions file (or a baseline) on a built split.
+"""`cxr-vqa evaluate FOLDER`: score a predictions file (or a baseline) on a split of a built GEMeX or ReXVQA folder.
 
-Reads only the columns the scorer needs from ``DIR``'s split (images are never decoded),
+Which scorer is the one the folder's build report names (``--benchmark`` to say it; the older
+spelling ``evaluate gemex|rexvqa --dataset FOLDER`` is still read). Every score is a percentage
+(0-100). Reads only the columns the scorer needs from the folder's split (images are never decoded),
 joins the predictions by ``question_id``, prints a Markdown table and, with ``--out``, writes
 JSON holding every number, the per-question outcomes and the settings. Scores are over the
 questions of the split: a missing prediction counts as wrong; predictions for unknown ids and
@@ -50,14 +52,18 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="score model predictions (or a baseline) on a built GEMeX or ReXVQA split",
         description=__doc__.split("\n\n")[0],
     )
-    parser.add_argument("benchmark", choices=BENCHMARKS)
-    parser.add_argument("--dataset", required=True, type=Path, help="a built dataset folder (data/<split>/*.parquet)")
+    parser.add_argument("folder", nargs="?", type=Path, metavar="FOLDER", help="the built dataset folder (the --out of `cxr-vqa build`)")
+    parser.add_argument("--benchmark", choices=BENCHMARKS,
+                        help="which scorer (default: the dataset the folder's build_report.json names, else its columns)")
+    parser.add_argument("--dataset", type=Path, metavar="FOLDER",
+                        help="the folder, in the older spelling `evaluate gemex|rexvqa --dataset FOLDER` (still read)")
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--predictions", type=Path, help='JSON Lines of {"question_id", "prediction"}, or a ReXrank submission')
     source.add_argument("--baseline", choices=BASELINES, help="score chance or the most common answer instead of a file")
-    parser.add_argument("--split", default="test")
+    parser.add_argument("--split", default="test", help="the split to score (train, validation or test)")
     parser.add_argument("--out", type=Path, help="write every number and the settings as JSON here")
-    parser.add_argument("--predictions-format", choices=("auto", "jsonl", "rexrank"), default="auto")
+    parser.add_argument("--predictions-format", choices=("auto", "jsonl", "rexrank"), default="auto",
+                        help="the layout of --predictions; auto tells them apart by the first byte")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
     parser.add_argument("--strict", action="store_true", help="exit 1 when predictions are missing, repeated or unknown")
     gemex = parser.add_argument_group("GEMeX")
@@ -133,7 +139,50 @@ def _predictions(args: argparse.Namespace, rows: list[dict], module) -> tuple[di
     if args.baseline == "majority":
         return module.majority_replies(rows, **kwargs), None, {"baseline": "majority"}
     check = match_to_split(read_predictions(args.predictions, args.predictions_format), ids, source=str(args.predictions))
+    refuse_unmatched(check, args)
     return check.predictions, check, {"predictions": str(args.predictions), "predictions_format": args.predictions_format}
+
+
+def refuse_unmatched(check: PredictionsCheck, args: argparse.Namespace) -> None:
+    """Stop before any scoring when the predictions mostly name questions the split does not hold
+    (another split, the other dataset): scoring them would print a table of zeros. A file that
+    covers part of the split and names nothing else (a `--max_samples` run) is scored, its missing
+    questions counted wrong; so is one that covers the split and more (every split in one file)."""
+    matched, unknown = len(check.predictions), len(check.unknown)
+    questions = matched + len(check.missing)
+    if matched and not (matched < questions / 2 and unknown > matched):
+        return
+    given = f"{matched + unknown + len(check.duplicates)} prediction(s)"
+    origin = unmatched_origin(args, [p.question_id for p in check.unknown]) if unknown else "the file holds no predictions"
+    raise EvaluationError(f"{args.predictions}: only {matched} of its {given} match the {questions} questions of the "
+                          f"{args.split!r} split of {args.dataset}; {origin}; nothing was scored")
+
+
+def unmatched_origin(args: argparse.Namespace, unknown: list[str]) -> str:
+    """What predictions that miss the split look like they belong to, and what to run instead."""
+    from gemex_dataset.scoring import QUESTION_ID
+
+    data = args.dataset / "data"
+    for other in sorted(p.name for p in data.iterdir() if p.is_dir() and p.name != args.split) if data.is_dir() else []:
+        try:
+            held = {row["question_id"] for row in load_split(args.dataset, other, ["question_id"], ["question_id"])}
+        except EvaluationError:
+            continue
+        hits = sum(question_id in held for question_id in unknown)
+        if hits * 2 >= len(unknown):
+            return f"{hits} of them are questions of its {other!r} split: pass --split {other}"
+    example = unknown[0]
+    gemex_ids = [QUESTION_ID.match(question_id) for question_id in unknown]
+    if args.benchmark == "rexvqa" and all(gemex_ids):
+        return (f"they look like GEMeX question ids (e.g. {example!r}): score them with "
+                "`cxr-vqa evaluate gemex --dataset <a GEMeX build>`")
+    if args.benchmark == "gemex" and not any(gemex_ids):
+        return (f"they are not GEMeX question ids (`<split>/<dicom_id>/<question_type>/<n>`; e.g. {example!r}): a ReXVQA "
+                "predictions file is scored with `cxr-vqa evaluate rexvqa --dataset <a ReXVQA build>`")
+    splits = sorted({match["split"] for match in gemex_ids if match})
+    if args.benchmark == "gemex" and splits and args.split not in splits:
+        return f"they name the {', '.join(map(repr, splits))} split(s) of another GEMeX build (e.g. {example!r})"
+    return f"they name questions of another build (e.g. {example!r})"
 
 
 def resize_kwargs(args: argparse.Namespace) -> dict[str, int]:
@@ -161,7 +210,7 @@ def rexvqa_table(result: dict) -> str:
     lines = ["| Group | Questions | Accuracy | Failed extraction | Missing |", "|---|---|---|---|---|"]
 
     def line(name, block):
-        lines.append(f"| {name} | {block['questions']} | {_fmt(block['accuracy'], 4)} | {block['failed_extraction']} | {block['missing']} |")
+        lines.append(f"| {name} | {block['questions']} | {_fmt(block['accuracy'])} | {block['failed_extraction']} | {block['missing']} |")
 
     line("Overall", result["overall"])
     for task, block in result["per_task"].items():
@@ -227,7 +276,7 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
         text += f"\n\n* {BERTSCORE_NOTE}."
     if not_installed:
         text += (f"\n\nNot computed, their packages are not installed: {', '.join(METRIC_TITLES[m] for m in not_installed)} "
-                 f"(pip install 'cxr-vqa[{','.join(sorted(set(not_installed.values())))}]').")
+                 f"(from the cxr-vqa clone: pip install '.[{','.join(sorted(set(not_installed.values())))}]').")
         settings["text_metrics_not_installed"] = not_installed
     skipped = result["table"].get("all", {}).get("V_skipped", 0)
     if skipped:
@@ -252,14 +301,69 @@ def evaluate_rexvqa(args: argparse.Namespace) -> tuple[dict, str]:
 def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
     """`args` with every option it lacks set to the command's default (for callers building a Namespace)."""
     parser = add_parser(MaskingArgumentParser().add_subparsers())
-    defaults = vars(parser.parse_args([args.benchmark, "--dataset", ".", "--baseline", "random"]))
+    defaults = vars(parser.parse_args(["--baseline", "random"]))
     return argparse.Namespace(**{**defaults, "baseline": None, **vars(args)})
+
+
+def resolve_folder(args: argparse.Namespace) -> None:
+    """Set `args.dataset` (the folder) and `args.benchmark` from either spelling: `evaluate FOLDER`,
+    or the older `evaluate gemex|rexvqa --dataset FOLDER`."""
+    folder = args.folder
+    if args.dataset is not None:
+        if folder is not None:
+            if str(folder) not in BENCHMARKS:
+                raise EvaluationError(f"two folders named ({folder} and --dataset {args.dataset}): name the build folder once, "
+                                      f"`cxr-vqa evaluate {args.dataset} ...`")
+            if args.benchmark not in (None, str(folder)):
+                raise EvaluationError(f"evaluate {folder} --benchmark {args.benchmark}: two scorers named; give one")
+            args.benchmark = str(folder)
+        folder = args.dataset
+    if folder is None:
+        raise EvaluationError("name the built dataset folder: `cxr-vqa evaluate FOLDER --predictions FILE` (or --baseline random)")
+    args.dataset = Path(folder)
+    if args.benchmark is None:
+        args.benchmark = folder_benchmark(args.dataset)
+
+
+def folder_benchmark(folder: Path) -> str:
+    """The dataset a built folder holds: what its build report names, else what its columns show."""
+    import pyarrow.parquet as pq
+
+    from builders.hub.validate import built_dataset
+
+    if not folder.is_dir():
+        raise EvaluationError(f"{folder}: no such dataset folder; name the folder a build wrote (the --out of `cxr-vqa build`)")
+    built = built_dataset(folder)
+    if built in BENCHMARKS:
+        return built
+    for shard in sorted((folder / "data").glob("*/*.parquet")):
+        columns = set(pq.read_schema(shard).names)
+        if {"question_type", "reason"} <= columns:
+            return "gemex"
+        if "options" in columns:
+            return "rexvqa"
+    raise EvaluationError(f"{folder}: cannot tell whether it is a GEMeX or a ReXVQA build (no build_report.json, no "
+                          "data/<split>/*.parquet of either): pass --benchmark gemex|rexvqa")
+
+
+def check_benchmark(args: argparse.Namespace) -> None:
+    """A folder whose build report names the other dataset is refused before anything loads."""
+    report = args.dataset / "build_report.json"
+    try:
+        built = json.loads(report.read_text()).get("dataset")
+    except (OSError, ValueError, AttributeError):
+        return
+    if built in BENCHMARKS and built != args.benchmark:
+        raise EvaluationError(f"{args.dataset}: a {built} build (its build_report.json says so), not {args.benchmark}: "
+                              f"score it with `cxr-vqa evaluate {built} --dataset {args.dataset}`")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one evaluation; 0 on success, 1 when `--strict` finds prediction problems, 2 on an error."""
     args = _with_defaults(args)
     try:
+        resolve_folder(args)
+        check_benchmark(args)
         report, text = (evaluate_gemex if args.benchmark == "gemex" else evaluate_rexvqa)(args)
     except (EvaluationError, PredictionsError, MissingExtraError, JudgeError) as error:
         print(mask_secrets(f"cxr-vqa evaluate: error: {error}"), file=sys.stderr)
@@ -279,7 +383,7 @@ def run(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m cxr_vqa.evaluate gemex --dataset ...``: the same as ``cxr-vqa evaluate gemex --dataset ...``."""
+    """Stand-alone entry (``python -m cxr_vqa.evaluate FOLDER ...``)."""
     parser = MaskingArgumentParser(prog="cxr-vqa")
     add_parser(parser.add_subparsers(dest="command", required=True))
     args = parser.parse_args(["evaluate", *(argv if argv is not None else sys.argv[1:])])

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -41,6 +42,8 @@ from gemex_dataset.features import QUESTION_TYPES
 
 ANSWERED_TYPES = ("closed_ended", "single_choice", "multi_choice")
 TEXT_METRICS = ("rougeL", "bleu1", "bertscore")
+QUESTION_ID = re.compile(r"^(?P<split>[^/]+)/.+/(?P<question_type>open_ended|closed_ended|single_choice|multi_choice)/\d+$")
+"""A built GEMeX question id, `<split>/<dicom_id>/<question_type>/<n>` (`gemex_dataset.rows`)."""
 COLUMNS = (
     "question_id", "question_type", "question", "choices", "answer", "answer_letters",
     "reason", "boxes", "boxes_224", "image_width", "image_height",

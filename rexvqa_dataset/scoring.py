@@ -6,8 +6,8 @@ No official scorer code exists; these are the reference definitions:
   four options (a letter cue, a lone letter, or the text of exactly one option); a reply giving
   no letter or several letters is a *failed extraction*, scored wrong and counted;
 - a question of the split without a prediction is *missing*, scored wrong and counted;
-- accuracy is the fraction correct (0-1, as on the leaderboard), overall, per task and per
-  category. Tasks are grouped by ``task_name_raw`` (the task as stored), so a task outside the
+- accuracy is the percentage correct (0-100, the unit of the ReXVQA paper's tables and of every
+  GEMeX score), overall, per task and per category. Tasks are grouped by ``task_name_raw`` (the task as stored), so a task outside the
   five known ones is reported under its own name rather than lost; known tasks come first in
   the paper's order.
 """
@@ -38,7 +38,7 @@ def _accuracy_block(outcomes: Sequence[tuple[bool, bool, bool]]) -> dict:
     n = len(outcomes)
     return {
         "questions": n,
-        "accuracy": sum(o[0] for o in outcomes) / n if n else None,
+        "accuracy": 100 * sum(o[0] for o in outcomes) / n if n else None,
         "correct": sum(o[0] for o in outcomes),
         "failed_extraction": sum(o[1] for o in outcomes),
         "missing": sum(o[2] for o in outcomes),

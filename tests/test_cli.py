@@ -114,6 +114,38 @@ def test_synthesize_writes_a_release(tmp_path):
     assert (tmp_path / "r" / "per_type" / "test" / "open_ended_question.jsonl").exists()
 
 
+def one_line_error(args: list[str]) -> str:
+    result = subprocess.run([sys.executable, "-m", "cxr_vqa.cli", *args], capture_output=True, text=True, check=False)
+    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
+    assert result.stderr.strip().count("\n") == 0, result.stderr
+    return result.stderr
+
+
+def test_a_folder_that_does_not_exist_is_named_as_such(tmp_path):
+    missing = str(tmp_path / "nowhere")
+    for args in (["validate", missing], ["preview", missing, "--out", str(tmp_path / "p.html")],
+                 ["publish", missing, "--repo", "org/name", "--dry-run"],
+                 ["convert", "--dataset", missing, "--out", str(tmp_path / "x.json")]):
+        assert "nowhere: no such folder; name the folder a build wrote" in one_line_error(args)
+
+
+def test_convert_of_a_rexvqa_build_says_what_it_converts(tmp_path):
+    from rexvqa_dataset.synthetic import generate
+
+    release = generate(tmp_path / "raw", num_studies=6)
+    out = tmp_path / "rexvqa"
+    assert main(["build", "rexvqa", "--source", str(release.root), "--out", str(out), "--image-mode", "none"]) == 0
+    error = one_line_error(["convert", "--dataset", str(out), "--out", str(tmp_path / "x.json")])
+    assert "a rexvqa build; convert writes GEMeX builds" in error and not (tmp_path / "x.json").exists()
+
+
+def test_convert_of_a_split_the_build_lacks_names_those_it_has(gemex_release, tmp_path):
+    out = tmp_path / "gemex"
+    assert main(["build", "gemex", "--source", str(gemex_release.root / "per_type"), "--out", str(out), "--image-mode", "none"]) == 0
+    error = one_line_error(["convert", "--dataset", str(out), "--split", "valid", "--out", str(tmp_path / "x.json")])
+    assert "no 'valid' split (it has test, train, validation)" in error
+
+
 def test_build_options_are_the_settings_fields_with_their_defaults():
     for dataset in ("gemex", "rexvqa"):
         args = parser().parse_args(["build", dataset, "--source", "raw", "--out", "built"])
@@ -154,3 +186,44 @@ def test_synthesize_prints_the_build_commands_that_build_it(tmp_path, capsys):
         summary = capsys.readouterr().out
         assert " 0 rejected" in summary, summary
         assert load_dataset(str(tmp_path / f"{dataset}-dataset"), split="train").num_rows > 0
+
+
+def every_parser(root):
+    """Each parser of the command line, subcommands of subcommands included, with its name."""
+    import argparse
+
+    yield "cxr-vqa", root
+    for action in root._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for name, sub in action.choices.items():
+                for path, nested in every_parser(sub):
+                    yield f"{name} {path}" if path != "cxr-vqa" else name, nested
+
+
+def test_every_option_has_help_and_shows_its_default():
+    for name, command in every_parser(parser()):
+        text = " ".join(command.format_help().split())
+        for action in command._actions:
+            if action.help == "==SUPPRESS==" or action.dest == "help" or action.nargs == "A...":
+                continue
+            assert action.help, f"cxr-vqa {name}: {action.option_strings or action.dest} has no help"
+            if action.option_strings and action.nargs != 0 and action.default is not None:
+                assert "default" in action.help or f"(default: {action.default})" in text, (name, action.option_strings)
+
+
+def test_every_command_that_reads_a_build_names_its_folder_first(tmp_path):
+    """One grammar, `cxr-vqa COMMAND FOLDER ...`; `--dataset FOLDER` of convert and evaluate still read."""
+    for name, command in every_parser(parser()):
+        if name.split()[0] in ("validate", "preview", "publish", "convert", "evaluate"):
+            positional = [a for a in command._actions if not a.option_strings]
+            assert positional and positional[0].metavar == "FOLDER", name
+    from gemex_dataset.synthetic import generate
+
+    release = generate(tmp_path / "raw", num_images=12, layouts=("per_type",), images=False)
+    out = tmp_path / "gemex"
+    assert main(["build", "gemex", "--source", str(release.root / "per_type"), "--out", str(out), "--image-mode", "none"]) == 0
+    for spelling in ([str(out)], ["--dataset", str(out)]):
+        assert main(["convert", *spelling, "--out", str(tmp_path / "train.json")]) == 0
+    for spelling in ([str(out)], ["gemex", "--dataset", str(out)], [str(out), "--benchmark", "gemex"]):
+        assert main(["evaluate", *spelling, "--baseline", "majority", "--text-metrics", ""]) == 0
+    assert main(["evaluate", str(out), "--dataset", str(out), "--baseline", "majority"]) == 2  # two folders: which?

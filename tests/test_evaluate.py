@@ -94,9 +94,9 @@ def test_rexvqa_end_to_end_with_rexrank_round_trip(tmp_path, capsys):
     write_jsonl(predictions, [(r["question_id"], rex_scoring.reference_reply(r)) for r in rows])
     submission, out = tmp_path / "rexrank.json", tmp_path / "scores.json"
     assert _run(["rexvqa", "--dataset", str(folder), "--predictions", str(predictions), "--write-rexrank", str(submission), "--out", str(out)]) == 0
-    assert "| Overall | 40 | 1.0000 |" in capsys.readouterr().out
+    assert "| Overall | 40 | 100.00 |" in capsys.readouterr().out
     assert _run(["rexvqa", "--dataset", str(folder), "--predictions", str(submission)]) == 0
-    assert "| Overall | 40 | 1.0000 |" in capsys.readouterr().out
+    assert "| Overall | 40 | 100.00 |" in capsys.readouterr().out
     report = json.loads(out.read_text())
     assert set(report["scores"]["per_task"]) <= set(TASKS) and report["scores"]["overall"]["failed_extraction"] == 0
 
@@ -197,7 +197,88 @@ def test_hostile_predictions_end_in_one_line_or_a_written_out(tmp_path, capsys, 
     captured = capsys.readouterr()
     assert captured.out == "" and "pred.jsonl:1: question_id holds a lone surrogate" in captured.err and not out.exists()
     monkeypatch.setenv("HF_TOKEN", "hf_pastedTokenValue0123456789")
-    write_jsonl(predictions, [("hf_pastedTokenValue0123456789", "A"), ("Bearer sk-abcdefghijklmnopqrstuv", "B")])
+    secrets = [("hf_pastedTokenValue0123456789", "A"), ("Bearer sk-abcdefghijklmnopqrstuv", "B")]
+    write_jsonl(predictions, [(r["question_id"], "A") for r in rows] + secrets)
     assert _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", ""]) == 0
     err = capsys.readouterr().err
     assert "name a question_id not in the split" in err and "pastedToken" not in err and "abcdefghijklmnop" not in err
+    write_jsonl(predictions, secrets)  # nothing of the split: refused, the ids it names masked too
+    assert _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", ""]) == 2
+    err = capsys.readouterr().err
+    assert "nothing was scored" in err and "pastedToken" not in err and "abcdefghijklmnop" not in err
+
+
+@pytest.fixture(scope="module")
+def gemex_build(tmp_path_factory):
+    """A real GEMeX build (annotations only) with train, validation and test splits."""
+    from builders.assembly.settings import BuildSettings
+    from gemex_dataset.build import build_gemex
+    from gemex_dataset.synthetic import generate
+
+    root = tmp_path_factory.mktemp("gemex-build")
+    release = generate(root / "raw", num_images=24, layouts=("per_type",), images=False)
+    build_gemex(BuildSettings(source=release.root / "per_type", out=root / "gemex", image_mode="none"))
+    return root / "gemex"
+
+
+def _no_bertscore(monkeypatch):
+    from builders.scoring import text_metrics
+
+    def refused(*args, **kwargs):
+        raise AssertionError("BERTScore was loaded")
+
+    monkeypatch.setattr(text_metrics, "BertScorer", refused)
+
+
+def test_predictions_of_another_split_stop_before_scoring_and_name_it(gemex_build, tmp_path, capsys, monkeypatch):
+    _no_bertscore(monkeypatch)
+    rows = evaluate.load_split(gemex_build, "validation", ["question_id", "question_type", "answer", "reason", "boxes"], ["question_id"])
+    predictions = tmp_path / "validation.jsonl"
+    write_jsonl(predictions, [(r["question_id"], "<answer> Yes") for r in rows])
+    out = tmp_path / "scores.json"
+    assert _run(["gemex", "--dataset", str(gemex_build), "--predictions", str(predictions), "--text-metrics", "bertscore",
+                 "--out", str(out)]) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and captured.out == "" and not out.exists()
+    assert f"only 0 of its {len(rows)} prediction(s) match" in lines[0] and "pass --split validation" in lines[0]
+    assert _run(["gemex", "--dataset", str(gemex_build), "--split", "validation", "--predictions", str(predictions),
+                 "--text-metrics", "rougeL"]) == 0
+    capsys.readouterr()
+
+
+def test_predictions_of_the_other_dataset_are_named_as_such(gemex_build, tmp_path, capsys, monkeypatch):
+    _no_bertscore(monkeypatch)
+    rex_folder, rex_rows = _rex_dir(tmp_path)
+    rex_predictions, gemex_predictions = tmp_path / "rex.jsonl", tmp_path / "gemex.jsonl"
+    write_jsonl(rex_predictions, [(r["question_id"], "A") for r in rex_rows])
+    gemex_ids = [r["question_id"] for r in evaluate.load_split(gemex_build, "test", ["question_id"], ["question_id"])]
+    write_jsonl(gemex_predictions, [(question_id, "Yes") for question_id in gemex_ids])
+    assert _run(["gemex", "--dataset", str(gemex_build), "--predictions", str(rex_predictions)]) == 2
+    assert "not GEMeX question ids" in capsys.readouterr().err
+    assert _run(["rexvqa", "--dataset", str(rex_folder), "--predictions", str(gemex_predictions)]) == 2
+    assert "look like GEMeX question ids" in capsys.readouterr().err
+    assert _run(["rexvqa", "--dataset", str(gemex_build), "--baseline", "random"]) == 2
+    assert "a gemex build (its build_report.json says so)" in capsys.readouterr().err
+
+
+def test_a_partial_predictions_file_is_scored_with_its_missing_questions_wrong(gemex_build, tmp_path, capsys):
+    rows = evaluate.load_split(gemex_build, "test", ["question_id"], ["question_id"])
+    predictions = tmp_path / "first.jsonl"
+    write_jsonl(predictions, [(rows[0]["question_id"], "Yes")])  # a --max_samples 1 run
+    assert _run(["gemex", "--dataset", str(gemex_build), "--predictions", str(predictions), "--text-metrics", ""]) == 0
+    assert f"{len(rows) - 1} question(s) of the split have no prediction" in capsys.readouterr().err
+
+
+def test_bertscore_embeds_no_empty_reply():
+    from builders.scoring import text_metrics
+
+    if "bertscore" not in text_metrics.installed_metrics()[0]:
+        pytest.skip("the bertscore extra is not installed")
+    scorer = text_metrics.BertScorer()
+    embedded = []
+    embed = scorer._embed
+    scorer._embed = lambda texts: embedded.extend(texts) or embed(texts)
+    scores = scorer.score(["", "  ", "left lung opacity"], ["right lung", "a reason", "left lung opacity"])
+    assert scores[:2] == [0.0, 0.0] and scores[2] == pytest.approx(1.0, abs=1e-4)
+    assert embedded == ["left lung opacity", "left lung opacity"]

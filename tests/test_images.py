@@ -355,7 +355,7 @@ def test_compressed_dicom_without_its_plugin_says_which_extra_to_install(tmp_pat
 
     monkeypatch.setattr(images, "get_decoder", lambda uid: Unavailable())
     for read in (reference_image, embed_image):
-        with pytest.raises(ImageError, match=r'pip install "cxr-vqa\[dicom\]"') as caught:
+        with pytest.raises(ImageError, match=r'pip install "\.\[dicom\]" from the cxr-vqa clone') as caught:
             read(path)
         assert caught.value.reason == "decoder_missing" and "RLE Lossless" in str(caught.value)
 

@@ -2,7 +2,7 @@
 its include path) on demo builds with the tiny offline Qwen2.5-VL, and the numbers it reports equal
 ``cxr-vqa evaluate`` on the replies it logged.
 
-lmms-eval lives in its own environment (README, "Evaluate with lmms-eval"); without it these
+lmms-eval lives in its own environment (docs/evaluation.md, "Evaluate with lmms-eval"); without it these
 tests skip and say so. Two stand-ins, each for a package this machine cannot import, neither for
 code under test: torchvision has no PyPI build that imports beside torch 2.13 CPU, so
 (1) `qwen_vl_utils`, which imports it at the top for video, cannot load, and lmms-eval's

@@ -377,7 +377,7 @@ def test_a_processor_at_its_own_limit_trains_at_the_budget_and_is_scored_at_it(g
 
 
 def test_generation_asks_at_the_budget_not_the_saved_processors_limit(gemex_dir, tmp_path, monkeypatch):
-    from transformers import Qwen2_5_VLForConditionalGeneration
+    from transformers import AutoProcessor, Qwen2_5_VLForConditionalGeneration
 
     vlm = tiny_models.tiny_vlm("qwen2_5_vl")
     model_dir = tmp_path / "model"
@@ -391,7 +391,7 @@ def test_generation_asks_at_the_budget_not_the_saved_processors_limit(gemex_dir,
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Qwen2_5_VLForConditionalGeneration, "generate", recording_generate)
-    monkeypatch.setattr(generate.AutoProcessor, "from_pretrained", lambda *a, **k: at_processor_limit(tiny_models.tiny_vlm("qwen2_5_vl").processor))
+    monkeypatch.setattr(AutoProcessor, "from_pretrained", lambda *a, **k: at_processor_limit(tiny_models.tiny_vlm("qwen2_5_vl").processor))
     common = ["--model_name_or_path", str(model_dir), "--dataset_path", str(gemex_dir), "--split", "train",
               "--max_samples", "2", "--batch_size", "2", "--max_new_tokens", "2", "--dtype", "float32"]
     generate.main([*common, "--output_file", str(tmp_path / "small.jsonl"),

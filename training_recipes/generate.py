@@ -19,13 +19,14 @@ A LoRA output directory works as `--model_name_or_path` (its base model is read 
 from __future__ import annotations
 
 import json
+import sys
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 from datasets import Dataset, load_dataset
-from transformers import AutoModelForImageTextToText, AutoProcessor, HfArgumentParser
+from transformers import AutoModelForImageTextToText, HfArgumentParser
 
 from builders.files import write_text
 from builders.pixel_budget import HELP as PIXEL_HELP
@@ -40,6 +41,7 @@ from training_recipes.data import (
     to_messages,
     undecoded,
 )
+from training_recipes.processors import RecipeError, default_dtype, load_processor
 
 
 @dataclass
@@ -47,12 +49,14 @@ class GenerateArguments:
     model_name_or_path: str = field(metadata={"help": "Fine-tuned model folder, LoRA output folder or Hub id."})
     dataset_path: str = field(metadata={"help": "Built GEMeX or ReXVQA folder (or Hub repo id)."})
     output_file: str = field(metadata={"help": "Predictions JSON Lines; appended to, and resumed from."})
-    dataset_config: str | None = None
-    split: str = "test"
-    batch_size: int = 8
-    max_new_tokens: int = 256
+    dataset_config: str | None = field(default=None, metadata={"help": "Config to read (default: the card's default, every question)."})
+    split: str = field(default="test", metadata={"help": "Split to answer (train, validation or test)."})
+    batch_size: int = field(default=8, metadata={"help": "Questions generated at once."})
+    max_new_tokens: int = field(default=256, metadata={"help": "Most tokens of one reply."})
     max_samples: int | None = field(default=None, metadata={"help": "Only the first N questions of the split."})
-    dtype: str = field(default="bfloat16", metadata={"help": "bfloat16, float16, float32 or auto."})
+    dtype: str | None = field(
+        default=None, metadata={"help": "bfloat16, float16, float32 or auto. Default: bfloat16 on a GPU that has it, else float32."}
+    )
     device: str | None = field(default=None, metadata={"help": "Default: cuda when available, else cpu."})
     box_convention: str | None = field(default=None, metadata={"help": "As in training; default from the model."})
     fold_system_prompt: bool | None = field(default=None, metadata={"help": "As in training; default: auto."})
@@ -90,7 +94,9 @@ def drop_torn_last_line(output_file: Path) -> None:
 
 
 def load_model(model_name_or_path: str, dtype: str, device: str):
-    """A model folder or a LoRA adapter folder (base model from its `adapter_config.json`)."""
+    """A model folder or a LoRA adapter folder (base model from its `adapter_config.json`); the
+    processor first, so one that cannot be built stops the run before any weights load."""
+    processor = load_processor(model_name_or_path)
     torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
     adapter_config = Path(model_name_or_path) / "adapter_config.json"
     if adapter_config.exists():
@@ -101,7 +107,6 @@ def load_model(model_name_or_path: str, dtype: str, device: str):
         model = PeftModel.from_pretrained(model, model_name_or_path).merge_and_unload()
     else:
         model = AutoModelForImageTextToText.from_pretrained(model_name_or_path, dtype=torch_dtype)
-    processor = AutoProcessor.from_pretrained(model_name_or_path)
     return model.to(device).eval(), processor
 
 
@@ -188,7 +193,7 @@ def generate_predictions(
 def main(argv: list[str] | None = None) -> int:
     (args,) = HfArgumentParser(GenerateArguments).parse_args_into_dataclasses(args=argv)
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model, processor = load_model(args.model_name_or_path, args.dtype, device)
+    model, processor = load_model(args.model_name_or_path, args.dtype or default_dtype(), device)
     dataset = load_dataset(args.dataset_path, args.dataset_config, split=args.split)
     if args.max_samples is not None:
         dataset = dataset.select(range(min(args.max_samples, len(dataset))))
@@ -203,4 +208,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except RecipeError as error:
+        sys.exit(f"generate.py: error: {error}")

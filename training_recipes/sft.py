@@ -1,7 +1,9 @@
 """Fine-tune a vision-language model on built GEMeX and/or ReXVQA folders with TRL's SFTTrainer.
 
 Loss on the assistant's reply only (`assistant_only_loss`, with TRL's training chat template),
-LoRA (`--use_peft`) or full fine-tuning, bf16 and gradient checkpointing by default. With two
+LoRA (`--use_peft`) or full fine-tuning, gradient checkpointing by default, and bf16 where the GPU
+has it (float32 on a CPU, where the same command runs a smoke test: `python -m training_recipes.tiny_model`
+makes a tiny model offline). With two
 datasets, training draws from each by its weight (`--gemex_weight`, `--rexvqa_weight`) and
 needs `--max_steps`. `--streaming` reads the rows as they train (`load_dataset(streaming=True)`):
 a non-streaming load writes an Arrow cache with one copy of an image per question (about 11x the
@@ -24,17 +26,19 @@ Trainer's own flags (Liger 0.8.5's Qwen2.5-VL patch does not load with transform
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 
 import torch
 from datasets import Dataset, IterableDataset, load_dataset
-from transformers import AutoModelForImageTextToText, AutoProcessor
+from transformers import AutoModelForImageTextToText
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from builders.pixel_budget import HELP as PIXEL_HELP
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 from training_recipes.data import conversational, layout_config, mix, sequence_lengths, settings_for
+from training_recipes.processors import RecipeError, bf16_available, default_dtype, load_processor
 
 
 @dataclass
@@ -47,8 +51,8 @@ class DataArguments:
     rexvqa_config: str | None = field(default=None, metadata={"help": "ReXVQA config, e.g. one task."})
     gemex_weight: float = field(default=1.0, metadata={"help": "Sampling weight of GEMeX when mixing."})
     rexvqa_weight: float = field(default=1.0, metadata={"help": "Sampling weight of ReXVQA when mixing."})
-    train_split: str = "train"
-    eval_split: str | None = field(default=None, metadata={"help": "Split to evaluate the loss on (e.g. valid)."})
+    train_split: str = field(default="train", metadata={"help": "Split to train on."})
+    eval_split: str | None = field(default=None, metadata={"help": "Split to evaluate the loss on (e.g. validation)."})
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N rows per dataset."})
     streaming: bool = field(
         default=False,
@@ -141,6 +145,10 @@ def recipe_defaults(training_args: SFTConfig) -> SFTConfig:
 def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelConfig, model=None, processor=None):
     """Build (or take) the model and processor, the data, and run SFT; returns the trainer."""
     training_args = recipe_defaults(training_args)
+    if processor is None:  # first: a processor that cannot be built stops the run before the model loads
+        processor = load_processor(
+            model_args.model_name_or_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
+        )
     if model is None:
         dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(torch, model_args.dtype)
         model = AutoModelForImageTextToText.from_pretrained(
@@ -149,10 +157,6 @@ def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelC
             trust_remote_code=training_args.trust_remote_code,
             attn_implementation=model_args.attn_implementation,
             dtype=dtype,
-        )
-    if processor is None:
-        processor = AutoProcessor.from_pretrained(
-            model_args.model_name_or_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
         )
     budget = PixelBudget(data_args.min_pixels, data_args.max_pixels)
     settings = settings_for(
@@ -188,11 +192,11 @@ def make_parser() -> TrlParser:
     parser = TrlParser((DataArguments, SFTConfig, ModelConfig))
     # Recipe defaults; a --config file or the command line still overrides them.
     parser.set_defaults(
-        bf16=True,
+        bf16=bf16_available(),  # a CPU (or a GPU without bf16) trains in float32 with no extra flag
         gradient_checkpointing=True,
         max_length=None,  # never cut image tokens; the pixel budget bounds the sequence
         lora_target_modules=["all-linear"],
-        dtype="bfloat16",
+        dtype=default_dtype(),
         report_to="none",
         train_sampling_strategy="group_by_length",  # rows of like length a batch (LengthGroupedSFTTrainer)
     )
@@ -205,4 +209,7 @@ def main(argv: list[str] | None = None):
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except RecipeError as error:
+        sys.exit(f"sft.py: error: {error}")

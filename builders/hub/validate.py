@@ -86,9 +86,28 @@ class Problem:
         return f"{self.file}: [{self.rule}] {self.detail}"
 
 
+def require_built_folder(folder: Path) -> Path:
+    """`folder` when it is a folder; otherwise a one-line ValueError saying what to name instead."""
+    folder = Path(folder)
+    if not folder.exists():
+        raise ValueError(f"{folder}: no such folder; name the folder a build wrote (the --out of `cxr-vqa build`)")
+    if not folder.is_dir():
+        raise ValueError(f"{folder}: a file, not a built dataset folder; name the folder a build wrote (the --out of `cxr-vqa build`)")
+    return folder
+
+
+def built_dataset(folder: Path) -> str | None:
+    """The dataset a build report names (`gemex`, `rexvqa`); None without a readable report."""
+    try:
+        report = json.loads((Path(folder) / "build_report.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return report.get("dataset") if isinstance(report, dict) else None
+
+
 def card_configs(folder: Path) -> tuple[dict[str, dict], DatasetInfosDict]:
     """The card's configs ({name: {"data_files": [...]}}) and infos; raises ValueError if the card is unusable."""
-    readme = folder / "README.md"
+    readme = require_built_folder(folder) / "README.md"
     if not readme.exists():
         raise ValueError("no README.md (the card)")
     try:
@@ -398,7 +417,7 @@ def check_conversations(folder: Path, configs: dict[str, dict]) -> list[Problem]
 
 def validate(folder: Path) -> list[Problem]:
     """Every viewer-readiness problem of a built dataset folder; empty when it is ready."""
-    folder = Path(folder)
+    folder = require_built_folder(folder)
     if links := check_links(folder):
         return links
     try:

@@ -42,7 +42,7 @@ def _require(module: str, extra: str):
         return importlib.import_module(module)
     except ImportError as error:
         raise MissingExtraError(
-            f"{module} is needed for this metric; install it with: pip install 'cxr-vqa[{extra}]'"
+            f"{module} is needed for this metric; install it from the cxr-vqa clone with: pip install '.[{extra}]'"
         ) from error
 
 
@@ -114,8 +114,9 @@ class BertScorer:
         torch = self.torch
         if len(candidates) != len(references):
             raise ValueError("candidates and references differ in length")
-        order = sorted(range(len(candidates)), key=lambda i: len(candidates[i] or "") + len(references[i] or ""))
-        scores = [0.0] * len(order)
+        scores = [0.0] * len(candidates)  # an empty reply (missing, or nothing extracted) scores 0 without the model
+        texts = [i for i in range(len(candidates)) if (candidates[i] or "").strip() and (references[i] or "").strip()]
+        order = sorted(texts, key=lambda i: len(candidates[i]) + len(references[i]))
         starts = range(0, len(order), self.batch_size)
         if progress:
             from tqdm.auto import tqdm

@@ -37,5 +37,5 @@ def accuracy(items: list[dict]) -> float | None:
     rows, replies = harness.rows_and_replies(items)
     result = scoring.score_rexvqa(rows, replies)
     for category, block in result["per_category"].items():
-        logger.info(f"ReXVQA {category}: accuracy {block['accuracy']:.4f} over {block['questions']} question(s)")
+        logger.info(f"ReXVQA {category}: accuracy {block['accuracy']:.2f}% over {block['questions']} question(s)")
     return result["overall"]["accuracy"]

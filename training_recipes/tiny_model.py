@@ -1,0 +1,235 @@
+"""Make a tiny random-weight vision-language model and its processor, offline, for smoke runs.
+
+    python -m training_recipes.tiny_model --family idefics3 --out tiny-idefics3
+
+Nothing is downloaded: the model is built from a config with random weights (hidden size 32, one
+layer, 56 px images, a few MB) and its processor wraps a small byte-level BPE tokenizer trained
+here on the recipes' own prompt text, with the special tokens that family's processor and chat
+template need. The chat templates are the families' released ones as TRL ships them
+(`trl/chat_templates/*.jinja`), so TRL recognises them and swaps in its training variants with
+`{% generation %}` markers exactly as for the Hub models. The folder it writes loads with
+`AutoModelForImageTextToText` / `AutoProcessor.from_pretrained`, as a Hub checkpoint does, so
+`sft.py` and `generate.py` take it as `--model_name_or_path`. It learns the answer format in a few
+steps; it says nothing about any real model.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import trl
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import PreTrainedTokenizerFast
+
+from gemex_dataset.prompts import TYPE_PROMPTS
+from rexvqa_dataset.prompts import INSTRUCTION
+from training_recipes.processors import TORCHVISION_INSTALL, RecipeError, torchvision_problem
+
+FAMILIES = ("idefics3", "gemma3", "qwen2_5_vl")
+"""What `--family` takes; idefics3 and gemma3 need nothing beyond the `train` extra, qwen2_5_vl torchvision."""
+IMAGE_SIZE = 56
+CHAT_TEMPLATES = Path(trl.__file__).parent / "chat_templates"
+
+
+@dataclass
+class TinyVLM:
+    family: str
+    model: object
+    processor: object
+
+
+def chat_template(name: str) -> str:
+    return (CHAT_TEMPLATES / f"{name}.jinja").read_text()
+
+
+def corpus() -> list[str]:
+    """Text the tokenizer learns merges from: the prompts and the shapes of targets."""
+    lines = list(TYPE_PROMPTS.values()) + [INSTRUCTION]
+    lines += [
+        "<answer> ['A', 'C'] <reason> The right lung shows an opacity. <location> [[12, 30, 40, 51]]",
+        "Which regions may require further investigation? <choices>: [A: Left lung, B: Spine]",
+        "Is there any evidence of a left pneumothorax? Yes. No. cardiac region effusion consolidation",
+        "0123456789 [], abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ .:?'\"\n",
+    ]
+    return lines * 4
+
+
+def train_tokenizer(special_tokens: list[str], vocab_size: int = 400, **kwargs) -> PreTrainedTokenizerFast:
+    """A byte-level BPE (any text encodes, no unknown token) with `special_tokens` as whole tokens."""
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size,
+        special_tokens=special_tokens,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(corpus(), trainer=trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **kwargs)
+
+
+def padded_vocab(tokenizer) -> int:
+    return ((len(tokenizer) + 63) // 64) * 64
+
+
+def tiny_qwen2_5_vl(processor_class=None) -> TinyVLM:
+    """Qwen2.5-VL with its released processor class, whose video processor needs torchvision
+    (`processor_class` swaps in another: the tests' image-only one)."""
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessorPil
+
+    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
+                "<|image_pad|>", "<|video_pad|>"]
+    tokenizer = train_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    image_processor = Qwen2VLImageProcessorPil(
+        size={"shortest_edge": IMAGE_SIZE * IMAGE_SIZE, "longest_edge": IMAGE_SIZE * IMAGE_SIZE}, patch_size=14, merge_size=2
+    )
+    if processor_class is None:
+        processor = released_qwen2_5_vl_processor(image_processor, tokenizer)
+    else:
+        processor = processor_class(image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template("qwen2_5_vl"))
+    ids = tokenizer.convert_tokens_to_ids
+    config = Qwen2_5_VLConfig(
+        text_config=dict(
+            vocab_size=padded_vocab(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
+            bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+        ),
+        vision_config=dict(
+            depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32, patch_size=14,
+            spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[0],
+        ),
+        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+    )
+    return TinyVLM("qwen2_5_vl", Qwen2_5_VLForConditionalGeneration(config), processor)
+
+
+def released_qwen2_5_vl_processor(image_processor, tokenizer):
+    """`Qwen2_5_VLProcessor` as the Hub checkpoints save it, video processor included (it needs torchvision)."""
+    from transformers import Qwen2_5_VLProcessor
+
+    problem = torchvision_problem()
+    if problem:
+        raise RecipeError(f"the Qwen2.5-VL processor cannot be built: {problem}; {TORCHVISION_INSTALL} "
+                          "(or make an idefics3 or gemma3 model, which need no torchvision)")
+    from transformers import Qwen2VLVideoProcessor
+
+    return Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
+                               video_processor=Qwen2VLVideoProcessor(), chat_template=chat_template("qwen2_5_vl"))
+
+
+def tiny_idefics3() -> TinyVLM:
+    from transformers import (
+        Idefics3Config,
+        Idefics3ForConditionalGeneration,
+        Idefics3ImageProcessorPil,
+        Idefics3Processor,
+    )
+
+    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<end_of_utterance>", "<image>",
+                "<fake_token_around_image>", "<global-img>", "<pad>"]
+    specials += [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
+    tokenizer = train_tokenizer(
+        specials, bos_token="<|begin_of_text|>", eos_token="<end_of_utterance>", pad_token="<pad>"
+    )
+    image_processor = Idefics3ImageProcessorPil(
+        do_image_splitting=False,
+        size={"longest_edge": IMAGE_SIZE},
+        max_image_size={"longest_edge": IMAGE_SIZE},
+    )
+    # image_seq_len = (56 / 14)^2 / scale_factor^2 = 16 / 4
+    processor = Idefics3Processor(
+        image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4, chat_template=chat_template("idefics3")
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    config = Idefics3Config(
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            image_size=IMAGE_SIZE, patch_size=14,
+        ),
+        text_config=dict(
+            model_type="llama", vocab_size=padded_vocab(tokenizer), hidden_size=32, intermediate_size=64,
+            num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+            bos_token_id=ids("<|begin_of_text|>"), eos_token_id=ids("<end_of_utterance>"), pad_token_id=ids("<pad>"),
+        ),
+        scale_factor=2,
+        image_token_id=ids("<image>"),
+    )
+    return TinyVLM("idefics3", Idefics3ForConditionalGeneration(config), processor)
+
+
+def tiny_gemma3() -> TinyVLM:
+    from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil, Gemma3Processor
+
+    specials = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>",
+                "<end_of_image>", "<image_soft_token>"]
+    tokenizer = train_tokenizer(
+        specials, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
+        extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
+                              "image_token": "<image_soft_token>"},
+    )
+    image_processor = Gemma3ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    processor = Gemma3Processor(
+        image_processor=image_processor, tokenizer=tokenizer, image_seq_length=4, chat_template=chat_template("gemma3")
+    )
+    ids = tokenizer.convert_tokens_to_ids
+    config = Gemma3Config(
+        text_config=dict(
+            vocab_size=padded_vocab(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+            num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048,
+            sliding_window=64, bos_token_id=ids("<bos>"), eos_token_id=ids("<eos>"), pad_token_id=ids("<pad>"),
+        ),
+        vision_config=dict(
+            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
+            image_size=IMAGE_SIZE, patch_size=14,
+        ),
+        mm_tokens_per_image=4,
+        boi_token_index=ids("<start_of_image>"),
+        eoi_token_index=ids("<end_of_image>"),
+        image_token_index=ids("<image_soft_token>"),
+    )
+    return TinyVLM("gemma3", Gemma3ForConditionalGeneration(config), processor)
+
+
+BUILDERS = {"idefics3": tiny_idefics3, "gemma3": tiny_gemma3, "qwen2_5_vl": tiny_qwen2_5_vl}
+
+
+def tiny_vlm(family: str, seed: int = 0) -> TinyVLM:
+    """A fresh tiny model (seeded random weights) and its processor."""
+    import torch
+
+    torch.manual_seed(seed)
+    return BUILDERS[family]()
+
+
+def save_tiny_vlm(family: str, directory: Path, seed: int = 0) -> Path:
+    """Write a tiny model and processor to `directory`, the way a Hub checkpoint looks on disk."""
+    vlm = tiny_vlm(family, seed)
+    vlm.model.save_pretrained(directory)
+    vlm.processor.save_pretrained(directory)
+    return directory
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m training_recipes.tiny_model", description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser.add_argument("--family", choices=FAMILIES, default="idefics3", help="the model family to copy the shape of")
+    parser.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    args = parser.parse_args(argv)
+    try:
+        save_tiny_vlm(args.family, args.out, args.seed)
+    except RecipeError as error:
+        print(f"tiny_model: error: {error}", file=sys.stderr)
+        return 1
+    print(f"{args.out}: a tiny random-weight {args.family} model and its processor (offline; for smoke runs only)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
