@@ -152,7 +152,7 @@ def test_evaluate_says_which_question_has_an_image_too_narrow_for_qwen_boxes(tmp
     from datasets import Dataset
     from scoring_fixtures import gemex_rows
 
-    from builders.scoring import evaluate
+    from cxr_vqa import evaluate
     from gemex_dataset.features import features
 
     rows = [{**dict.fromkeys(features("none")), **row, "split": "test", "regions": [], "q_id": str(k), "row_id": f"row_{k}"}
