@@ -88,8 +88,8 @@ class GemexBuild(DatasetBuild):
         return ImageSource(self.settings, provenance=self.provenance) if self.settings.images else None
 
     def conversation_layout(self) -> ConversationLayout | None:
-        """`sft_per_image`: an image's questions as one conversation (builds with images only)."""
-        if "messages" not in self.features:
+        """`sft_per_image`: an image's questions as one conversation (builds with images only, unless `--no-conversations`)."""
+        if "messages" not in self.features or self.settings.no_conversations:
             return None
         return ConversationLayout(PER_IMAGE_CONFIG, "image_path", per_image_features(self.settings.image_mode), TURN_COLUMNS,
                                   group_columns=lambda rows: {c: rows[0][c] for c in IMAGE_COLUMNS_PER_IMAGE},

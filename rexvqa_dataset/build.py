@@ -75,8 +75,9 @@ class RexvqaBuild(DatasetBuild):
         return ImageSource(self.settings, allowed_root=Path(self.settings.images).absolute().parent, provenance=self.provenance)
 
     def conversation_layout(self) -> ConversationLayout | None:
-        """`sft_per_study`: a study's questions as one conversation with all its images (builds with images only)."""
-        if "messages" not in self.features:
+        """`sft_per_study`: a study's questions as one conversation with all its images (builds with images only,
+        unless `--no-conversations`)."""
+        if "messages" not in self.features or self.settings.no_conversations:
             return None
         return ConversationLayout(PER_STUDY_CONFIG, "study_id", per_study_features(self.settings.image_mode), TURN_COLUMNS,
                                   group_columns=study_columns, group_id=lambda row: f"{row['split']}/{row['study_id']}",

@@ -50,6 +50,10 @@ class BuildSettings:
         "help": "sft_per_image/sft_per_study: text tokens of one conversation row (about 4 characters a token), "
                 f"a longer one is cut into balanced rows of the same image (default {TEXT_TOKENS}: with the "
                 "at most 640 image tokens of the default 501,760-pixel budget a row stays under 3,000 tokens)"})
+    no_conversations: bool = field(default=False, metadata={
+        "help": "write no one-conversation-per-image config (sft_per_image/sft_per_study): with --image-mode embed "
+                "that config holds every image once more, so leaving it out keeps --shard-layout shared at one copy "
+                "of each image on local disk"})
 
     @property
     def shared_shards(self) -> bool:
