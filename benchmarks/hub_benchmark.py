@@ -190,11 +190,13 @@ def main() -> None:
     print(table(["dataset", "layout", "images", "img+text MB", "build s", "local", "hub (publish's commits)", "hub (1 call)"],
                 [[r["dataset"], r["layout"], str(r["images"]), f"{r['base_mb']:.1f}", f"{r['build_s']:.1f}", f"{r['local']:.2f}",
                   ratio(r["hub"]), ratio(r["hub_one_call"])] for r in layouts]))
-    print("\nA consumer's disk per config: download (its Parquet files) + `load_dataset` Arrow cache; streaming writes nothing\n")
-    print(table(["dataset", "layout", "config", "download", "cache", "cache / img+text", "disk (non-streaming)", "disk (streaming)",
+    if consumers:
+        print("\nA consumer's disk per config: download (its Parquet files) + `load_dataset` Arrow cache; streaming writes nothing\n")
+        print(table(["dataset", "layout", "config", "download", "cache", "cache / img+text", "disk (non-streaming)", "disk (streaming)",
                  "load s", "stream s"],
-                [[c["dataset"], c["layout"], c["config"], f"{c['download'] / 1e6:.1f} MB", f"{c['cache'] / 1e6:.1f} MB",
-                  f"{c['cache_ratio']:.2f}", f"{c['disk']:.2f}", "0.00", f"{c['load_s']:.1f}", f"{c['stream_s']:.1f}"] for c in consumers]))
+                    [[c["dataset"], c["layout"], c["config"], f"{c['download'] / 1e6:.1f} MB", f"{c['cache'] / 1e6:.1f} MB",
+                      f"{c['cache_ratio']:.2f}", f"{c['disk']:.2f}", "0.00", f"{c['load_s']:.1f}", f"{c['stream_s']:.1f}"]
+                     for c in consumers]))
     print("\nWith the one-conversation-per-image config over the same layout without it (--no-conversations)\n")
     print(table(["dataset", "layout", "local with / without", "hub with / without"], conversation_costs(layouts)))
     local = {(r["dataset"], r["layout"]): r["local"] for r in layouts}

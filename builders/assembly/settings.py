@@ -42,8 +42,9 @@ class BuildSettings:
     shard_layout: str = field(default="auto", metadata={
         "choices": SHARD_LAYOUTS,
         "help": "by-config (auto, the default): a shard set per question type/task, what the Hub's viewer shows "
-                "(an image is in each type's files; the Hub stores it once); shared: one set per split, configs "
-                "select rows by a Parquet filter (each image once locally; not for the Hub: its viewer ignores filters)"})
+                "(an embedded image is in each of its types' files; the Hub stores it once); shared: one set per split, "
+                "configs select rows by a Parquet filter (each image once in it, and once more in the conversation "
+                "config's files unless --no-conversations; not for the Hub: its viewer ignores filters)"})
     turn_seed: int = field(default=TURN_SEED, metadata={
         "help": f"seed of the turn order in sft_per_image/sft_per_study (default {TURN_SEED}); the order carries no signal"})
     conversation_tokens: int = field(default=TEXT_TOKENS, metadata={
