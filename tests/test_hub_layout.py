@@ -115,6 +115,8 @@ def test_shared_layout_without_conversations_stores_each_image_once(dataset, gem
     out = build(dataset, rexvqa_release, tmp_path / "without", "shared", gemex_release, conversations=False)
     copies = image_copies(out)
     assert copies.keys() == image_copies(with_them).keys() and set(copies.values()) == {1}
+    assert f"once more in\n`{conversation}`" in (with_them / "README.md").read_text()  # the card says what it holds
+    assert "once more in" not in (out / "README.md").read_text()
     configs, infos = card_configs(out)
     assert conversation not in configs and {"default", "sft"} < set(configs)
     assert {p.rule for p in validate(out)} == {"viewer-rows"}  # the shared layout's one refusal: not for the Hub viewer
