@@ -1,6 +1,7 @@
 """What an embedded build costs on the Hub and on its users' disks, per layout, measured in one run.
 
     python benchmarks/hub_benchmark.py --images 2000 --rexvqa-downscale 2
+    python benchmarks/hub_benchmark.py --images 200 --local-only   # local bytes per layout, in minutes
 
 For each dataset it writes a synthetic release (GEMeX: `--images` images, about 10.6 questions
 each; ReXVQA: enough studies for `--images` images, about 1.7 a study), builds it with
@@ -20,10 +21,11 @@ stored plus the annotation text (`img+text`):
 Layouts: `by-config` (the default: each config's files hold its rows, Parquet written with
 content-defined chunking), `by-config, no CDC` (the same without it), `shared` (one shard
 set per split, configs as Parquet filters; not viewer-correct, for comparison) and
-`by-config, no sft_per_image` (the default less the one-conversation-per-image config, GEMeX
-`sft_per_image` / ReXVQA `sft_per_study`: the Hub storage that config adds is the ratio of
-`by-config` to it, printed last). The consumer's `cache / img+text` column is the Arrow cache
-of a non-streaming load of one config over the distinct image bytes plus the text.
+`by-config, no sft_per_image` and `shared, no sft_per_image` (each layout less the
+one-conversation-per-image config, GEMeX `sft_per_image` / ReXVQA `sft_per_study`: `--no-conversations`;
+what that config adds is the ratio of each layout to it, printed last). The consumer's
+`cache / img+text` column is the Arrow cache of a non-streaming load of one config over the distinct
+image bytes plus the text. `--local-only` measures the builds' local bytes alone (no Xet upload, no loads).
 """
 
 from __future__ import annotations
@@ -40,10 +42,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-LAYOUTS = {"by-config": ("by-config", True), "by-config, no CDC": ("by-config", False), "shared": ("shared", True),
-           "by-config, no sft_per_image": ("by-config", True)}
-WITHOUT_CONVERSATIONS = "by-config, no sft_per_image"
-"""The default layout less the one-conversation-per-image config (`sft_per_image`, `sft_per_study`): what it costs."""
+LAYOUTS = {"by-config": ("by-config", True, True), "by-config, no CDC": ("by-config", False, True),
+           "shared": ("shared", True, True), "by-config, no sft_per_image": ("by-config", True, False),
+           "shared, no sft_per_image": ("shared", True, False)}
+"""label: (--shard-layout, content-defined chunking, with the one-conversation-per-image config)."""
 
 
 def folder_bytes(folder: Path, pattern: str = "*") -> int:
@@ -72,15 +74,12 @@ def build(dataset: str, source: Path, images: Path | None, out: Path, layout: st
     else:
         from rexvqa_dataset.build import RexvqaBuild as Build
     ShardWriter.CONTENT_DEFINED_CHUNKING = cdc
-    with_conversations = Build.conversation_layout
-    if not conversations:
-        Build.conversation_layout = lambda self: None
     start = time.perf_counter()
     try:
-        Build(BuildSettings(source=source, out=out, images=images, image_mode="embed", shard_layout=layout, num_proc=2)).run()
+        Build(BuildSettings(source=source, out=out, images=images, image_mode="embed", shard_layout=layout, num_proc=2,
+                            no_conversations=not conversations)).run()
     finally:
         ShardWriter.CONTENT_DEFINED_CHUNKING = True
-        Build.conversation_layout = with_conversations
     return time.perf_counter() - start
 
 
@@ -142,21 +141,22 @@ def consumer(out: Path, work: Path) -> list[dict]:
 
 
 def bench(dataset: str, images: int, downscale: int, work: Path, layouts_wanted: list[str],
-          loads: bool) -> tuple[list[dict], list[dict]]:
+          loads: bool, hub: bool = True) -> tuple[list[dict], list[dict]]:
     source, image_root, annotations = release(dataset, images, work, downscale)
     text = folder_bytes(annotations)
     layouts, consumers = [], []
-    for label, (layout, cdc) in ((label, LAYOUTS[label]) for label in layouts_wanted):
-        out = work / f"{dataset}-{layout}-{cdc}-{label != WITHOUT_CONVERSATIONS}"
-        seconds = build(dataset, source, image_root, out, layout, cdc, conversations=label != WITHOUT_CONVERSATIONS)
+    for label, (layout, cdc, conversations) in ((label, LAYOUTS[label]) for label in layouts_wanted):
+        out = work / f"{dataset}-{layout}-{cdc}-{conversations}"
+        seconds = build(dataset, source, image_root, out, layout, cdc, conversations=conversations)
         count, image_bytes = distinct_images(out)
         base = image_bytes + text
         row = {"dataset": dataset, "layout": label, "images": count, "base_mb": base / 1e6, "build_s": seconds,
                "local": folder_bytes(out, "*.parquet") / base,
-               "hub": hub_stored(out, work / "xet") / base, "hub_one_call": hub_stored(out, work / "xet", grouped=False) / base}
+               "hub": hub_stored(out, work / "xet") / base if hub else math.nan,
+               "hub_one_call": hub_stored(out, work / "xet", grouped=False) / base if hub else math.nan}
         layouts.append(row)
         print(f"{dataset} {label}: {row}", file=sys.stderr, flush=True)
-        if loads and cdc and label != WITHOUT_CONVERSATIONS:
+        if loads and cdc and conversations:
             for c in consumer(out, work):
                 consumers.append({"dataset": dataset, "layout": label, **c, "disk": (c["download"] + c["cache"]) / base,
                                   "cache_ratio": c["cache"] / base})
@@ -176,28 +176,54 @@ def main() -> None:
     parser.add_argument("--rexvqa-downscale", type=int, default=2, help="synthetic ReXVQA images at 1/N of the release's size")
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
     parser.add_argument("--no-loads", action="store_true", help="sizes only: skip the consumer's load_dataset")
+    parser.add_argument("--local-only", action="store_true", help="local bytes only: no Xet upload, no load_dataset")
     args = parser.parse_args()
     layouts, consumers = [], []
     with tempfile.TemporaryDirectory(prefix="hub-bench-") as tmp:
         for dataset in args.datasets:
             downscale = args.gemex_downscale if dataset == "gemex" else args.rexvqa_downscale
-            mine = bench(dataset, args.images, downscale, Path(tmp) / dataset, args.layouts, not args.no_loads)
+            mine = bench(dataset, args.images, downscale, Path(tmp) / dataset, args.layouts,
+                         loads=not (args.no_loads or args.local_only), hub=not args.local_only)
             layouts += mine[0]
             consumers += mine[1]
     print("Sizes as ratios to distinct image bytes + annotation text (img+text)\n")
     print(table(["dataset", "layout", "images", "img+text MB", "build s", "local", "hub (publish's commits)", "hub (1 call)"],
                 [[r["dataset"], r["layout"], str(r["images"]), f"{r['base_mb']:.1f}", f"{r['build_s']:.1f}", f"{r['local']:.2f}",
-                  f"{r['hub']:.2f}", f"{r['hub_one_call']:.2f}"] for r in layouts]))
-    print("\nA consumer's disk per config: download (its Parquet files) + `load_dataset` Arrow cache; streaming writes nothing\n")
-    print(table(["dataset", "layout", "config", "download", "cache", "cache / img+text", "disk (non-streaming)", "disk (streaming)",
+                  ratio(r["hub"]), ratio(r["hub_one_call"])] for r in layouts]))
+    if consumers:
+        print("\nA consumer's disk per config: download (its Parquet files) + `load_dataset` Arrow cache; streaming writes nothing\n")
+        print(table(["dataset", "layout", "config", "download", "cache", "cache / img+text", "disk (non-streaming)", "disk (streaming)",
                  "load s", "stream s"],
-                [[c["dataset"], c["layout"], c["config"], f"{c['download'] / 1e6:.1f} MB", f"{c['cache'] / 1e6:.1f} MB",
-                  f"{c['cache_ratio']:.2f}", f"{c['disk']:.2f}", "0.00", f"{c['load_s']:.1f}", f"{c['stream_s']:.1f}"] for c in consumers]))
-    without = {r["dataset"]: r["hub"] for r in layouts if r["layout"] == WITHOUT_CONVERSATIONS}
-    with_them = {r["dataset"]: r["hub"] for r in layouts if r["layout"] == "by-config"}
-    if without and with_them:
-        print("\nHub storage with the one-conversation-per-image config over the same layout without it\n")
-        print(table(["dataset", "hub with / without"], [[d, f"{with_them[d] / without[d]:.3f}"] for d in without if d in with_them]))
+                    [[c["dataset"], c["layout"], c["config"], f"{c['download'] / 1e6:.1f} MB", f"{c['cache'] / 1e6:.1f} MB",
+                      f"{c['cache_ratio']:.2f}", f"{c['disk']:.2f}", "0.00", f"{c['load_s']:.1f}", f"{c['stream_s']:.1f}"]
+                     for c in consumers]))
+    print("\nWith the one-conversation-per-image config over the same layout without it (--no-conversations)\n")
+    print(table(["dataset", "layout", "local with / without", "hub with / without"], conversation_costs(layouts)))
+    local = {(r["dataset"], r["layout"]): r["local"] for r in layouts}
+    print("\nLocal bytes, shared over by-config\n")
+    print(table(["dataset", "conversations", "shared / by-config"],
+                [[d, label, f"{local[d, 'shared' + suffix] / local[d, 'by-config' + suffix]:.2f}"]
+                 for d in dict.fromkeys(r["dataset"] for r in layouts)
+                 for label, suffix in (("with", ""), ("without", ", no sft_per_image"))
+                 if (d, "shared" + suffix) in local and (d, "by-config" + suffix) in local]))
+
+
+def ratio(value: float, digits: int = 2) -> str:
+    """A ratio as the tables print it; `-` where it was not measured (`--local-only`)."""
+    return "-" if math.isnan(value) else f"{value:.{digits}f}"
+
+
+def conversation_costs(layouts: list[dict]) -> list[list[str]]:
+    """Per dataset and layout measured both ways: its bytes with the conversation config over those without it."""
+    found = {(r["dataset"], r["layout"]): r for r in layouts}
+    lines = []
+    for (dataset, label), without in found.items():
+        if not label.endswith(", no sft_per_image") or (dataset, label.split(",")[0]) not in found:
+            continue
+        with_them = found[dataset, label.split(",")[0]]
+        lines.append([dataset, label.split(",")[0], ratio(with_them["local"] / without["local"], 3),
+                      ratio(with_them["hub"] / without["hub"], 3)])
+    return lines
 
 
 if __name__ == "__main__":

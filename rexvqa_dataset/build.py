@@ -75,8 +75,9 @@ class RexvqaBuild(DatasetBuild):
         return ImageSource(self.settings, allowed_root=Path(self.settings.images).absolute().parent, provenance=self.provenance)
 
     def conversation_layout(self) -> ConversationLayout | None:
-        """`sft_per_study`: a study's questions as one conversation with all its images (builds with images only)."""
-        if "messages" not in self.features:
+        """`sft_per_study`: a study's questions as one conversation with all its images (builds with images only,
+        unless `--no-conversations`)."""
+        if "messages" not in self.features or self.settings.no_conversations:
             return None
         return ConversationLayout(PER_STUDY_CONFIG, "study_id", per_study_features(self.settings.image_mode), TURN_COLUMNS,
                                   group_columns=study_columns, group_id=lambda row: f"{row['split']}/{row['study_id']}",
@@ -309,6 +310,13 @@ OPTION_HELP = {
     "source": "the raw release: its root or its metadata/ folder (or one *_vqa_data.json file)",
     "images": "the folder image paths are relative to (default: the metadata folder)",
     "split": "the split of every file read (default: from the file names, train/valid/test_vqa_data.json)",
+    "shard_layout": "by-config (auto, the default): a shard set per task, what the Hub's viewer shows; an embedded "
+                    "image is in each of its tasks' files and in sft_per_study's (local Parquet about 3.3x the distinct image and "
+                    "text bytes, 2.3x with --no-conversations; the Hub stores each image about once). shared: one set per "
+                    "split, configs select rows by a Parquet filter (about 1.9x: each image once, and once more in "
+                    "sft_per_study; 0.95x with --no-conversations); not for the Hub: its viewer ignores filters",
+    "no_conversations": "write no sft_per_study config: with --image-mode embed its own files hold every image once more, "
+                        "which doubles the shared layout's local bytes",
 }
 """How a ReXVQA build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
 

@@ -151,14 +151,16 @@ def test_build_options_are_the_settings_fields_with_their_defaults():
         args = parser().parse_args(["build", dataset, "--source", "raw", "--out", "built"])
         assert parsed_options(BuildSettings, args) == BuildSettings(source=Path("raw"), out=Path("built"))
     args = parser().parse_args(["build", "gemex", "--source", "raw", "--out", "built", "--image-mode", "embed", "--image-size", "96",
-                                "--keep-16bit", "--shard-layout", "shared", "--turn-seed", "3", "--num-proc", "2"])
+                                "--keep-16bit", "--shard-layout", "shared", "--turn-seed", "3", "--num-proc", "2",
+                                "--no-conversations"])
     settings = parsed_options(BuildSettings, args)
     assert (settings.image_mode, settings.image_size, settings.keep_16bit, settings.shard_layout, settings.turn_seed,
-            settings.num_proc) == ("embed", 96, True, "shared", 3, 2)
+            settings.num_proc, settings.no_conversations) == ("embed", 96, True, "shared", 3, 2, True)
     assert all(field.metadata["help"] for field in fields(BuildSettings))
 
 
-def test_each_dataset_build_has_its_own_help(capsys):
+def test_each_dataset_build_has_its_own_help(capsys, monkeypatch):
+    monkeypatch.setenv("COLUMNS", "2000")  # argparse wraps at the terminal's width, and breaks lines after a hyphen
     helps = {}
     for dataset in ("gemex", "rexvqa"):
         with pytest.raises(SystemExit):
@@ -168,6 +170,10 @@ def test_each_dataset_build_has_its_own_help(capsys):
     assert "--source SOURCE the raw release: its root or its metadata/ folder" in helps["rexvqa"]
     for text in helps.values():
         assert "--keep-16bit embed 16-bit sources as 16-bit PNG" in text and "{reference,embed,none}" in text
+    for dataset, conversation in (("gemex", "sft_per_image"), ("rexvqa", "sft_per_study")):
+        layouts = helps[dataset].split("--shard-layout {auto,by-config,shared} ", 1)[1].split(" --turn-seed", 1)[0]
+        assert f"once more in {conversation}" in layouts and "with --no-conversations" in layouts
+        assert f"--no-conversations write no {conversation} config" in helps[dataset]
 
 
 def test_a_choice_outside_the_declared_ones_is_refused(capsys):

@@ -4,6 +4,7 @@ files read as they are (pyarrow, no `filters`, as the viewer links them) are the
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import pyarrow.parquet as pq
@@ -22,12 +23,13 @@ def rexvqa_release(tmp_path_factory) -> Path:
     return generate_rexvqa(tmp_path_factory.mktemp("rexvqa-release"), num_studies=12, seed=3).root
 
 
-def build(dataset: str, source: Path, out: Path, layout: str, gemex_release=None) -> Path:
+def build(dataset: str, source: Path, out: Path, layout: str, gemex_release=None, conversations: bool = True) -> Path:
     if dataset == "gemex":
         build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root,
-                                  image_mode="embed", shard_layout=layout))
+                                  image_mode="embed", shard_layout=layout, no_conversations=not conversations))
     else:
-        build_rexvqa(BuildSettings(source=source, out=out, image_mode="embed", shard_layout=layout))
+        build_rexvqa(BuildSettings(source=source, out=out, image_mode="embed", shard_layout=layout,
+                                   no_conversations=not conversations))
     return out
 
 
@@ -91,3 +93,39 @@ def test_images_two_configs_share_lie_in_one_run_in_both_files(rexvqa_release, t
         assert in_big == list(range(in_big[0], in_big[0] + len(shared)))
         assert in_small == list(range(in_small[0], in_small[0] + len(shared)))
         assert [big[k] for k in in_big] == [small[k] for k in in_small]
+
+
+def image_copies(folder: Path) -> Counter[bytes]:
+    """How many times each distinct image's bytes occur in the folder's Parquet files, read as raw bytes."""
+    images = set()
+    for path in folder.rglob("*.parquet"):
+        column = "image" if "image" in pq.read_schema(path).names else "images"
+        for value in pq.read_table(path, columns=[column]).column(column).to_pylist():
+            images.update(image["bytes"] for image in (value if isinstance(value, list) else [value]))
+    files = [path.read_bytes() for path in folder.rglob("*.parquet")]
+    return Counter({image: sum(data.count(image) for data in files) for image in images})
+
+
+@pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
+def test_shared_layout_without_conversations_stores_each_image_once(dataset, gemex_release, rexvqa_release, tmp_path):
+    """`--shard-layout shared --no-conversations`: every image once on disk, every config still loads its rows."""
+    conversation = {"gemex": "sft_per_image", "rexvqa": "sft_per_study"}[dataset]
+    with_them = build(dataset, rexvqa_release, tmp_path / "with", "shared", gemex_release)
+    assert set(image_copies(with_them).values()) == {2}  # the conversation config's files hold each image again
+    out = build(dataset, rexvqa_release, tmp_path / "without", "shared", gemex_release, conversations=False)
+    copies = image_copies(out)
+    assert copies.keys() == image_copies(with_them).keys() and set(copies.values()) == {1}
+    assert f"once more in\n`{conversation}`" in (with_them / "README.md").read_text()  # the card says what it holds
+    assert "once more in" not in (out / "README.md").read_text()
+    configs, infos = card_configs(out)
+    assert conversation not in configs and {"default", "sft"} < set(configs)
+    assert {p.rule for p in validate(out)} == {"viewer-rows"}  # the shared layout's one refusal: not for the Hub viewer
+    asked = {split: sorted(load_dataset(str(out), "default", split=split)["question_id"]) for split in infos["default"].splits}
+    typed: dict[str, list[str]] = {split: [] for split in asked}
+    for name in configs:
+        for split, info in infos[name].splits.items():
+            rows = load_dataset(str(out), name, split=split)
+            assert len(rows) == info.num_examples > 0 and "question_id" in rows.column_names, (name, split)
+            if name not in ("default", "sft"):
+                typed[split] += rows["question_id"]
+    assert {split: sorted(ids) for split, ids in typed.items()} == asked

@@ -42,14 +42,19 @@ class BuildSettings:
     shard_layout: str = field(default="auto", metadata={
         "choices": SHARD_LAYOUTS,
         "help": "by-config (auto, the default): a shard set per question type/task, what the Hub's viewer shows "
-                "(an image is in each type's files; the Hub stores it once); shared: one set per split, configs "
-                "select rows by a Parquet filter (each image once locally; not for the Hub: its viewer ignores filters)"})
+                "(an embedded image is in each of its types' files; the Hub stores it once); shared: one set per split, "
+                "configs select rows by a Parquet filter (each image once in it, and once more in the conversation "
+                "config's files unless --no-conversations; not for the Hub: its viewer ignores filters)"})
     turn_seed: int = field(default=TURN_SEED, metadata={
         "help": f"seed of the turn order in sft_per_image/sft_per_study (default {TURN_SEED}); the order carries no signal"})
     conversation_tokens: int = field(default=TEXT_TOKENS, metadata={
         "help": "sft_per_image/sft_per_study: text tokens of one conversation row (about 4 characters a token), "
                 f"a longer one is cut into balanced rows of the same image (default {TEXT_TOKENS}: with the "
                 "at most 640 image tokens of the default 501,760-pixel budget a row stays under 3,000 tokens)"})
+    no_conversations: bool = field(default=False, metadata={
+        "help": "write no one-conversation-per-image config (sft_per_image/sft_per_study): with --image-mode embed "
+                "that config holds every image once more, so leaving it out keeps --shard-layout shared at one copy "
+                "of each image on local disk"})
 
     @property
     def shared_shards(self) -> bool:

@@ -23,8 +23,12 @@ question type or task):
   bytes (see `benchmarks/hub_benchmark.py`).
 - `shared`: one shard set per split (`questions-*.parquet`); each config is the same glob
   with a Parquet filter on its class column, which `datasets` applies when loading.
-  Every image is stored once locally, but the viewer shows every row under every config,
+  Every image is stored once in them, but the viewer shows every row under every config,
   so `cxr-vqa validate` refuses it for the Hub (`viewer-rows`).
+
+The one-conversation-per-image config (`conversations`) has its own shard set in both layouts: its
+rows are not a filter of the question rows, so an embedded build holds each image there once more,
+unless it is left out (`BuildSettings.no_conversations`).
 """
 
 from __future__ import annotations
