@@ -210,6 +210,11 @@ class Checkpointing(TrainerCallback):
         return control
 
 
+def vision_example():
+    """A row of the stream's shape, for SFTTrainer's look at a first example (images? a conversation?)."""
+    yield {"images": [], "messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}], "question_ids": []}
+
+
 class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
     """`LengthGroupedSampler` whose order for an epoch depends on the seed and the epoch alone
     (`set_epoch`, which accelerate's data loader calls), so a run resumed in its second epoch trains
@@ -242,7 +247,11 @@ class LengthGroupedSFTTrainer(SFTTrainer):
         self.lengths = lengths or {}
         self.stream = isinstance(kwargs.get("train_dataset"), IterableDataset)
         self.stream_checkpoint: str | None = None
+        train_dataset = kwargs.get("train_dataset")
+        if self.stream:  # SFTTrainer reads a first example to see that the rows have images: not a block of the stream
+            kwargs["train_dataset"] = IterableDataset.from_generator(vision_example)
         super().__init__(*args, **kwargs)
+        self.train_dataset = train_dataset
 
     def _build_accelerator_args(self, **kwargs):
         if self.stream:
