@@ -255,6 +255,8 @@ def test_two_processes_train_disjoint_rows_each_prepared_and_read_by_its_own_pro
         assert set(trained[0]) | set(trained[1]) == set(rows[:24]) and len(trained[0]) == len(trained[1]) == 12
     else:  # a stream: each process reads its own shards, about half the rows, not all of them
         read = [{"+".join(e["ids"]) for e in row_recorder.events(log, rank, "read")} for rank in (0, 1)]
-        assert not read[0] & read[1] and max(len(read[0]), len(read[1])) <= 0.55 * len(rows), (len(read[0]), len(read[1]), len(rows))
+        # about half each, none read by both; the halves differ by a shard or two (a shard here is a row
+        # group of two images' questions, a few percent of this tiny build; of a full build, 256 images' of 150,000)
+        assert not read[0] & read[1] and max(len(read[0]), len(read[1])) <= 0.6 * len(rows), (len(read[0]), len(read[1]), len(rows))
     if "streamed" in run:
         assert "stream: " in (two_processes / "stderr.txt").read_text()
