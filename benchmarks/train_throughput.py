@@ -44,19 +44,13 @@ import time
 from pathlib import Path
 
 import torch
-from torch.utils.data import DataLoader
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
-import tiny_models  # noqa: E402  (offline tokenizer and the image-only Qwen2.5-VL processor)
-from datasets import load_dataset  # noqa: E402
-from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
-from trl.chat_template_utils import get_training_chat_template  # noqa: E402
-from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
-
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget  # noqa: E402
-from training_recipes.data import conversational, sequence_lengths, settings_for  # noqa: E402
+
+# datasets, transformers, trl and the recipe's data path are imported where they are used, so `--help` is quick
 
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H20": 148.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 """Dense bf16 tensor-core peaks (SXM parts; an H100 PCIe is 756)."""
@@ -75,6 +69,7 @@ def model_preset(path: Path) -> dict:
 
 def build_processor(max_pixels: int = MAX_PIXELS, min_pixels: int = MIN_PIXELS):
     """Qwen2.5-VL's processor (images only) around a tokenizer trained offline, bounded to `max_pixels`."""
+    import tiny_models  # offline tokenizer and the image-only Qwen2.5-VL processor
     from transformers import Qwen2VLImageProcessorPil
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
@@ -229,7 +224,7 @@ def parse_args(argv):
     parser.add_argument("--compile_backend", default="inductor", help="torch.compile's backend (aot_eager for a CPU smoke test).")
     parser.add_argument("--peak_tflops", type=float, default=None, help="Override the GPU's dense bf16 peak.")
     parser.add_argument("--profile", default=None, metavar="DIR",
-                        help=f"Where MFU < {MFU_TARGET:.0%} (full fine-tuning) or data wait >= {DATA_WAIT_TARGET:.0%}: "
+                        help=f"Where MFU < {MFU_TARGET:.0%}% (full fine-tuning) or data wait >= {DATA_WAIT_TARGET:.0%}%: "
                              "profile a few more steps into DIR (trace.json.gz, ops.txt).")
     parser.add_argument("--profile_when", choices=("miss", "always"), default="miss")
     parser.add_argument("--profile_steps", type=int, default=2)
@@ -239,6 +234,8 @@ def parse_args(argv):
 
 
 def training_split(args):
+    from datasets import load_dataset
+
     built = Path(args.dataset) if args.dataset else build_synthetic_gemex(Path(args.workdir), args.rows, args.image_size)
     split = load_dataset(str(built), args.dataset_config, split=args.split)
     return split.select(range(min(args.rows, len(split))))
@@ -272,6 +269,13 @@ def write_profile(step, steps: int, device: torch.device, directory: Path) -> No
 
 
 def main(argv: list[str] | None = None) -> dict:
+    from torch.utils.data import DataLoader
+    from transformers.trainer_pt_utils import LengthGroupedSampler
+    from trl.chat_template_utils import get_training_chat_template
+    from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+    from training_recipes.data import conversational, sequence_lengths, settings_for
+
     args = parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and not args.tiny else "cpu"))
     if args.tiny:

@@ -34,10 +34,18 @@ TRL_FEATURES = Features(
     {
         "images": List(Image(decode=False)),
         "messages": List({"role": Value("string"), "content": List({"type": Value("string"), "text": Value("string")})}),
+        "question_ids": List(Value("string")),
     }
 )
 """The conversational vision columns of a stream, typed so streams of both datasets interleave;
-images stay encoded until `decode_images`."""
+images stay encoded until `decode_images`. `question_ids` names the questions a row trains (TRL's
+collator ignores it), so a run can say which rows each process trained on."""
+
+STREAM_SHARDS = 64
+"""Shards of a stream made from a map-style split: enough to split over 1, 2, 4, 8, 16, 32 or 64
+processes (`datasets.distributed.split_dataset_by_node` hands each process whole shards)."""
+SHUFFLE_BLOCK = 1000
+"""Rows a stream is shuffled within (`shuffled_in_blocks`)."""
 
 PROMPTS: dict[str, ModuleType] = {"gemex": gemex_prompts, "rexvqa": rexvqa_prompts}
 
@@ -161,9 +169,15 @@ def shown_images(row: dict, kind: str) -> int:
     return PROMPTS[kind].image_count(row)
 
 
+def question_ids(row: dict) -> list[str]:
+    """The questions a row holds: one a row, or a conversation's (`question_ids`)."""
+    return list(row["question_ids"]) if "question_ids" in row else [row["question_id"]]
+
+
 def to_trl_example(row: dict, kind: str, settings: ConversationSettings, with_answer: bool = True) -> dict:
-    """One row as ``{"images": [PIL, ...], "messages": [...]}``."""
-    return {"images": row_images(row, kind, settings), "messages": to_messages(row, kind, settings, with_answer)}
+    """One row as ``{"images": [PIL, ...], "messages": [...], "question_ids": [...]}``."""
+    return {"images": row_images(row, kind, settings), "messages": to_messages(row, kind, settings, with_answer),
+            "question_ids": question_ids(row)}
 
 
 IMAGE_SIZE_COLUMNS: dict[str, tuple[str, str]] = {"gemex": ("image_width", "image_height"),
@@ -240,25 +254,30 @@ def conversational(dataset: Dataset, settings: ConversationSettings, with_answer
 
     def transform(batch: dict[str, list]) -> dict[str, list]:
         examples = [to_trl_example(row, kind, settings, with_answer) for row in rows_of(batch)]
-        return {"images": [e["images"] for e in examples], "messages": [e["messages"] for e in examples]}
+        return {column: [e[column] for e in examples] for column in ("images", "messages", "question_ids")}
 
     return dataset.with_transform(transform)
 
 
-def conversational_stream(dataset: Dataset | IterableDataset, settings: ConversationSettings, num_shards: int = 8) -> IterableDataset:
+def conversational_stream(dataset: Dataset | IterableDataset, settings: ConversationSettings,
+                          num_shards: int = STREAM_SHARDS) -> IterableDataset:
     """The split as a stream of `images` + `messages` with the images still encoded.
 
     Images pass through as their stored bytes (decoding off), so nothing is decoded and
     re-encoded on the way; `decode_images` decodes each once, as the mixed stream is read.
+    A map-style split becomes `num_shards` shards; a streamed Parquet split one shard per row group
+    (`IterableDataset.reshard`), not per file, so that several processes each read their own shards.
     """
     kind = dataset_kind(dataset.column_names, dataset.features)
-    if not isinstance(dataset, IterableDataset):  # a streamed split already is one
+    if isinstance(dataset, IterableDataset):
+        dataset = dataset.reshard()
+    else:
         dataset = dataset.to_iterable_dataset(num_shards=min(num_shards, max(len(dataset), 1)))
     dataset = undecoded(dataset, kind)
 
     def convert(row: dict) -> dict:
         images = [row["image"]] if kind == "gemex" else list(row["images"])
-        return {"images": images, "messages": to_messages(row, kind, settings)}
+        return {"images": images, "messages": to_messages(row, kind, settings), "question_ids": question_ids(row)}
 
     return dataset.map(convert, remove_columns=dataset.column_names, features=TRL_FEATURES)
 
@@ -281,13 +300,15 @@ def mix(
     weighted: list[tuple[Dataset, float]],
     settings: ConversationSettings,
     seed: int = 0,
-    num_shards: int = 8,
-    shuffle_buffer: int = 1000,
+    num_shards: int = STREAM_SHARDS,
+    shuffle_block: int = SHUFFLE_BLOCK,
 ) -> IterableDataset:
     """Several built splits as one stream, drawing from each with probability proportional to its weight.
 
     Stops when every dataset has been seen once in full (``all_exhausted``): the smaller ones
     repeat meanwhile, so the weights, not the sizes, set the mixture. Train with `max_steps`.
+    Shuffled in blocks (`shuffled_in_blocks`), so a run resumes from the stream's saved state
+    onto the same rows in the same order.
     """
     total = sum(weight for _, weight in weighted)
     streams = [conversational_stream(dataset, settings, num_shards) for dataset, _ in weighted]
@@ -297,7 +318,22 @@ def mix(
         seed=seed,
         stopping_strategy="all_exhausted",
     )
-    return mixed.shuffle(seed=seed, buffer_size=shuffle_buffer).map(decode_images, fn_kwargs={"settings": settings})
+    return shuffled_in_blocks(mixed, seed, shuffle_block).map(decode_images, fn_kwargs={"settings": settings})
+
+
+def shuffled_in_blocks(stream: IterableDataset, seed: int, block: int = SHUFFLE_BLOCK) -> IterableDataset:
+    """`stream` with each run of `block` rows put in a random order, seeded by `seed` and the block's start.
+
+    Unlike `IterableDataset.shuffle`, whose buffer is not part of the stream's `state_dict` (a
+    resumed stream refills it and trains other rows), this is a batched `map`, whose state
+    `datasets` saves: a resumed stream reads the current block again (no image decoded) and goes on
+    with the same rows in the same order. Rows stay as they are (images encoded) until `decode_images`.
+    """
+    def permute(rows: dict[str, list], indices: list[int]) -> dict[str, list]:
+        order = np.random.default_rng([seed, indices[0]]).permutation(len(indices))
+        return {column: [values[i] for i in order] for column, values in rows.items()}
+
+    return stream.map(permute, batched=True, batch_size=block, with_indices=True)
 
 
 def decode_images(example: dict, settings: ConversationSettings | None = None) -> dict:

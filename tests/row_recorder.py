@@ -1,0 +1,94 @@
+"""Records what each process of a recipe run reads, decodes and trains on, for the resume and
+multi-process tests: `python tests/row_recorder.py <sft.py arguments>` (or under `accelerate launch`)
+runs `training_recipes.sft.main` with every event appended, as it happens, to
+`$ROW_LOG/events-<rank>.jsonl` (so a killed run leaves what it had done), from whichever process
+(the rank's own, or one of its data loader workers) it happens in:
+
+- `{"event": "batch", "ids": [[question ids of a row], ...], "pid", "ppid"}`: a collated micro-batch;
+- `{"event": "read", "ids", "pid"}`: a stored row read and converted to a conversation;
+- `{"event": "decoded", "pid"}`: an image decoded.
+
+With `$KILL_AT_STEP`, the process kills itself with SIGKILL when that optimizer step ends. Several runs
+in one launch (one start-up): argument lists separated by `::`, run `i` recorded under `$ROW_LOG/<i>`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
+
+from training_recipes import data, sft
+
+
+def events_file(log_dir: Path) -> Path:
+    return log_dir / f"events-{os.environ.get('RANK', '0')}.jsonl"
+
+
+def record(log_dir: Path, event: str, **fields) -> None:
+    with events_file(log_dir).open("a") as f:
+        f.write(json.dumps({"event": event, "pid": os.getpid(), **fields}) + "\n")
+
+
+def events(log_dir: Path, rank: int = 0, kind: str | None = None) -> list[dict]:
+    path = log_dir / f"events-{rank}.jsonl"
+    found = [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+    return [e for e in found if kind is None or e["event"] == kind]
+
+
+def batches(log_dir: Path, rank: int = 0) -> list[list[str]]:
+    """The micro-batches the process prepared, in order, each as its rows' question ids (a row's joined by '+')."""
+    return [["+".join(ids) for ids in e["ids"]] for e in events(log_dir, rank, "batch")]
+
+
+LOG = {"dir": Path(".")}
+"""Where the events of the current run go (several runs in one process each switch it)."""
+
+
+def install(log_dir: Path, kill_at_step: int | None = None, patch=setattr) -> None:
+    """Patch the recipe's data path and collator to record into `log_dir` (`patch`: `setattr`, or a
+    test's `monkeypatch.setattr` to undo it afterwards)."""
+    LOG["dir"] = log_dir
+    log_dir.mkdir(parents=True, exist_ok=True)
+    collate, decode, ids_of = DataCollatorForVisionLanguageModeling.torch_call, data.decode_image, data.question_ids
+
+    def recording_collate(self, examples):
+        record(LOG["dir"], "batch", ids=[e["question_ids"] for e in examples], ppid=os.getppid())
+        return collate(self, examples)
+
+    def recording_decode(*args, **kwargs):
+        record(LOG["dir"], "decoded")
+        return decode(*args, **kwargs)
+
+    def recording_ids(row):
+        ids = ids_of(row)
+        record(LOG["dir"], "read", ids=ids)
+        return ids
+
+    patch(DataCollatorForVisionLanguageModeling, "torch_call", recording_collate)
+    patch(data, "decode_image", recording_decode)
+    patch(data, "question_ids", recording_ids)
+    if kill_at_step is not None:
+        step_end = sft.Checkpointing.on_step_end
+
+        def killing_step_end(self, args, state, control, **kwargs):
+            if state.global_step == kill_at_step:
+                os.kill(os.getpid(), signal.SIGKILL)
+            return step_end(self, args, state, control, **kwargs)
+
+        patch(sft.Checkpointing, "on_step_end", killing_step_end)
+
+
+if __name__ == "__main__":
+    kill, root = os.environ.get("KILL_AT_STEP"), Path(os.environ["ROW_LOG"])
+    runs = " ".join(sys.argv[1:]).split(" :: ") if "::" in sys.argv else [None]
+    install(root, int(kill) if kill else None)
+    for i, run in enumerate(runs):
+        if run is not None:
+            LOG["dir"] = root / str(i)
+            LOG["dir"].mkdir(parents=True, exist_ok=True)
+        sft.main(run.split() if run is not None else sys.argv[1:])

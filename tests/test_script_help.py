@@ -1,0 +1,27 @@
+"""Every script's `--help` prints its usage and exits 0 (training_recipes/*.py, benchmarks/*.py,
+benchmarks/gpu/*.py); a module without a command line imports cleanly. Run as the GPU kit runs
+them: the repository, benchmarks/ and benchmarks/gpu/ importable."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPTS = sorted(str(p.relative_to(ROOT)) for pattern in ("training_recipes/*.py", "benchmarks/*.py", "benchmarks/gpu/*.py")
+                 for p in ROOT.glob(pattern) if p.name != "__init__.py")
+
+
+@pytest.mark.parametrize("script", SCRIPTS)
+def test_help_runs(script):
+    path = ROOT / script
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(str(p) for p in (ROOT, ROOT / "benchmarks", ROOT / "benchmarks" / "gpu"))}
+    done = subprocess.run([sys.executable, str(path), "--help"], cwd=ROOT, env=environment, capture_output=True, text=True,
+                          timeout=300, check=False)
+    assert done.returncode == 0, done.stderr[-2000:]
+    if "__main__" in path.read_text():
+        assert "usage" in done.stdout.lower(), done.stdout[-500:]
