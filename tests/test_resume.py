@@ -31,7 +31,7 @@ import tiny_models  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from builders.assembly import shards  # noqa: E402
-from builders.assembly.pipeline import BuildSettings  # noqa: E402
+from builders.assembly.settings import BuildSettings  # noqa: E402
 from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
