@@ -1,6 +1,6 @@
 """GEMeX fidelity: a raw synthetic release's figures beside the paper's and the public records', read
 with plain Python from the per-type files (as a new user would), and a text-only baseline.
-`python benchmarks/fidelity.py` prints them with ReXVQA's.
+`python -m benchmarks.fidelity` prints them with ReXVQA's.
 
 The public column is measured on ../shared/samples/gemex-public (its test per-type files) when that
 folder is there; it is a handful of records, so it locates a figure rather than pins it.
@@ -12,13 +12,10 @@ import json
 import os
 import re
 import statistics
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fidelity_figures import Figure
+from benchmarks.fidelity_figures import Figure
 
 DATASET = "GEMeX"
 TYPES = ("open_ended", "closed_ended", "single_choice", "multi_choice")

@@ -1,6 +1,6 @@
 """What an embedded build costs on the Hub and on its users' disks, per layout, measured in one run.
 
-    python benchmarks/hub_benchmark.py --images 2000 --rexvqa-downscale 2
+    python -m benchmarks.hub_benchmark --images 2000 --rexvqa-downscale 2
 
 For each dataset it writes a synthetic release (GEMeX: `--images` images, about 10.6 questions
 each; ReXVQA: enough studies for `--images` images, about 1.7 a study), builds it with
@@ -36,9 +36,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 LAYOUTS = {"by-config": ("by-config", True), "by-config, no CDC": ("by-config", False), "shared": ("shared", True),
            "by-config, no sft_per_image": ("by-config", True)}

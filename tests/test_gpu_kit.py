@@ -19,8 +19,7 @@ pytest.importorskip("trl")
 pytest.importorskip("peft")
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks" / "gpu"))
-import kit  # noqa: E402
+from benchmarks.gpu import kit  # noqa: E402
 
 
 def rows_of(out: Path) -> list[dict]:
@@ -107,8 +106,7 @@ def test_a_broken_step_is_recorded_and_the_next_still_runs(tmp_path):
 
 def test_the_carried_qwen25vl_3b_config_has_the_published_size():
     """benchmarks/models/qwen2.5-vl-3b.json builds Qwen2.5-VL-3B's 3.75 B parameters (on the meta device: no memory)."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import train_throughput
+    from benchmarks import train_throughput
 
     preset = train_throughput.model_preset(train_throughput.MODELS["qwen2.5-vl-3b"])
     model, _ = train_throughput.build_model_and_processor(preset, 1003520, "sdpa", 3136, "meta")

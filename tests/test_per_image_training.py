@@ -14,9 +14,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 
-import tiny_models  # noqa: E402
 from datasets import load_dataset  # noqa: E402
-from test_recipes import END_OF_TURN, sft_config, training_collator  # noqa: E402
 from trl import ModelConfig, SFTTrainer  # noqa: E402
 
 from builders.assembly.pipeline import BuildSettings  # noqa: E402
@@ -24,6 +22,9 @@ from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
 from training_recipes import data, sft  # noqa: E402
+
+from . import tiny_models  # noqa: E402
+from .test_recipes import END_OF_TURN, sft_config, training_collator  # noqa: E402
 
 CONVERSATION_TOKENS = 300
 """Short rows for the tiny models' 2,048 positions; also cuts the synthetic images' conversations."""

@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
-from publish_builds import built, copy_build
 
 from builders.cli import main
 from builders.hub.preview import (
@@ -23,6 +22,8 @@ from builders.hub.preview import (
     write_preview,
 )
 from builders.hub.validate import validate
+
+from .publish_builds import built, copy_build
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -19,12 +19,13 @@ from pathlib import Path
 
 import pytest
 from huggingface_hub import DatasetCard, HfApi, constants
-from publish_builds import built, copy_build
 
 from builders.assembly.pipeline import BuildSettings
 from builders.cli import main
 from builders.hub.preview import add_preview_config
 from builders.hub.publish import PublishRefused, access_refusal, inspect_build, plan_publish, publish, upload_groups
+
+from .publish_builds import built, copy_build
 
 TOKEN = "hf_recordingServerSecret0123456789"
 

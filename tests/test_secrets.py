@@ -55,7 +55,7 @@ def test_judge_error_masks_the_echoed_key(echo_url):
 
 
 def test_evaluate_prints_no_key(echo_url, tmp_path, capsys, caplog):
-    from test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
+    from .test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
 
     folder, rows = _gemex_dir(tmp_path, per_type=1)
     predictions = tmp_path / "pred.jsonl"

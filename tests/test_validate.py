@@ -7,11 +7,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import DatasetCard
-from publish_builds import built, copy_build
 
 import builders.hub.validate as validate_module
 from builders.cli import main
 from builders.hub.validate import check_ready, validate
+
+from .publish_builds import built, copy_build
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """The GPU kit's driver: one part of `plan.yaml` in one call of at most ten minutes.
 
-    python benchmarks/gpu/kit.py --part 1 --out "$OUT"            # on the GPU machine (run.sh does this)
-    python benchmarks/gpu/kit.py --part 1 --out /tmp/out --tiny   # the same steps on CPU, tiny model
+    python -m benchmarks.gpu.kit --part 1 --out "$OUT"            # on the GPU machine (run.sh does this)
+    python -m benchmarks.gpu.kit --part 1 --out /tmp/out --tiny   # the same steps on CPU, tiny model
 
 Each step runs in its own process under a time limit (the part's own deadline included), so a step
 that fails, hangs or runs out of memory costs only itself: it is recorded with its log's last lines
@@ -31,11 +31,10 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.gpu.report import results_markdown
+
 KIT = Path(__file__).resolve().parent
 ROOT = KIT.parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(KIT)]
-
-from report import results_markdown  # noqa: E402  (benchmarks/gpu/report.py)
 
 PLAN = KIT / "plan.yaml"
 TRACE = "trace.json.gz"
@@ -240,7 +239,7 @@ def step_train(kit: Kit, spec: dict) -> None:
     while True:
         result_file = kit.logs / f"train-{name}-bs{batch_size}.json"
         command = python(
-            ROOT / "benchmarks" / "train_throughput.py", "--dataset", kit.built(spec["dataset"]), "--dataset_config", config,
+            "-m", "benchmarks.train_throughput", "--dataset", kit.built(spec["dataset"]), "--dataset_config", config,
             "--batch_size", str(batch_size), "--steps", str(train["steps"]), "--warmup_steps", str(train["warmup_steps"]),
             "--rows", str(train["rows"]), "--max_pixels", str(max_pixels), "--min_pixels", str(kit.plan["min_pixels"]),
             "--num_workers", str(train["num_workers"]), "--attn_implementation", kit.plan["attn_implementation"],
@@ -335,13 +334,13 @@ STEPS = {"data": step_data, "train": step_train, "generate": step_generate, "loo
 
 
 def worker_command(kit: Kit, worker: str, result_file: Path) -> list[str]:
-    return python(KIT / "workers.py", worker, "--work", kit.work, "--result", result_file, *(["--tiny"] if kit.tiny else []))
+    return python("-m", "benchmarks.gpu.workers", worker, "--work", kit.work, "--result", result_file, *(["--tiny"] if kit.tiny else []))
 
 
 def environment_note(kit: Kit) -> None:
     """The versions the figures were taken with, and requirements of the carried wheels the machine
     does not meet (benchmarks/gpu/environment.py): the first row of every part."""
-    command = python(KIT / "environment.py", *([] if kit.tiny else ["--import"]))  # carried wheels import?
+    command = python("-m", "benchmarks.gpu.environment", *([] if kit.tiny else ["--import"]))  # carried wheels import?
     outcome = kit.run("environment", command, 120)
     kit.record("env", "versions", outcome, versions=log_tail(kit.logs / "environment.log", 2))
 
