@@ -20,7 +20,7 @@ from benchmarks import fidelity_gemex, fidelity_rexvqa
 from benchmarks.fidelity_figures import Figure, markdown_table
 from builders.cli import main as cxr_vqa
 
-GEMEX_IMAGES = 3_000  # issue 25: "3,000 GEMeX images and 3,000 ReXVQA studies at --downscale 8"
+GEMEX_IMAGES = 3_000  # the scale a new user would try: 3,000 of each at --downscale 8
 REXVQA_STUDIES = 3_000
 
 

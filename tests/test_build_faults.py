@@ -316,7 +316,7 @@ def test_a_script_without_a_main_guard_still_builds_reading_headers_on_threads(r
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
 def test_a_signal_after_the_output_is_written_says_the_build_completed(gemex_release, tmp_path, signum, status):
-    """Issue 27.15: the output renamed into place, then Ctrl-C: one line saying so, the output whole."""
+    """The output renamed into place, then Ctrl-C: one line saying so, the output whole."""
     out = tmp_path / "gemex"
     process = start(gemex_release, out, "written", "--image-mode", "none")
     wait_until_stopped(process)
@@ -329,7 +329,7 @@ def test_a_signal_after_the_output_is_written_says_the_build_completed(gemex_rel
     assert build(gemex_release, out, "--image-mode", "none", "--overwrite").returncode == 0
 
 
-# -- what --out may replace (issue 27.13-14) -----------------------------------------------------
+# -- what --out may replace -----------------------------------------------------
 
 def copy_release(release, dest: Path) -> Path:
     shutil.copytree(release.root, dest)

@@ -183,7 +183,7 @@ def test_a_built_folder_with_a_preview_config_is_evaluated_on_its_rows_once(tmp_
 
 
 def test_hostile_predictions_end_in_one_line_or_a_written_out(tmp_path, capsys, monkeypatch):
-    """Issue 27.10-12: a deeply nested reply is a failed extraction, a lone-surrogate id an error
+    """A deeply nested reply is a failed extraction, a lone-surrogate id an error
     naming its line before anything is printed, and secrets in the warnings are masked."""
     folder, rows = _gemex_dir(tmp_path, per_type=2)
     predictions, out = tmp_path / "pred.jsonl", tmp_path / "scores.json"

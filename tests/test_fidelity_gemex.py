@@ -1,4 +1,4 @@
-"""Issue 25: a small synthetic GEMeX release keeps the key figures in their ranges (benchmarks/fidelity_gemex.py),
+"""A small synthetic GEMeX release keeps the key figures in their ranges (benchmarks/fidelity_gemex.py),
 and a text-only classifier does no better than the answer prior."""
 
 

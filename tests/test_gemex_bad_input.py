@@ -167,7 +167,7 @@ def test_strict_fails_on_the_first_reject_and_leaves_nothing(release, tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # Grouped JSON Lines + CSV: a line's image is its CSV row, by position; a newline lost or added
-# must not move questions onto other images (issue 27)
+# must not move questions onto other images
 
 
 def grouped_pairs(folder) -> list[tuple[str, str]]:
@@ -213,7 +213,7 @@ def test_grouped_lines_and_csv_rows_never_part_silently(gemex_release, tmp_path,
 
 
 def test_one_dicom_file_name_under_two_subjects_gives_two_question_ids(release, tmp_path):
-    """The same file name under two subjects is two images; their questions got one id each pair (issue 27)."""
+    """The same file name under two subjects is two images; their questions got one id each pair."""
     root, _, path = release
     other = path.replace(path.split("/")[1], "p10000001", 1)
     assert other != path and other.rsplit("/", 1)[1] == path.rsplit("/", 1)[1]

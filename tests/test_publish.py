@@ -168,7 +168,7 @@ def null_columns(folder: Path, columns: tuple[str, ...]) -> None:
 
 
 def test_gemex_mimic_text_goes_public_only_under_a_named_licence(root, tmp_path, capsys):
-    """Issue 15.7: question and reason text is derived from MIMIC-CXR reports."""
+    """Question and reason text is derived from MIMIC-CXR reports."""
     folder = copy_build("real-none", root, tmp_path / "gemex")
     null_columns(folder, ("report",))
     with pytest.raises(PublishRefused, match=r"question and reason text is derived from MIMIC-CXR reports.*--text-licence NAME"):
@@ -206,7 +206,7 @@ def test_public_annotations_need_none_mode_a_licence_and_confirmation(root, tmp_
 
 
 def test_real_rexvqa_is_never_public_whatever_its_columns(tmp_path):
-    """Issue 15.7: an unedited --image-mode none ReXVQA build, then one with every text column emptied."""
+    """An unedited --image-mode none ReXVQA build, then one with every text column emptied."""
     import pyarrow.parquet as pq
 
     from builders.provenance import MANIFEST_NAME
@@ -371,7 +371,7 @@ def test_cli_publish(root, hub, capsys):
     assert hub.commits and hub.repos["org/gemex"]["private"] is True
 
 
-# -- what is uploaded (issue 27) ----------------------------------------------------------------
+# -- what is uploaded ----------------------------------------------------------------
 
 def test_a_file_the_build_did_not_write_is_refused_by_name(root, tmp_path):
     folder = copy_build("synthetic-none", root, tmp_path / "gemex")
@@ -408,7 +408,7 @@ def test_a_card_reading_another_builds_shards_is_refused(root, tmp_path):
 
 @pytest.mark.parametrize("kind", ["synthetic-none", "synthetic-reference"])
 def test_a_folder_without_its_build_report_is_refused(root, tmp_path, kind):
-    """Issue 27.8: no report, no checksum check and no image mode: refused, never planned."""
+    """No report, no checksum check and no image mode: refused, never planned."""
     folder = copy_build(kind, root, tmp_path / "gemex")
     (folder / "build_report.json").unlink()
     with pytest.raises(ValueError, match=r"\[build-report\] no build_report.json"):

@@ -99,7 +99,7 @@ def test_logged_messages_are_masked(monkeypatch, caplog):
     ["publish", ".", "--repo", "org/x", HUB_TOKEN],  # unrecognized arguments: ...
 ])
 def test_argument_errors_mask_what_they_echo(argv, capsys, monkeypatch):
-    """Issue 27.10: argparse echoes the bad value; a key pasted into the wrong option never reaches the screen."""
+    """Argparse echoes the bad value; a key pasted into the wrong option never reaches the screen."""
     from builders.cli import main
 
     monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)

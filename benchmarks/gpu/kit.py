@@ -1,12 +1,11 @@
-"""The GPU kit's driver: one part of `plan.yaml` in one call of at most ten minutes.
+"""The GPU kit's driver: one part of `plan.yaml` within the plan's time budget (`seconds`).
 
     python -m benchmarks.gpu.kit --part 1 --out "$OUT"            # on the GPU machine (run.sh does this)
     python -m benchmarks.gpu.kit --part 1 --out /tmp/out --tiny   # the same steps on CPU, tiny model
 
 Each step runs in its own process under a time limit (the part's own deadline included), so a step
 that fails, hangs or runs out of memory costs only itself: it is recorded with its log's last lines
-and the next step runs. After every step `$OUT` holds the whole story so far, in three files (the
-device tool brings back at most eight): `results.jsonl` (one JSON object per table row, with the
+and the next step runs. After every step `$OUT` holds the whole story so far, in three files: `results.jsonl` (one JSON object per table row, with the
 exact command behind it), `results.md` (the tables) and `logs.tar.gz` (every step's log, profiler
 operator tables, predictions and scores), and a `trace-<row>.json.gz` per profiled row.
 
@@ -40,7 +39,7 @@ PLAN = KIT / "plan.yaml"
 TRACE = "trace.json.gz"
 FILE_LIMIT_BYTES = 15 * 2**20
 MAX_TRACES = 4
-"""results.md, results.jsonl, logs.tar.gz and at most four traces: within the eight files a call brings back."""
+"""results.md, results.jsonl, logs.tar.gz and at most four traces, each under FILE_LIMIT_BYTES: a small, fixed set of files to copy off the machine."""
 
 
 def merged(base: dict, override: dict) -> dict:
@@ -131,8 +130,8 @@ class Kit:
         (self.out / "results.md").write_text(results_markdown(self.rows, self.plan, self.part, self.tiny))
 
     def pack_logs(self) -> None:
-        """Logs into `logs.tar.gz`; each profiler trace beside it as `trace-<row>.json.gz` (the device tool
-        brings back at most 8 files of 16 MiB: a trace too large, or past the fourth, stays behind)."""
+        """Logs into `logs.tar.gz`; each profiler trace beside it as `trace-<row>.json.gz` (at most
+        MAX_TRACES, each under FILE_LIMIT_BYTES: a trace too large, or past the last, stays in the work folder)."""
         def no_traces(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
             return None if info.name.endswith(TRACE) else info
 
@@ -368,7 +367,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--work", type=Path, default=Path("/tmp/gpu-kit"), help="releases, builds, logs")
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model, small releases: the kit's own test")
     parser.add_argument("--seconds", type=float, help="start no step past this (default: the plan's `seconds`); "
-                                                      "for a call shorter than ten minutes, e.g. part 3's")
+                                                      "for a shorter run, e.g. part 3's")
     args = parser.parse_args(argv)
     plan = load_plan(args.tiny)
     if args.seconds:
