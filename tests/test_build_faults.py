@@ -20,9 +20,23 @@ from pathlib import Path
 import pytest
 
 
+def build_args(release, out: Path, *extra: str) -> list[str]:
+    return ["build", "gemex", "--source", str(release.root / "per_type"), "--images", str(release.image_root), "--out", str(out),
+            "--image-mode", "embed", *extra]
+
+
 def build_command(release, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(release.root / "per_type"),
-            "--images", str(release.image_root), "--out", str(out), "--image-mode", "embed", *extra]
+    return [sys.executable, "-m", "builders.cli", *build_args(release, out, *extra)]
+
+
+def command_here(capsys, argv: list[str]) -> tuple[int, str]:
+    """`cxr-vqa ARGV` run by `main` in this process (exit status, stderr): for what the command decides
+    about its arguments and folders, where no process boundary is under test."""
+    from builders.cli import main
+
+    capsys.readouterr()
+    status = main(argv)
+    return status, capsys.readouterr().err
 
 
 def quiet_env() -> dict[str, str]:
@@ -337,39 +351,38 @@ def copy_release(release, dest: Path) -> Path:
 
 
 @pytest.mark.parametrize("where", ["source", "parent", "dot"])
-def test_overwrite_never_replaces_the_raw_release(gemex_release, tmp_path, where):
+def test_overwrite_never_replaces_the_raw_release(gemex_release, tmp_path, where, capsys, monkeypatch):
     raw = copy_release(gemex_release, tmp_path / "raw")
     before = sorted(str(p.relative_to(raw)) for p in raw.rglob("*"))
     source = raw / "per_type"
     out = {"source": source, "parent": raw, "dot": Path(".")}[where]
-    command = [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(source), "--out", str(out),
-               "--image-mode", "none", "--overwrite"]
-    result = subprocess.run(command, env=quiet_env() | {"PYTHONPATH": os.getcwd()}, capture_output=True, text=True, timeout=300,
-                            cwd=source if where == "dot" else None, check=False)
-    assert result.returncode == 1 and len(messages(result.stderr)) == 1, result.stderr
-    assert "would replace the raw release" in result.stderr
+    if where == "dot":
+        monkeypatch.chdir(source)
+    status, stderr = command_here(capsys, ["build", "gemex", "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"])
+    assert status == 1 and len(messages(stderr)) == 1, stderr
+    assert "would replace the raw release" in stderr
     assert sorted(str(p.relative_to(raw)) for p in raw.rglob("*")) == before
 
 
-def test_overwrite_replaces_only_a_folder_a_build_wrote(gemex_release, tmp_path):
+def test_overwrite_replaces_only_a_folder_a_build_wrote(gemex_release, tmp_path, capsys):
     out = tmp_path / "gemex"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    result = build(gemex_release, out, "--image-mode", "none", "--overwrite")
-    assert result.returncode == 1 and "replaces only a folder a build wrote" in result.stderr
+    status, stderr = command_here(capsys, build_args(gemex_release, out, "--image-mode", "none", "--overwrite"))
+    assert status == 1 and "replaces only a folder a build wrote" in stderr
     assert (out / "notes.txt").read_text() == "mine"
     (out / "notes.txt").unlink()
     out.rmdir()
-    assert build(gemex_release, out, "--image-mode", "none").returncode == 0
-    assert build(gemex_release, out, "--image-mode", "none", "--overwrite").returncode == 0
+    assert command_here(capsys, build_args(gemex_release, out, "--image-mode", "none"))[0] == 0
+    assert command_here(capsys, build_args(gemex_release, out, "--image-mode", "none", "--overwrite"))[0] == 0
 
 
-def test_an_out_that_is_a_file_is_refused_and_leaves_nothing_behind(gemex_release, tmp_path):
+def test_an_out_that_is_a_file_is_refused_and_leaves_nothing_behind(gemex_release, tmp_path, capsys):
     out = tmp_path / "gemex"
     out.write_text("a file")
     for _ in range(2):
-        result = build(gemex_release, out, "--image-mode", "none", "--overwrite")
-        assert result.returncode == 1 and "is not one" in result.stderr and "killed" not in result.stderr
+        status, stderr = command_here(capsys, build_args(gemex_release, out, "--image-mode", "none", "--overwrite"))
+        assert status == 1 and "is not one" in stderr and "killed" not in stderr
         assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"] and out.read_text() == "a file"
 
 
@@ -387,28 +400,26 @@ def test_glob_characters_in_out_touch_no_other_build(gemex_release, tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex2", "gemex[2v]"]
 
 
-def test_an_out_inside_the_source_is_not_read_back(gemex_release, tmp_path):
+def test_an_out_inside_the_source_is_not_read_back(gemex_release, tmp_path, capsys):
     """A rebuild with --out inside --source reads the release, not the previous build's report or card."""
     raw = copy_release(gemex_release, tmp_path / "raw")
     out = raw / "llava" / "built"
-    command = [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(raw / "llava"), "--out", str(out), "--image-mode", "none"]
-    first = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
-    assert first.returncode == 0, first.stderr
+    argv = ["build", "gemex", "--source", str(raw / "llava"), "--out", str(out), "--image-mode", "none"]
+    status, stderr = command_here(capsys, argv)
+    assert status == 0, stderr
     report = json.loads((out / "build_report.json").read_text())
-    second = subprocess.run([*command, "--overwrite"], env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
-    assert second.returncode == 0, second.stderr
+    status, stderr = command_here(capsys, [*argv, "--overwrite"])
+    assert status == 0, stderr
     again = json.loads((out / "build_report.json").read_text())
     assert (again["records_read"], again["rejected"], again["rows"]) == (report["records_read"], report["rejected"], report["rows"])
     assert not any("built" in reject["file"] for reject in again["rejects"])
 
 
-def test_a_synthetic_release_built_from_its_root_stays_synthetic(gemex_release, tmp_path):
+def test_a_synthetic_release_built_from_its_root_stays_synthetic(gemex_release, tmp_path, capsys):
     """The root holds SYNTHETIC_MANIFEST.json: it describes the annotation files and is not one of them."""
     out = tmp_path / "gemex"
-    command = [sys.executable, "-m", "builders.cli", "build", "gemex", "--source", str(gemex_release.root), "--out", str(out),
-               "--image-mode", "none"]
-    result = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr
+    status, stderr = command_here(capsys, ["build", "gemex", "--source", str(gemex_release.root), "--out", str(out), "--image-mode", "none"])
+    assert status == 0, stderr
     report = json.loads((out / "build_report.json").read_text())
     assert not any("SYNTHETIC_MANIFEST" in reject["file"] for reject in report["rejects"])
     assert report["provenance"]["synthetic"] is True, report["provenance"]
