@@ -20,7 +20,6 @@ from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 from trl import ModelConfig  # noqa: E402
 
 from builders.assembly.pipeline import BuildSettings  # noqa: E402
-from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
 from training_recipes import data, generate, sft  # noqa: E402
@@ -36,14 +35,12 @@ REXVQA_SIZE = 336
 
 
 @pytest.fixture(scope="module")
-def built(gemex_release, tmp_path_factory) -> dict[str, Path]:
+def built(gemex_embed_112, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("grouping")
-    build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=root / "gemex", images=gemex_release.image_root,
-                              image_mode="embed", image_size=112, conversation_tokens=CONVERSATION_TOKENS))
     release = generate_rexvqa(root / "release", num_studies=16, seed=5)
     build_rexvqa(BuildSettings(source=release.root, out=root / "rexvqa", image_mode="embed", image_size=REXVQA_SIZE,
                                conversation_tokens=CONVERSATION_TOKENS))
-    return {"gemex": root / "gemex", "rexvqa": root / "rexvqa"}
+    return {"gemex": gemex_embed_112, "rexvqa": root / "rexvqa"}
 
 
 def padding_share(batches) -> float:

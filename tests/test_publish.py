@@ -23,7 +23,15 @@ from huggingface_hub import DatasetCard, HfApi, constants
 from builders.assembly.pipeline import BuildSettings
 from builders.cli import main
 from builders.hub.preview import add_preview_config
-from builders.hub.publish import PublishRefused, access_refusal, inspect_build, plan_publish, publish, upload_groups
+from builders.hub.publish import (
+    PublishPlan,
+    PublishRefused,
+    access_refusal,
+    inspect_build,
+    plan_publish,
+    publish,
+    upload_groups,
+)
 
 from .publish_builds import built, copy_build
 
@@ -127,6 +135,12 @@ def api(hub) -> HfApi:
     return HfApi(endpoint=hub.endpoint)
 
 
+@pytest.fixture(scope="module")
+def private_plan(root) -> PublishPlan:
+    """The real embed build's private plan, made (and the build validated) once for the tests that only read it."""
+    return plan_publish(built("real-embed", root), "org/gemex", "private")
+
+
 def refusal(folder: Path, visibility: str, confirm_public: bool = False, text_licence: str | None = None) -> str:
     """What `plan_publish` refuses, by the access rules alone: for a folder as a `plan_publish` of the same
     test has already validated it (validation reads every config through `load_dataset`)."""
@@ -145,8 +159,8 @@ def test_credentialed_content_never_public(root, kind):
 
 
 @pytest.mark.parametrize("visibility", ["private", "gated"])
-def test_credentialed_content_goes_private_or_gated(root, visibility):
-    plan = plan_publish(built("real-embed", root), "org/gemex", visibility)
+def test_credentialed_content_goes_private_or_gated(root, visibility, private_plan):
+    plan = private_plan if visibility == "private" else plan_publish(built("real-embed", root), "org/gemex", visibility)
     assert plan.visibility == visibility and plan.facts.carries and not plan.facts.synthetic
 
 
@@ -296,10 +310,10 @@ def assert_uploaded(hub, plan) -> None:
             assert content == (plan.folder / path).read_bytes()
 
 
-def test_each_config_shard_set_is_a_commit_of_its_own_largest_first_card_last(root):
+def test_each_config_shard_set_is_a_commit_of_its_own_largest_first_card_last(private_plan):
     """Xet deduplicates against earlier uploads, not within one: the first (largest) shard set stores
     the images, later ones reference them; the card comes when every file it names is there."""
-    plan = plan_publish(built("real-embed", root), "org/gemex", "private")
+    plan = private_plan
     groups = upload_groups(plan.files)
     sizes = dict(plan.files)
     *shard_sets, rest = groups
@@ -313,8 +327,8 @@ def test_each_config_shard_set_is_a_commit_of_its_own_largest_first_card_last(ro
     assert sorted(p for g in groups for p in g) == sorted(p for p, _ in plan.files)
 
 
-def test_private_upload(root, hub, capsys, caplog):
-    plan = plan_publish(built("real-embed", root), "org/gemex", "private")
+def test_private_upload(private_plan, hub, capsys, caplog):
+    plan = private_plan
     url = publish(plan, api(hub))
     assert url.endswith("a" * 40)
     create = next(r for r in hub.requests if r["path"] == "/api/repos/create")
@@ -342,10 +356,10 @@ def test_gated_upload_gates_before_uploading(root, hub, tmp_path):
     assert_uploaded(hub, plan)
 
 
-def test_private_plan_never_uploads_into_an_existing_public_repo(root, hub):
+def test_private_plan_never_uploads_into_an_existing_public_repo(private_plan, hub):
     hub.repos["org/gemex"] = {"private": False, "gated": False}
     with pytest.raises(PublishRefused, match="not private; nothing uploaded"):
-        publish(plan_publish(built("real-embed", root), "org/gemex", "private"), api(hub))
+        publish(private_plan, api(hub))
     assert hub.commits == []
 
 
@@ -359,10 +373,11 @@ def test_public_synthetic_upload_with_preview(root, hub, tmp_path):
     assert "preview.png" in sent and "data/test/preview-00000-of-00001.parquet" in sent
 
 
-def test_rerun_resumes(root, hub):
-    plan = plan_publish(built("real-embed", root), "org/gemex", "private")
+def test_rerun_resumes(private_plan, hub):
+    """The same plan published twice (the folder is unchanged, so a rerun plans the same files)."""
+    plan = private_plan
     publish(plan, api(hub))
-    publish(plan_publish(built("real-embed", root), "org/gemex", "private"), api(hub))
+    publish(plan, api(hub))
     assert hub.repos["org/gemex"]["private"] is True and len(hub.commits) == 2 * len(upload_groups(plan.files))
 
 

@@ -41,8 +41,8 @@ def digest(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    return generate(tmp_path_factory.mktemp("rexvqa") / "release", num_studies=12, seed=3)
+def release(rexvqa_release):
+    return rexvqa_release
 
 
 def records(release) -> dict[str, dict]:
