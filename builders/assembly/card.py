@@ -130,10 +130,16 @@ def release_card_data(configs: dict[str, dict], infos: dict[str, DatasetInfo], *
     )
 
 
-def render_card(template: str, data: DatasetCardData, **context) -> DatasetCard:
-    """The card from `cards/<template>` (Jinja), with `data` as its YAML header."""
-    with resources.as_file(resources.files("cards").joinpath(template)) as path:
-        return DatasetCard.from_template(data, template_path=str(path), **context)
+def render_card(template: str, data: DatasetCardData, **context) -> str:
+    """The card's text from `cards/<template>` (Jinja), with `data` as its YAML header.
+
+    As `DatasetCard.from_template` renders it, without making the card object: that parses the
+    YAML it has just written, and saving writes it again (a large header: configs, features).
+    """
+    import jinja2
+
+    template_text = resources.files("cards").joinpath(template).read_text(encoding="utf-8")
+    return jinja2.Template(template_text).render(card_data=data.to_yaml(), **{**data.to_dict(), **context})
 
 
 def size_category(rows: int) -> str:
