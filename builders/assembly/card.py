@@ -16,6 +16,7 @@ from datasets import DatasetInfo, Features, SplitDict, SplitInfo
 from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
+from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 from builders.assembly.conversations import ConversationLayout
 from builders.assembly.shards import SHARED_PREFIX, count_rows
@@ -151,6 +152,17 @@ def size_category(rows: int) -> str:
 
 def load_card(folder: Path) -> DatasetCard:
     return DatasetCard.load(Path(folder) / "README.md")
+
+
+def declared_configs(folder: Path) -> list[str]:
+    """The config names the card's YAML header declares, read with libyaml where PyYAML has it
+    (`load_card` builds the whole card with the pure-Python parser: a large header takes a while)."""
+    import yaml
+
+    text = (Path(folder) / "README.md").read_text(encoding="utf-8")
+    match = REGEX_YAML_BLOCK.search(text)
+    header = yaml.load(match.group(2), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if match else None
+    return [config["config_name"] for config in (header or {}).get("configs") or []]
 
 
 def update_card(card: DatasetCard, configs: dict[str, dict] | None = None, infos: dict[str, DatasetInfo] | None = None,

@@ -24,7 +24,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.assembly.card import load_card
+from builders.assembly.card import declared_configs
 from builders.assembly.conversations import CHARS_PER_TOKEN, TEXT_TOKENS, TURN_SEED, ConversationLayout
 from builders.assembly.image_source import ImageSource, Loaded
 from builders.assembly.lifecycle import staged_output, stop_point
@@ -365,7 +365,7 @@ class DatasetBuild(ABC):
             stop_point("card")
             self.report.provenance = self.provenance.summary()
             self.write_card(out)
-            self.report.configs = [config["config_name"] for config in load_card(out).data.get("configs") or []]
+            self.report.configs = declared_configs(out)
             self.report.save(out / "build_report.json")
         return self.report
 
