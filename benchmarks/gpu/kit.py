@@ -323,7 +323,7 @@ def extraction_counts(scores: Path) -> dict:
 
 def step_epoch_hours(kit: Kit, spec: dict) -> None:
     """B.4: hours for one epoch of each full release's train split, from this part's B.1 rows."""
-    from epoch import epoch_rows  # imports torch, datasets and trl (via train_throughput): only here
+    from benchmarks.gpu.epoch import epoch_rows  # imports torch, datasets and trl (via train_throughput): only here
 
     for row in epoch_rows(kit.rows, kit.plan):
         kit.record("B.4", row.pop("name"), Outcome(row.pop("status"), error=row.pop("error", None)), **row)
