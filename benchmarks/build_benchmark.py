@@ -1,8 +1,8 @@
 """Dataset builds: speed, memory and size against the machine's own limits, measured in one run.
 
-    python benchmarks/build_benchmark.py --scales 200 2000            # GEMeX and ReXVQA
-    python benchmarks/build_benchmark.py --datasets gemex --scales 200 2000 --downscale 2
-    python benchmarks/build_benchmark.py --full-scale --work /work/fullscale   # text path at the papers' scale
+    python -m benchmarks.build_benchmark --scales 200 2000            # GEMeX and ReXVQA
+    python -m benchmarks.build_benchmark --datasets gemex --scales 200 2000 --downscale 2
+    python -m benchmarks.build_benchmark --full-scale --work /work/fullscale   # text path at the papers' scale
 
 For each dataset and scale (GEMeX: images, about 10.6 questions each; ReXVQA: studies, about
 4.1 questions and 1.7 images each) it writes a synthetic release, then measures, each build
@@ -210,7 +210,6 @@ def release(dataset: str, scale: int, work: Path, downscale: int, images: bool =
     file says so) is reused: at full scale generating takes minutes. `images=False` writes the
     annotations only (enough for `--image-mode none`), into a folder of its own.
     """
-    sys.path.insert(0, str(ROOT))
     folder = work / f"{dataset}-{scale}-d{downscale}{'' if images else '-text'}"
     done = folder / ".generated"
     if dataset == "gemex":

@@ -1,6 +1,6 @@
 """How the split of a long conversation into rows grows with its turns.
 
-    python benchmarks/conversation_split.py --turns 1000 4000 16000
+    python -m benchmarks.conversation_split --turns 1000 4000 16000
 
 For one image with n questions of 150-700 characters (GEMeX's spread), with and without one
 question whose reason runs to 9,000 characters (longer than a row may be), times

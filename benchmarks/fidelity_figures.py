@@ -1,5 +1,5 @@
 """One row of the fidelity table: a figure measured on a synthetic release beside the paper's and the
-public records' value, and the range it must fall in (issue 25)."""
+public records' value, and the range it must fall in."""
 
 from __future__ import annotations
 

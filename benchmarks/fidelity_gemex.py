@@ -1,6 +1,6 @@
 """GEMeX fidelity: a raw synthetic release's figures beside the paper's and the public records', read
 with plain Python from the per-type files (as a new user would), and a text-only baseline.
-`python benchmarks/fidelity.py` prints them with ReXVQA's.
+`python -m benchmarks.fidelity` prints them with ReXVQA's.
 
 The public column is measured on ../shared/samples/gemex-public (its test per-type files) when that
 folder is there; it is a handful of records, so it locates a figure rather than pins it.
@@ -12,13 +12,10 @@ import json
 import os
 import re
 import statistics
-import sys
 from collections import Counter, defaultdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-
-from fidelity_figures import Figure
+from benchmarks.fidelity_figures import Figure
 
 DATASET = "GEMeX"
 TYPES = ("open_ended", "closed_ended", "single_choice", "multi_choice")
@@ -108,23 +105,23 @@ TARGETS: dict[str, tuple[float | None, str, float, float]] = {
     "boxes per question, closed_ended": (1.04, "GEMeX Table 3 (1.02-1.06)", 1.0, 1.2),
     "boxes per question, single_choice": (1.04, "GEMeX Table 3 (1.02-1.06)", 1.0, 1.2),
     "boxes per question, multi_choice": (1.99, "GEMeX Table 3", 1.69, 2.29),
-    "most boxes on a question": (None, "public samples / issue 25", 4, 4),
+    "most boxes on a question": (None, "public samples", 4, 4),
     "content type abnormality share": (0.577, "GEMeX Table 3", 0.52, 0.63),
     "content type size share": (None, "GEMeX Table 3 (present)", 0.01, 0.1),
     "content type implication share": (None, "GEMeX Table 3 (present)", 0.01, 0.1),
     "content type finding share": (None, "not a GEMeX type", 0.0, 0.0),
     "test questions per image": (13.2, "GEMeX Table 3", 11.2, 15.2),
     "train questions per image": (round(PAPER_QUESTIONS_PER_IMAGE, 2), "GEMeX Table 3 (all splits)", 9.0, 12.2),
-    "test most questions of a type per image": (5, "public samples / issue 25", 5, 5),
+    "test most questions of a type per image": (5, "public samples", 5, 5),
     "multi-choice correct options, mean": (None, "public samples", 2.2, 2.8),
-    "multi-choice most correct options": (None, "public samples / issue 25", 4, 4),
-    "single-choice with 4 options share": (None, "public samples / issue 25", 0.92, 1.0),
-    "closed-ended Yes. share": (None, "public samples / issue 25", 0.24, 0.34),
+    "multi-choice most correct options": (None, "public samples", 4, 4),
+    "single-choice with 4 options share": (None, "public samples", 0.92, 1.0),
+    "closed-ended Yes. share": (None, "public samples", 0.24, 0.34),
     "options that are negations or sizes share": (None, "public samples", 0.05, 0.35),
-    "region bilateral lung share": (None, "public samples / issue 25 (~36%)", 0.31, 0.41),
-    "region cardiac region share": (None, "public samples / issue 25 (~16%)", 0.12, 0.20),
-    "box area share of the 224 frame": (None, "issue 25 (~25%)", 0.17, 0.29),
-    "distinct question share": (None, "issue 25 (~98%)", 0.93, 1.0),
+    "region bilateral lung share": (None, "public samples (~36%)", 0.31, 0.41),
+    "region cardiac region share": (None, "public samples (~16%)", 0.12, 0.20),
+    "box area share of the 224 frame": (None, "public samples (~25%)", 0.17, 0.29),
+    "distinct question share": (None, "public samples (~98%)", 0.93, 1.0),
     "reason length median": (None, "GEMeX §3 (60-150) / public 83-98", 83, 98),
     "reasons of 60-150 characters share": (None, "GEMeX §3 (\"mostly\")", 0.8, 1.0),
     "healthy image share": (0.125, "GEMeX Fig. 6", 0.09, 0.16),

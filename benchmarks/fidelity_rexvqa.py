@@ -1,8 +1,8 @@
 """How close a synthetic ReXVQA raw release is to the paper and to the public records.
 
-    python benchmarks/fidelity_rexvqa.py --studies 3000 --downscale 8     # makes a release, prints its table
-    python benchmarks/fidelity_rexvqa.py --studies 2500 --images          # and whether its images carry the labels
-    python benchmarks/fidelity_rexvqa.py --release path/to/release         # measures an existing one
+    python -m benchmarks.fidelity_rexvqa --studies 3000 --downscale 8     # makes a release, prints its table
+    python -m benchmarks.fidelity_rexvqa --studies 2500 --images          # and whether its images carry the labels
+    python -m benchmarks.fidelity_rexvqa --release path/to/release         # measures an existing one
 
 `figures(release)` reads the release's `metadata/*_vqa_data.json` record by record and measures
 it against ReXVQA (arXiv 2506.04353), formats.md and `../shared/samples/rexvqa` (the public
@@ -23,14 +23,10 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-sys.path[:0] = [str(ROOT), str(Path(__file__).resolve().parent)]
-
-from fidelity_figures import Figure, markdown_table  # noqa: E402
-
-from builders.json_stream import Damage, RecordStream, open_text  # noqa: E402
-from rexvqa_dataset.features import TASKS  # noqa: E402
-from rexvqa_dataset.synthetic_profile import (  # noqa: E402
+from benchmarks.fidelity_figures import Figure, markdown_table
+from builders.json_stream import Damage, RecordStream, open_text
+from rexvqa_dataset.features import TASKS
+from rexvqa_dataset.synthetic_profile import (
     ID_PATTERN,
     PUBLIC_QUESTIONS,
     PUBLIC_STUDIES,
@@ -40,6 +36,7 @@ from rexvqa_dataset.synthetic_profile import (  # noqa: E402
 )
 
 DATASET = "ReXVQA"
+ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT.parent / "shared" / "samples" / "rexvqa"
 SPLITS = ("train", "valid", "test")
 PAPER = "ReXVQA paper"

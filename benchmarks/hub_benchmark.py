@@ -1,7 +1,7 @@
 """What an embedded build costs on the Hub and on its users' disks, per layout, measured in one run.
 
-    python benchmarks/hub_benchmark.py --images 2000 --rexvqa-downscale 2
-    python benchmarks/hub_benchmark.py --images 200 --local-only   # local bytes per layout, in minutes
+    python -m benchmarks.hub_benchmark --images 2000 --rexvqa-downscale 2
+    python -m benchmarks.hub_benchmark --images 200 --local-only   # local bytes per layout, in minutes
 
 For each dataset it writes a synthetic release (GEMeX: `--images` images, about 10.6 questions
 each; ReXVQA: enough studies for `--images` images, about 1.7 a study), builds it with
@@ -38,9 +38,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
 
 LAYOUTS = {"by-config": ("by-config", True, True), "by-config, no CDC": ("by-config", False, True),
            "shared": ("shared", True, True), "by-config, no sft_per_image": ("by-config", True, False),

@@ -4,8 +4,8 @@ data loader state rather than reading and decoding the rows of the steps already
 two should be close (target: resumed <= 1.5 x fresh); the rows read and images decoded before the
 first new step are counted too.
 
-    python benchmarks/resume_stream.py                    # tiny Gemma 3 on CPU, a synthetic GEMeX build
-    python benchmarks/resume_stream.py --rows 800 --batch_size 4
+    python -m benchmarks.resume_stream                    # tiny Gemma 3 on CPU, a synthetic GEMeX build
+    python -m benchmarks.resume_stream --rows 800 --batch_size 4
 """
 
 from __future__ import annotations
@@ -13,12 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import sys
 import time
 from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 
 def parse_args(argv):
@@ -68,9 +64,9 @@ def first_step(argv: list[str]) -> dict:
 
 def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
-    import tiny_models
     from train_throughput import build_synthetic_gemex
 
+    from tests import tiny_models
     from training_recipes import sft
 
     workdir = Path(args.workdir)

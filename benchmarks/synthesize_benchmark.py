@@ -1,7 +1,7 @@
 """`cxr-vqa synthesize`: peak memory stays flat as the release grows, measured in one run.
 
-    python benchmarks/synthesize_benchmark.py                                  # the papers' full scale (minutes)
-    python benchmarks/synthesize_benchmark.py --gemex 1500 15102 --rexvqa 1600 16000
+    python -m benchmarks.synthesize_benchmark                                  # the papers' full scale (minutes)
+    python -m benchmarks.synthesize_benchmark --gemex 1500 15102 --rexvqa 1600 16000
 
 Each release is written by `cxr-vqa synthesize` in a fresh process; the table gives its wall
 time, its peak resident memory (VmHWM of the main process, and the largest image-writing

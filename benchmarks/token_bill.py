@@ -1,6 +1,6 @@
 """The token bill of fine-tuning on GEMeX and ReXVQA, and whether the CPUs can feed it.
 
-    python benchmarks/token_bill.py --gemex-images 40 --rexvqa-studies 40
+    python -m benchmarks.token_bill --gemex-images 40 --rexvqa-studies 40
 
 Builds a full-size synthetic GEMeX (`--downscale 1`: MIMIC-CXR-JPG's 2,539 x 3,050-class JPEGs)
 and ReXVQA (the release's 600-800 px 16-bit PNGs), then for Qwen2.5-VL and Qwen3-VL at four pixel
@@ -37,16 +37,12 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget  # noqa: E402
-from training_recipes import data  # noqa: E402
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
+from training_recipes import data
 
 RELEASE = {
     "gemex": {"questions": 1_592_194, "images": 151_025},
@@ -101,8 +97,9 @@ def qwen3_vl_processor():
     """Qwen3-VL's processor (image-only: its video processor needs torchvision) with Qwen3-VL's
     released image processor settings, a tokenizer trained offline (tests/tiny_models.py) and the
     released chat template."""
-    import tiny_models
     from transformers import ProcessorMixin, Qwen2VLImageProcessorPil, Qwen3VLProcessor
+
+    from tests import tiny_models
 
     class ImageOnlyQwen3VLProcessor(Qwen3VLProcessor):
         def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
@@ -122,7 +119,7 @@ def qwen3_vl_processor():
 
 
 def processor_for(family: Family):
-    import tiny_models
+    from tests import tiny_models
 
     if family.model_type == "qwen2_5_vl":
         processor = tiny_models.tiny_qwen2_5_vl().processor

@@ -18,9 +18,9 @@ Qwen2.5-VL: RMSNorm, SwiGLU, RoPE and the fused linear cross-entropy that never 
 `torch.compile` on each decoder layer and vision block, so one compiled graph serves the identical
 layers and compile time is that of one layer).
 
-    python benchmarks/train_throughput.py --model qwen2.5-vl-3b --batch_size 8 --steps 30
-    python benchmarks/train_throughput.py --dataset ./gemex --dataset_config sft --lora   # a given build
-    python benchmarks/train_throughput.py --tiny --steps 3      # CPU smoke test
+    python -m benchmarks.train_throughput --model qwen2.5-vl-3b --batch_size 8 --steps 30
+    python -m benchmarks.train_throughput --dataset ./gemex --dataset_config sft --lora   # a given build
+    python -m benchmarks.train_throughput --tiny --steps 3      # CPU smoke test
 
 Without `--dataset` it builds a synthetic GEMeX split itself (`--rows`, `--image_size`).
 MFU counts 6 x parameters x tokens for the language model (every input token, image tokens
@@ -39,23 +39,19 @@ import gzip
 import json
 import resource
 import shutil
-import sys
 import time
 from pathlib import Path
 
 import torch
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
-
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget  # noqa: E402
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 
 # datasets, transformers, trl and the recipe's data path are imported where they are used, so `--help` is quick
 
 BF16_PEAK_TFLOPS = {"H100": 989.0, "H200": 989.0, "H20": 148.0, "A100": 312.0, "L40S": 362.0, "A10": 125.0}
 """Dense bf16 tensor-core peaks (SXM parts; an H100 PCIe is 756)."""
 
-MODEL_CONFIGS = ROOT / "benchmarks" / "models"
+MODEL_CONFIGS = Path(__file__).resolve().parent / "models"
 MODELS = {"qwen2.5-vl-3b": MODEL_CONFIGS / "qwen2.5-vl-3b.json"}
 TINY = MODEL_CONFIGS / "tiny-qwen2.5-vl.json"
 MFU_TARGET = 0.40
@@ -69,8 +65,9 @@ def model_preset(path: Path) -> dict:
 
 def build_processor(max_pixels: int = MAX_PIXELS, min_pixels: int = MIN_PIXELS):
     """Qwen2.5-VL's processor (images only) around a tokenizer trained offline, bounded to `max_pixels`."""
-    import tiny_models  # offline tokenizer and the image-only Qwen2.5-VL processor
     from transformers import Qwen2VLImageProcessorPil
+
+    from tests import tiny_models  # offline tokenizer and the image-only Qwen2.5-VL processor
 
     specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
                 "<|image_pad|>", "<|video_pad|>"]

@@ -282,7 +282,7 @@ class GemexBuild(DatasetBuild):
                            images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report, sft="sft" in configs,
                            conversation=self.conversation_card(configs), conversation_column_docs=PER_IMAGE_COLUMN_DOCS,
                            columns=list(self.features), column_docs=COLUMN_DOCS)
-        card.save(out / "README.md")
+        (out / "README.md").write_text(card, encoding="utf-8")
 
 
 def repeated_questions(table: pa.Table) -> np.ndarray:

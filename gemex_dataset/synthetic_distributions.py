@@ -23,7 +23,7 @@ TEST_QUESTIONS_PER_IMAGE = {"open_ended": (3, 4), "closed_ended": (1, 1, 2), "si
 KEEP_RATE = PAPER_QUESTIONS / (sum(PAPER_IMAGES.values()) * sum(QUESTIONS_PER_IMAGE.values()))
 
 HEALTHY_SHARE = 0.125  # GEMeX Fig. 6: ~12.5% of images have no finding
-CLOSED_YES_SHARE = 0.29  # public samples / issue 25: "Yes." in ~29% of closed-ended answers
+CLOSED_YES_SHARE = 0.29  # public samples: "Yes." in ~29% of closed-ended answers
 # A closed-ended question asks for its finding present this often; earlier questions have already made
 # some findings present, so the release's "Yes." share lands at CLOSED_YES_SHARE (tuned, fidelity_gemex).
 CLOSED_ASK_PRESENT = 0.24
@@ -48,7 +48,7 @@ CONTENT_TYPES_BY_QUESTION = {
     "multi_choice": ("abnormality", "location", "disease"),
 }
 
-# Region draw weights. Public samples / issue 25: bilateral lung ~36% of grounded regions, cardiac
+# Region draw weights. Public samples: bilateral lung ~36% of grounded regions, cardiac
 # region ~16%; the rest spread (chosen: plausible). Bilateral lung weighs more than 36% because multi-choice
 # location questions ground in regions drawn otherwise (tuned, fidelity_gemex).
 REGION_SHARES = {

@@ -276,7 +276,7 @@ class RexvqaBuild(DatasetBuild):
                            conversation=self.conversation_card(configs), conversation_column_docs=PER_STUDY_COLUMN_DOCS,
                            categories=self.category_counts(out),
                            missing_images=sum(n for k, n in self.report.notices.items() if k.startswith("images ")))
-        card.save(out / "README.md")
+        (out / "README.md").write_text(card, encoding="utf-8")
 
     @staticmethod
     def category_counts(out: Path) -> list[tuple[str, int]]:

@@ -40,6 +40,27 @@ def gemex_embed(gemex_release, tmp_path_factory):
     return out, report
 
 
+@pytest.fixture(scope="session")
+def gemex_embed_112(gemex_release, tmp_path_factory) -> Path:
+    """A GEMeX embed build at 112 px whose per-image conversations are cut at 300 tokens (the tiny models'
+    short context), shared read-only by the training tests."""
+    from builders.assembly.pipeline import BuildSettings
+    from gemex_dataset.build import build_gemex
+
+    out = tmp_path_factory.mktemp("gemex-112") / "gemex"
+    build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root,
+                              image_mode="embed", image_size=112, conversation_tokens=300))
+    return out
+
+
+@pytest.fixture(scope="session")
+def rexvqa_release(tmp_path_factory):
+    """A 12-study ReXVQA release with images (seed 3), shared read-only by the modules that build or read it."""
+    from rexvqa_dataset.synthetic import generate
+
+    return generate(tmp_path_factory.mktemp("rexvqa-release"), num_studies=12, seed=3)
+
+
 @pytest.fixture(params=["threads", "worker processes"])
 def header_readers(request, monkeypatch):
     """Where a build reads image headers: on threads (a few per chunk, as in these small releases) or

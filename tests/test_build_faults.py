@@ -7,6 +7,7 @@ the test then kills or signals the stopped process, so each fault lands where it
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
 import resource
@@ -20,9 +21,35 @@ from pathlib import Path
 import pytest
 
 
+def build_args(release, out: Path, *extra: str) -> list[str]:
+    return ["build", "gemex", "--source", str(release.root / "per_type"), "--images", str(release.image_root), "--out", str(out),
+            "--image-mode", "embed", *extra]
+
+
 def build_command(release, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "cxr_vqa.cli", "build", "gemex", "--source", str(release.root / "per_type"),
-            "--images", str(release.image_root), "--out", str(out), "--image-mode", "embed", *extra]
+    return [sys.executable, "-m", "cxr_vqa.cli", *build_args(release, out, *extra)]
+
+
+@pytest.fixture
+def cxr_vqa(capsys, caplog):
+    """`cxr-vqa ARGV` run by `main` in this process, for what the command decides where no process
+    boundary is under test: (exit status, what the command's process writes on stderr). That is the
+    lines it prints and its warnings, which Python's last-resort handler writes there (here the test
+    run's log capture takes them)."""
+    from cxr_vqa.cli import main
+
+    def run(argv: list[str]) -> tuple[int, str]:
+        capsys.readouterr()
+        caplog.clear()
+        status = main(argv)
+        warnings = "".join(f"{record.getMessage()}\n" for record in caplog.records if record.levelno >= logging.WARNING)
+        return status, warnings + capsys.readouterr().err
+    return run
+
+
+def build_here(cxr_vqa, release, out: Path, *extra: str) -> tuple[int, str]:
+    """`cxr-vqa build` in this process: for a build before or after the one whose process is under test."""
+    return cxr_vqa(build_args(release, out, *extra))
 
 
 def quiet_env() -> dict[str, str]:
@@ -83,7 +110,7 @@ def looks_like_a_dataset(folder: Path) -> bool:
 
 
 @pytest.mark.parametrize("point", ["reading", "shards", "card"])
-def test_a_build_killed_at_any_point_leaves_no_dataset_and_the_rerun_cleans_up(gemex_release, tmp_path, point):
+def test_a_build_killed_at_any_point_leaves_no_dataset_and_the_rerun_cleans_up(gemex_release, tmp_path, point, cxr_vqa):
     out = tmp_path / "gemex"
     process = start(gemex_release, out, point)
     wait_until_stopped(process)
@@ -94,18 +121,18 @@ def test_a_build_killed_at_any_point_leaves_no_dataset_and_the_rerun_cleans_up(g
     assert leftovers == [".gemex.lock", f".gemex.partial-{process.pid}"]
     assert not looks_like_a_dataset(tmp_path / leftovers[1]) or point == "card"
 
-    rerun = build(gemex_release, out)
-    assert rerun.returncode == 0, rerun.stderr
+    status, stderr = build_here(cxr_vqa, gemex_release, out)
+    assert status == 0, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
-    assert f"removed .gemex.partial-{process.pid}, left by build {process.pid} that was killed" in rerun.stderr
+    assert f"removed .gemex.partial-{process.pid}, left by build {process.pid} that was killed" in stderr
     notices = json.loads((out / "build_report.json").read_text())["notices"]
     assert any(f".gemex.partial-{process.pid}" in notice for notice in notices)
 
 
-def test_a_build_killed_while_renaming_gives_back_the_previous_output(gemex_release, tmp_path):
+def test_a_build_killed_while_renaming_gives_back_the_previous_output(gemex_release, tmp_path, cxr_vqa):
     """Killed between moving the old output aside and moving the new one in: the next build restores the old one."""
     out = tmp_path / "gemex"
-    assert build(gemex_release, out).returncode == 0
+    assert build_here(cxr_vqa, gemex_release, out)[0] == 0
     before = (out / "build_report.json").read_bytes()
     process = start(gemex_release, out, "renaming", "--overwrite", "--image-size", "64")
     wait_until_stopped(process)
@@ -114,22 +141,22 @@ def test_a_build_killed_while_renaming_gives_back_the_previous_output(gemex_rele
     assert not looks_like_a_dataset(out)
     assert {p.name for p in tmp_path.iterdir()} == {".gemex.lock", f".gemex.partial-{process.pid}", f".gemex.previous-{process.pid}"}
 
-    rerun = build(gemex_release, out)
-    assert rerun.returncode == 1 and "already exists" in rerun.stderr
-    assert "restored gemex" in rerun.stderr
+    status, stderr = build_here(cxr_vqa, gemex_release, out)
+    assert status == 1 and "already exists" in stderr
+    assert "restored gemex" in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
     assert (out / "build_report.json").read_bytes() == before
 
 
-def test_a_second_build_into_the_same_out_fails_at_once_naming_the_first(gemex_release, tmp_path):
+def test_a_second_build_into_the_same_out_fails_at_once_naming_the_first(gemex_release, tmp_path, cxr_vqa):
     out = tmp_path / "gemex"
     first = start(gemex_release, out, "reading")
     wait_until_stopped(first)
-    second = build(gemex_release, out, "--overwrite")
+    second_status, second_stderr = build_here(cxr_vqa, gemex_release, out, "--overwrite")
     first.send_signal(signal.SIGCONT)
     status, stderr = finish(first)
-    assert second.returncode == 1
-    assert len(messages(second.stderr)) == 1 and f"being built by process {first.pid}" in second.stderr
+    assert second_status == 1
+    assert len(messages(second_stderr)) == 1 and f"being built by process {first.pid}" in second_stderr
     assert status == 0, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
 
@@ -164,10 +191,10 @@ def shard_checksums(out: Path) -> dict[str, str]:
     return {str(p.relative_to(out)): sha256(p) for p in sorted(out.glob("data/**/*.parquet"))}
 
 
-def test_a_file_size_limit_ends_the_build_cleanly_and_keeps_the_previous_output(gemex_release, tmp_path):
+def test_a_file_size_limit_ends_the_build_cleanly_and_keeps_the_previous_output(gemex_release, tmp_path, cxr_vqa):
     """RLIMIT_FSIZE makes the kernel refuse writes past 64 KiB (EFBIG), as a full disk refuses them."""
     out = tmp_path / "gemex"
-    assert build(gemex_release, out, "--image-mode", "none").returncode == 0
+    assert build_here(cxr_vqa, gemex_release, out, "--image-mode", "none")[0] == 0
     before = shard_checksums(out)
 
     def limit_file_size():
@@ -315,8 +342,8 @@ def test_a_script_without_a_main_guard_still_builds_reading_headers_on_threads(r
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_after_the_output_is_written_says_the_build_completed(gemex_release, tmp_path, signum, status):
-    """Issue 27.15: the output renamed into place, then Ctrl-C: one line saying so, the output whole."""
+def test_a_signal_after_the_output_is_written_says_the_build_completed(gemex_release, tmp_path, signum, status, cxr_vqa):
+    """The output renamed into place, then Ctrl-C: one line saying so, the output whole."""
     out = tmp_path / "gemex"
     process = start(gemex_release, out, "written", "--image-mode", "none")
     wait_until_stopped(process)
@@ -326,10 +353,10 @@ def test_a_signal_after_the_output_is_written_says_the_build_completed(gemex_rel
     assert returncode == status
     assert messages(stderr) == [messages(stderr)[0]] and "after the build had completed" in stderr and str(out) in stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
-    assert build(gemex_release, out, "--image-mode", "none", "--overwrite").returncode == 0
+    assert build_here(cxr_vqa, gemex_release, out, "--image-mode", "none", "--overwrite")[0] == 0
 
 
-# -- what --out may replace (issue 27.13-14) -----------------------------------------------------
+# -- what --out may replace -----------------------------------------------------
 
 def copy_release(release, dest: Path) -> Path:
     shutil.copytree(release.root, dest)
@@ -337,78 +364,75 @@ def copy_release(release, dest: Path) -> Path:
 
 
 @pytest.mark.parametrize("where", ["source", "parent", "dot"])
-def test_overwrite_never_replaces_the_raw_release(gemex_release, tmp_path, where):
+def test_overwrite_never_replaces_the_raw_release(gemex_release, tmp_path, where, cxr_vqa, monkeypatch):
     raw = copy_release(gemex_release, tmp_path / "raw")
     before = sorted(str(p.relative_to(raw)) for p in raw.rglob("*"))
     source = raw / "per_type"
     out = {"source": source, "parent": raw, "dot": Path(".")}[where]
-    command = [sys.executable, "-m", "cxr_vqa.cli", "build", "gemex", "--source", str(source), "--out", str(out),
-               "--image-mode", "none", "--overwrite"]
-    result = subprocess.run(command, env=quiet_env() | {"PYTHONPATH": os.getcwd()}, capture_output=True, text=True, timeout=300,
-                            cwd=source if where == "dot" else None, check=False)
-    assert result.returncode == 1 and len(messages(result.stderr)) == 1, result.stderr
-    assert "would replace the raw release" in result.stderr
+    if where == "dot":
+        monkeypatch.chdir(source)
+    status, stderr = cxr_vqa(["build", "gemex", "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"])
+    assert status == 1 and len(messages(stderr)) == 1, stderr
+    assert "would replace the raw release" in stderr
     assert sorted(str(p.relative_to(raw)) for p in raw.rglob("*")) == before
 
 
-def test_overwrite_replaces_only_a_folder_a_build_wrote(gemex_release, tmp_path):
+def test_overwrite_replaces_only_a_folder_a_build_wrote(gemex_release, tmp_path, cxr_vqa):
     out = tmp_path / "gemex"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
-    result = build(gemex_release, out, "--image-mode", "none", "--overwrite")
-    assert result.returncode == 1 and "replaces only a folder a build wrote" in result.stderr
+    status, stderr = cxr_vqa(build_args(gemex_release, out, "--image-mode", "none", "--overwrite"))
+    assert status == 1 and "replaces only a folder a build wrote" in stderr
     assert (out / "notes.txt").read_text() == "mine"
     (out / "notes.txt").unlink()
     out.rmdir()
-    assert build(gemex_release, out, "--image-mode", "none").returncode == 0
-    assert build(gemex_release, out, "--image-mode", "none", "--overwrite").returncode == 0
+    assert cxr_vqa(build_args(gemex_release, out, "--image-mode", "none"))[0] == 0
+    assert cxr_vqa(build_args(gemex_release, out, "--image-mode", "none", "--overwrite"))[0] == 0
 
 
-def test_an_out_that_is_a_file_is_refused_and_leaves_nothing_behind(gemex_release, tmp_path):
+def test_an_out_that_is_a_file_is_refused_and_leaves_nothing_behind(gemex_release, tmp_path, cxr_vqa):
     out = tmp_path / "gemex"
     out.write_text("a file")
     for _ in range(2):
-        result = build(gemex_release, out, "--image-mode", "none", "--overwrite")
-        assert result.returncode == 1 and "is not one" in result.stderr and "killed" not in result.stderr
+        status, stderr = cxr_vqa(build_args(gemex_release, out, "--image-mode", "none", "--overwrite"))
+        assert status == 1 and "is not one" in stderr and "killed" not in stderr
         assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"] and out.read_text() == "a file"
 
 
-def test_glob_characters_in_out_touch_no_other_build(gemex_release, tmp_path):
+def test_glob_characters_in_out_touch_no_other_build(gemex_release, tmp_path, cxr_vqa):
     """`gemex[2v]` as a glob matches `gemex2`: another live build's partial folder must survive."""
     other = tmp_path / "gemex2"
     first = start(gemex_release, other, "reading", "--image-mode", "none")
     wait_until_stopped(first)
-    result = build(gemex_release, tmp_path / "gemex[2v]", "--image-mode", "none")
-    assert result.returncode == 0, result.stderr
-    assert "removed" not in result.stderr
+    result, stderr = build_here(cxr_vqa, gemex_release, tmp_path / "gemex[2v]", "--image-mode", "none")
+    assert result == 0, stderr
+    assert "removed" not in stderr
     first.send_signal(signal.SIGCONT)
     status, stderr = finish(first)
     assert status == 0, stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex2", "gemex[2v]"]
 
 
-def test_an_out_inside_the_source_is_not_read_back(gemex_release, tmp_path):
+def test_an_out_inside_the_source_is_not_read_back(gemex_release, tmp_path, cxr_vqa):
     """A rebuild with --out inside --source reads the release, not the previous build's report or card."""
     raw = copy_release(gemex_release, tmp_path / "raw")
     out = raw / "llava" / "built"
-    command = [sys.executable, "-m", "cxr_vqa.cli", "build", "gemex", "--source", str(raw / "llava"), "--out", str(out), "--image-mode", "none"]
-    first = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
-    assert first.returncode == 0, first.stderr
+    argv = ["build", "gemex", "--source", str(raw / "llava"), "--out", str(out), "--image-mode", "none"]
+    status, stderr = cxr_vqa(argv)
+    assert status == 0, stderr
     report = json.loads((out / "build_report.json").read_text())
-    second = subprocess.run([*command, "--overwrite"], env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
-    assert second.returncode == 0, second.stderr
+    status, stderr = cxr_vqa([*argv, "--overwrite"])
+    assert status == 0, stderr
     again = json.loads((out / "build_report.json").read_text())
     assert (again["records_read"], again["rejected"], again["rows"]) == (report["records_read"], report["rejected"], report["rows"])
     assert not any("built" in reject["file"] for reject in again["rejects"])
 
 
-def test_a_synthetic_release_built_from_its_root_stays_synthetic(gemex_release, tmp_path):
+def test_a_synthetic_release_built_from_its_root_stays_synthetic(gemex_release, tmp_path, cxr_vqa):
     """The root holds SYNTHETIC_MANIFEST.json: it describes the annotation files and is not one of them."""
     out = tmp_path / "gemex"
-    command = [sys.executable, "-m", "cxr_vqa.cli", "build", "gemex", "--source", str(gemex_release.root), "--out", str(out),
-               "--image-mode", "none"]
-    result = subprocess.run(command, env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
-    assert result.returncode == 0, result.stderr
+    status, stderr = cxr_vqa(["build", "gemex", "--source", str(gemex_release.root), "--out", str(out), "--image-mode", "none"])
+    assert status == 0, stderr
     report = json.loads((out / "build_report.json").read_text())
     assert not any("SYNTHETIC_MANIFEST" in reject["file"] for reject in report["rejects"])
     assert report["provenance"]["synthetic"] is True, report["provenance"]

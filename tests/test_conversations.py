@@ -35,16 +35,11 @@ def gemex(release, out: Path, **settings) -> Path:
 
 
 @pytest.fixture(scope="module")
-def rexvqa_release(tmp_path_factory) -> Path:
-    return generate_rexvqa(tmp_path_factory.mktemp("rexvqa-release"), num_studies=12, seed=3).root
-
-
-@pytest.fixture(scope="module")
 def builds(gemex_release, rexvqa_release, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("conversations")
     made = {"gemex": gemex(gemex_release, root / "gemex"), "gemex-reference": gemex(gemex_release, root / "ref", image_mode="reference")}
     for mode in ("embed", "reference"):
-        build_rexvqa(BuildSettings(source=rexvqa_release, out=root / f"rexvqa-{mode}", image_mode=mode))
+        build_rexvqa(BuildSettings(source=rexvqa_release.root, out=root / f"rexvqa-{mode}", image_mode=mode))
         made[f"rexvqa-{mode}"] = root / f"rexvqa-{mode}"
     return made
 

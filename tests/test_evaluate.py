@@ -3,13 +3,14 @@ import json
 
 import pytest
 from datasets import ClassLabel, Dataset, Features, List, Value
-from scoring_fixtures import TASKS, gemex_rows, rexvqa_rows
 
 from builders.scoring.predictions import write_jsonl
 from cxr_vqa import evaluate
 from gemex_dataset import scoring as gemex_scoring
 from gemex_dataset.features import QUESTION_TYPES, features
 from rexvqa_dataset import scoring as rex_scoring
+
+from .scoring_fixtures import TASKS, gemex_rows, rexvqa_rows
 
 
 def _gemex_dir(tmp_path, per_type=6):
@@ -140,7 +141,7 @@ def test_gemex_with_the_llm_judge_on_a_local_server(tmp_path, capsys):
     import threading
     from http.server import HTTPServer
 
-    from test_judge import _FakeJudge
+    from .test_judge import _FakeJudge
 
     folder, rows = _gemex_dir(tmp_path, per_type=2)
     predictions = tmp_path / "pred.jsonl"
@@ -169,10 +170,10 @@ def test_unknown_split_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_a_built_folder_with_a_preview_config_is_evaluated_on_its_rows_once(tmp_path):
-    from publish_builds import copy_build
-
     from builders.hub.preview import add_preview_config
     from builders.hub.validate import card_configs
+
+    from .publish_builds import copy_build
 
     folder = copy_build("synthetic-embed", tmp_path / "builds", tmp_path / "gemex")
     add_preview_config(folder, n=4, split="test", image=False)
@@ -182,7 +183,7 @@ def test_a_built_folder_with_a_preview_config_is_evaluated_on_its_rows_once(tmp_
 
 
 def test_hostile_predictions_end_in_one_line_or_a_written_out(tmp_path, capsys, monkeypatch):
-    """Issue 27.10-12: a deeply nested reply is a failed extraction, a lone-surrogate id an error
+    """A deeply nested reply is a failed extraction, a lone-surrogate id an error
     naming its line before anything is printed, and secrets in the warnings are masked."""
     folder, rows = _gemex_dir(tmp_path, per_type=2)
     predictions, out = tmp_path / "pred.jsonl", tmp_path / "scores.json"

@@ -145,7 +145,7 @@ def test_unstructured_reply_is_all_answer():
     assert reply.answer == "Just some text." and not reply.structured
 
 
-ADVERSARIAL = [  # shapes that made the old patterns backtrack without end (issue 27)
+ADVERSARIAL = [  # shapes that make a naive pattern backtrack without end
     "The answer" + "\n" * 1000 + "text",
     "The answer is" + " " * 1000 + "(" + " " * 1000 + "x",
     "option " + " \n" * 1000 + "and",

@@ -1,15 +1,10 @@
-"""Issue 25: a small synthetic GEMeX release keeps the key figures in their ranges (benchmarks/fidelity_gemex.py),
+"""A small synthetic GEMeX release keeps the key figures in their ranges (benchmarks/fidelity_gemex.py),
 and a text-only classifier does no better than the answer prior."""
 
-import sys
-from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-from fidelity_gemex import figures, text_only_baseline
-
+from benchmarks.fidelity_gemex import figures, text_only_baseline
 from gemex_dataset.synthetic import generate
 
 

@@ -2,15 +2,11 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-
-import fidelity_rexvqa
-
+from benchmarks import fidelity_rexvqa
 from rexvqa_dataset.features import TASKS
 from rexvqa_dataset.synthetic import generate
 

@@ -12,9 +12,10 @@ import subprocess
 import sys
 
 import pytest
-from test_build_faults import wait_until_stopped
 
 from builders.files import atomic_write, write_text
+
+from .test_build_faults import wait_until_stopped
 
 
 def cxr_vqa(*argv: str, stop_at: str | None = None) -> subprocess.Popen:

@@ -170,7 +170,7 @@ def test_strict_fails_on_the_first_reject_and_leaves_nothing(release, tmp_path):
 
 # ---------------------------------------------------------------------------------------------
 # Grouped JSON Lines + CSV: a line's image is its CSV row, by position; a newline lost or added
-# must not move questions onto other images (issue 27)
+# must not move questions onto other images
 
 
 def grouped_pairs(folder) -> list[tuple[str, str]]:
@@ -257,7 +257,7 @@ def test_a_line_run_together_beside_another_unreadable_line_parts_from_the_first
 
 
 def test_one_dicom_file_name_under_two_subjects_gives_two_question_ids(release, tmp_path):
-    """The same file name under two subjects is two images; their questions got one id each pair (issue 27)."""
+    """The same file name under two subjects is two images; their questions got one id each pair."""
     root, _, path = release
     other = path.replace(path.split("/")[1], "p10000001", 1)
     assert other != path and other.rsplit("/", 1)[1] == path.rsplit("/", 1)[1]

@@ -15,12 +15,6 @@ from builders.assembly.settings import BuildSettings
 from builders.hub.validate import card_configs, config_shards, validate
 from gemex_dataset.build import build_gemex
 from rexvqa_dataset.build import build_rexvqa
-from rexvqa_dataset.synthetic import generate as generate_rexvqa
-
-
-@pytest.fixture(scope="module")
-def rexvqa_release(tmp_path_factory) -> Path:
-    return generate_rexvqa(tmp_path_factory.mktemp("rexvqa-release"), num_studies=12, seed=3).root
 
 
 def build(dataset: str, source: Path, out: Path, layout: str, gemex_release=None, conversations: bool = True) -> Path:
@@ -48,7 +42,7 @@ def viewer_rows(folder: Path, config: dict) -> dict[str, list[str]]:
 
 @pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
 def test_every_config_shows_in_the_viewer_what_load_dataset_returns(dataset, gemex_release, rexvqa_release, tmp_path):
-    out = build(dataset, rexvqa_release, tmp_path / dataset, "auto", gemex_release)
+    out = build(dataset, rexvqa_release.root, tmp_path / dataset, "auto", gemex_release)
     configs, _ = card_configs(out)
     assert {"default", "sft", {"gemex": "sft_per_image", "rexvqa": "sft_per_study"}[dataset]} < set(configs) and len(configs) > 3
     for name, config in configs.items():
@@ -61,7 +55,7 @@ def test_every_config_shows_in_the_viewer_what_load_dataset_returns(dataset, gem
 
 @pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
 def test_validate_fails_a_layout_whose_configs_the_viewer_shows_wrong(dataset, gemex_release, rexvqa_release, tmp_path):
-    out = build(dataset, rexvqa_release, tmp_path / dataset, "shared", gemex_release)
+    out = build(dataset, rexvqa_release.root, tmp_path / dataset, "shared", gemex_release)
     problems = [p for p in validate(out) if p.rule == "viewer-rows"]
     configs, _ = card_configs(out)
     filtered = {name for name, config in configs.items() if config.get("filters")}
@@ -82,7 +76,7 @@ def test_images_two_configs_share_lie_in_one_run_in_both_files(rexvqa_release, t
     """The Xet store deduplicates whole ~64 KiB chunks, about one image: the studies the second
     largest config shares with the largest one must be one unbroken run in each file's row group,
     in the same order, not scattered among the studies only one of them has."""
-    out = build("rexvqa", rexvqa_release, tmp_path / "rexvqa", "auto")
+    out = build("rexvqa", rexvqa_release.root, tmp_path / "rexvqa", "auto")
     files = {p.name.split("-")[0]: p for p in (out / "data" / "train").glob("*.parquet") if not p.name.startswith("sft_per_study-")}
     first, second = sorted(files, key=lambda c: -pq.ParquetFile(files[c]).metadata.num_rows)[:2]
     for big, small in zip(studies_per_row_group(files[first]), studies_per_row_group(files[second])):

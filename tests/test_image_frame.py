@@ -150,10 +150,11 @@ def test_evaluate_refuses_to_convert_a_box_on_an_image_too_narrow_for_the_budget
 def test_evaluate_says_which_question_has_an_image_too_narrow_for_qwen_boxes(tmp_path, capsys):
     """A folder from elsewhere (a build refuses such an image): one line naming the question, exit 2."""
     from datasets import Dataset
-    from scoring_fixtures import gemex_rows
 
     from cxr_vqa import evaluate
     from gemex_dataset.features import features
+
+    from .scoring_fixtures import gemex_rows
 
     rows = [{**dict.fromkeys(features("none")), **row, "split": "test", "regions": [], "q_id": str(k), "row_id": f"row_{k}"}
             for k, row in enumerate(gemex_rows(per_type=2, seed=5))]

@@ -33,7 +33,7 @@ def test_records_match_json_load_whatever_the_block_size(block, indent):
 
 
 def test_an_escape_that_is_half_a_pair_costs_its_record_and_a_whole_pair_does_not():
-    """`\\ud800` alone decodes to a lone surrogate that no UTF-8 column can store: it was a crash at staging."""
+    """`\\ud800` alone decodes to a lone surrogate that no UTF-8 column can store: read as a value, it would crash staging."""
     text = '{"a": {"q": "\\ud83d\\ude00"}, "b": {"q": ["x", {"deep": "\\ud800"}]}, "c\\ud801": {"q": 1}, "d": {"q": 2}}'
     items = list(RecordStream(io.StringIO(text), "object"))
     assert items[0] == ("a", {"q": "\U0001f600"})
@@ -269,7 +269,7 @@ def test_gemex_deep_nesting_and_bom(gemex_raw, tmp_path):
 
 
 # ---------------------------------------------------------------------------------------------
-# Damage that the first reader let cost intact records (issue 27)
+# Damage that must not cost intact records
 
 
 def pretty_llava(n: int, spoilt: range = range(0)) -> tuple[list[dict], str]:
@@ -306,7 +306,7 @@ def read_items(text: str, kind: str, block: int = 1 << 16) -> tuple[list, list[D
 @pytest.mark.parametrize("kind", ["array", "object"])
 @pytest.mark.parametrize("block", [1 << 10, 1 << 16, 1 << 20])
 def test_damage_longer_than_the_block_costs_only_its_records(kind, block):
-    """A damaged run crossing the read block used to end the file: the search skipped the text read while trying candidates."""
+    """A damaged run crossing the read block does not end the file: the text read while trying candidates is searched too."""
     size = len(pretty_llava(1)[1] if kind == "array" else pretty_rexvqa(1)[1])
     damaged = range(20, 20 + 3 * block // size)
     records, text = pretty_llava(damaged.stop + 20, damaged) if kind == "array" else pretty_rexvqa(damaged.stop + 20, damaged)
@@ -377,7 +377,7 @@ def test_resync_work_is_linear_in_the_damaged_run(indent):
 
 
 # ---------------------------------------------------------------------------------------------
-# One valid value must not stop a build (issue 27): each is one reject naming file, record, field
+# One valid value must not stop a build: each is one reject naming file, record, field
 
 LONG = b"1" * 5000
 

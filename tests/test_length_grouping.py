@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,18 +15,17 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 
-import tiny_builds  # noqa: E402
-import tiny_models  # noqa: E402
 from datasets import load_dataset  # noqa: E402
-from test_recipes import sft_config, training_collator  # noqa: E402
 from transformers.trainer_pt_utils import LengthGroupedSampler  # noqa: E402
 from trl import ModelConfig  # noqa: E402
 
 from builders.assembly.settings import BuildSettings  # noqa: E402
-from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
 from training_recipes import data, generate, sft  # noqa: E402
+
+from . import tiny_builds, tiny_models  # noqa: E402
+from .test_recipes import sft_config, training_collator  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONVERSATION_TOKENS = 300
@@ -37,14 +35,12 @@ REXVQA_SIZE = 336
 
 
 @pytest.fixture(scope="module")
-def built(gemex_release, tmp_path_factory) -> dict[str, Path]:
+def built(gemex_embed_112, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("grouping")
-    build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=root / "gemex", images=gemex_release.image_root,
-                              image_mode="embed", image_size=112, conversation_tokens=CONVERSATION_TOKENS))
     release = generate_rexvqa(root / "release", num_studies=16, seed=5)
     build_rexvqa(BuildSettings(source=release.root, out=root / "rexvqa", image_mode="embed", image_size=REXVQA_SIZE,
                                conversation_tokens=CONVERSATION_TOKENS))
-    return {"gemex": root / "gemex", "rexvqa": root / "rexvqa"}
+    return {"gemex": gemex_embed_112, "rexvqa": root / "rexvqa"}
 
 
 def padding_share(batches) -> float:
@@ -118,8 +114,7 @@ def test_a_mixture_streams_in_its_own_order(built, tmp_path):
 
 
 def throughput(args: list[str], tmp_path: Path) -> dict:
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import train_throughput
+    from benchmarks import train_throughput
 
     return train_throughput.main(["--tiny", "--steps", "2", "--warmup_steps", "1", "--batch_size", "2", "--rows", "8",
                                   "--workdir", str(tmp_path), *args])
@@ -139,8 +134,7 @@ def test_liger_without_liger_kernel_says_what_to_install(tmp_path):
 
 
 def test_the_token_bills_padding_figure_counts_padded_positions():
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    import token_bill
+    from benchmarks import token_bill
 
     assert token_bill.padding_share([100] * 50) == 0 == token_bill.padding_share([100] * 50, grouped=True)
     studies = [300 + 600 * images for images in (1, 1, 1, 2, 2, 3, 4)]  # ReXVQA-like: length set by the image count

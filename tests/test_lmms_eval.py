@@ -15,16 +15,12 @@ from the saved folder.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("lmms_eval", reason="lmms-eval is not installed: pip install -e '.[lmms]' && pip install --no-deps lmms-eval==0.7.3")
 pytest.importorskip("transformers")
-
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny_models
 
 from builders.scoring.text_metrics import installed_metrics
 from cxr_vqa import cli
@@ -35,6 +31,8 @@ from rexvqa_dataset import scoring as rexvqa_scoring
 from rexvqa_dataset.features import TASK_CONFIGS, TASKS
 from training_recipes import data
 from training_recipes.lmms_eval_tasks import TASKS_DIR
+
+from . import tiny_models
 
 GEMEX_TASKS = {"gemex_open": "open_ended", "gemex_closed": "closed_ended", "gemex_single_choice": "single_choice",
                "gemex_multi_choice": "multi_choice"}

@@ -14,27 +14,24 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 
-import tiny_models  # noqa: E402
 from datasets import load_dataset  # noqa: E402
-from test_recipes import END_OF_TURN, sft_config, training_collator  # noqa: E402
 from trl import ModelConfig, SFTTrainer  # noqa: E402
 
 from builders.assembly.settings import BuildSettings  # noqa: E402
-from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
 from training_recipes import data, sft  # noqa: E402
+
+from . import tiny_models  # noqa: E402
+from .test_recipes import END_OF_TURN, sft_config, training_collator  # noqa: E402
 
 CONVERSATION_TOKENS = 300
 """Short rows for the tiny models' 2,048 positions; also cuts the synthetic images' conversations."""
 
 
 @pytest.fixture(scope="module")
-def gemex_built(gemex_release, tmp_path_factory) -> Path:
-    out = tmp_path_factory.mktemp("per-image") / "gemex"
-    build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root,
-                              image_mode="embed", image_size=112, conversation_tokens=CONVERSATION_TOKENS))
-    return out
+def gemex_built(gemex_embed_112) -> Path:
+    return gemex_embed_112
 
 
 @pytest.fixture(scope="module")

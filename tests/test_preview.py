@@ -10,7 +10,6 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from PIL import Image
-from publish_builds import built, copy_build
 
 from builders.hub.preview import (
     PREVIEW_IMAGE,
@@ -23,6 +22,8 @@ from builders.hub.preview import (
 )
 from builders.hub.validate import validate
 from cxr_vqa.cli import main
+
+from .publish_builds import built, copy_build
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 

@@ -38,7 +38,7 @@ def edit_card_to_synthetic(folder: Path) -> None:
 
 
 def test_real_records_under_a_synthetic_folder_build_as_real_and_stay_private(samples_dir, tmp_path, capsys):
-    """Issue 14.0: the public GEMeX training records with placeholder images, kept under a folder that
+    """The public GEMeX training records with placeholder images, kept under a folder that
     holds an (empty) SYNTHETIC.md and even a synthetic release's manifest, built with embedded images."""
     work = tmp_path / "X"
     generate(work, num_images=4, images=False)  # the user once ran `synthesize` here: a manifest and SYNTHETIC.md
@@ -58,7 +58,7 @@ def test_real_records_under_a_synthetic_folder_build_as_real_and_stay_private(sa
 
     assert main(["publish", str(out), "--repo", "org/gemex", "--public", "--confirm-public", "--dry-run"]) == 1
     assert "--public takes only" in capsys.readouterr().err
-    edit_card_to_synthetic(out)  # issue 15.6: the card is never trusted
+    edit_card_to_synthetic(out)  # the card is never trusted
     assert not inspect_build(out).synthetic
     assert main(["publish", str(out), "--repo", "org/gemex", "--public", "--confirm-public", "--dry-run"]) == 1
     assert "--public takes only" in capsys.readouterr().err

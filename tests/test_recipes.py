@@ -5,7 +5,6 @@ mixing, the plain-Trainer path, and a predictions file the scorer can read."""
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import pytest
@@ -20,14 +19,12 @@ from trl import ModelConfig, SFTConfig  # noqa: E402
 from trl.chat_template_utils import get_training_chat_template  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
 
-sys.path.insert(0, str(Path(__file__).parent))
-import tiny_builds  # noqa: E402
-import tiny_models  # noqa: E402
-
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PROCESSOR_MAX_PIXELS, PixelBudget  # noqa: E402
 from cxr_vqa import cli  # noqa: E402
 from gemex_dataset.prompts import type_prompt  # noqa: E402
 from training_recipes import data, generate, sft  # noqa: E402
+
+from . import tiny_builds, tiny_models  # noqa: E402
 
 END_OF_TURN = {"qwen2_5_vl": "<|im_end|>", "idefics3": "<end_of_utterance>", "gemma3": "<end_of_turn>"}
 
@@ -292,8 +289,7 @@ def test_plain_trainer_trains_through_trls_vision_collator(gemex_dir, tmp_path):
 
 
 def test_throughput_benchmark_runs_tiny_on_cpu(tmp_path, capsys):
-    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-    import train_throughput
+    from benchmarks import train_throughput
 
     result = train_throughput.main(["--tiny", "--steps", "3", "--warmup_steps", "1", "--batch_size", "2",
                                     "--rows", "8", "--workdir", str(tmp_path)])

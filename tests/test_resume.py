@@ -26,8 +26,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 pytest.importorskip("torchdata")
 
-import row_recorder  # noqa: E402
-import tiny_models  # noqa: E402
 from safetensors.torch import load_file  # noqa: E402
 
 from builders.assembly import shards  # noqa: E402
@@ -36,6 +34,8 @@ from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
 from training_recipes import sft  # noqa: E402
+
+from . import row_recorder, tiny_models  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CONVERSATION_TOKENS = 300
@@ -82,7 +82,7 @@ def command(layout: str, builds: dict[str, Path], output_dir: Path, *extra: str)
 
 
 def recorded_process(argv: list[str], log_dir: Path, **env: str) -> subprocess.Popen:
-    environment = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "ROW_LOG": str(log_dir),
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "ROW_LOG": str(log_dir),
                    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false", **env}
     return subprocess.Popen([sys.executable, str(ROOT / "tests" / "row_recorder.py"), *argv], env=environment,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -203,7 +203,7 @@ def launched(runs: list[list[str]], log_dir: Path, processes: int = 2) -> None:
     argv = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes", str(processes),
             "--num_machines", "1", "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
             str(ROOT / "tests" / "row_recorder.py"), *chain(*[[*run, "::"] for run in runs])][:-1]
-    environment = {**os.environ, "PYTHONPATH": f"{ROOT}{os.pathsep}{ROOT / 'tests'}", "ROW_LOG": str(log_dir),
+    environment = {**os.environ, "PYTHONPATH": str(ROOT), "ROW_LOG": str(log_dir),
                    "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
     done = subprocess.run(argv, env=environment, capture_output=True, text=True, timeout=600, check=False)
     assert done.returncode == 0, done.stderr[-4000:]

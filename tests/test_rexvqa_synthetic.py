@@ -41,8 +41,8 @@ def digest(root: Path) -> str:
 
 
 @pytest.fixture(scope="module")
-def release(tmp_path_factory):
-    return generate(tmp_path_factory.mktemp("rexvqa") / "release", num_studies=12, seed=3)
+def release(rexvqa_release):
+    return rexvqa_release
 
 
 def records(release) -> dict[str, dict]:
@@ -78,7 +78,7 @@ def test_records_carry_every_listed_key_and_bare_nan(release):
 
 
 def test_studies_have_1_to_4_images_and_odd_view_lists():
-    """Short view lists and null views are rare now (issue 25: real studies are mostly PA/AP/LATERAL), so 600 studies."""
+    """Short view lists and null views are rare (real studies are mostly PA/AP/LATERAL), so 600 studies."""
     studies = [next(iter(make_study(0, i, "train", 4).records.values())) for i in range(600)]
     counts = {len(s["ImagePath"]) for s in studies}
     assert counts == {1, 2, 3, 4}

@@ -1,7 +1,6 @@
 import random
 
 import pytest
-from scoring_fixtures import gemex_rows
 
 from gemex_dataset.scoring import (
     box_iou,
@@ -11,6 +10,8 @@ from gemex_dataset.scoring import (
     reference_reply,
     score_gemex,
 )
+
+from .scoring_fixtures import gemex_rows
 
 FAST = ("rougeL", "bleu1")
 

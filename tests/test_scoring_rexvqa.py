@@ -1,9 +1,10 @@
 import random
 
 import pytest
-from scoring_fixtures import rexvqa_rows
 
 from rexvqa_dataset.scoring import TASKS, majority_replies, random_replies, reference_reply, score_rexvqa
+
+from .scoring_fixtures import rexvqa_rows
 
 
 def test_perfect_predictions_score_100_everywhere():

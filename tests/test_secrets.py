@@ -55,7 +55,7 @@ def test_judge_error_masks_the_echoed_key(echo_url):
 
 
 def test_evaluate_prints_no_key(echo_url, tmp_path, capsys, caplog):
-    from test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
+    from .test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
 
     folder, rows = _gemex_dir(tmp_path, per_type=1)
     predictions = tmp_path / "pred.jsonl"
@@ -99,7 +99,7 @@ def test_logged_messages_are_masked(monkeypatch, caplog):
     ["publish", ".", "--repo", "org/x", HUB_TOKEN],  # unrecognized arguments: ...
 ])
 def test_argument_errors_mask_what_they_echo(argv, capsys, monkeypatch):
-    """Issue 27.10: argparse echoes the bad value; a key pasted into the wrong option never reaches the screen."""
+    """Argparse echoes the bad value; a key pasted into the wrong option never reaches the screen."""
     from cxr_vqa.cli import main
 
     monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)

@@ -5,7 +5,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-import tiny_models
 from datasets import load_dataset
 from transformers import Trainer, TrainingArguments
 from trl import SFTConfig, SFTTrainer
@@ -15,6 +14,8 @@ from builders.assembly.settings import BuildSettings
 from gemex_dataset.build import build_gemex
 from rexvqa_dataset.build import build_rexvqa
 from rexvqa_dataset.synthetic import generate as generate_rexvqa
+
+from . import tiny_models
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,8 @@
-"""The streaming generators write the same bytes as the whole-release ones they replaced.
+"""The streaming generators write the bytes a whole-release dump would.
 
-The GEMeX digests below were taken from the generators as of commit 3b61093, which built every
-split's annotations as one list (or dict) in memory and dumped it with `json.dumps`; the
-streaming writers must reproduce those files byte for byte (manifest and images included).
-ReXVQA's generator has changed since (issue 25: the papers' distributions, findings drawn into
-the images), so its streamed files are checked against `json.dumps` of the whole split instead,
-and its images against a one-process run.
+GEMeX releases at fixed seeds are held to pinned digests, byte for byte (annotations, manifest and
+images); ReXVQA's streamed files are compared with `json.dumps` of the whole split made in the
+test, and its images with a one-process run.
 """
 
 from __future__ import annotations
@@ -20,7 +17,7 @@ from gemex_dataset.synthetic import JsonArrayWriter, generate
 from rexvqa_dataset.synthetic import generate as generate_rexvqa
 from rexvqa_dataset.synthetic import make_study, split_sizes
 
-BEFORE_STREAMING = {  # the generator's wording and drawing as they are; a deliberate change of the data re-pins them
+PINNED_DIGESTS = {  # sha256 over every file of a GEMeX release at a fixed seed; a deliberate change of the data re-pins them
     "gemex": "239fdcb584f14843962f2dd67c1f2f05fdcb71f2f46ea3c0e6e73b1b6718244e",
     "gemex2": "1d4f1ec0b21eb67b49cf70f4cdde1f0b72d8e59a8fdf7c56d66dfe00689b8731",
 }
@@ -38,8 +35,8 @@ def release_digest(root: Path) -> str:
     ("gemex", lambda out: generate(out, num_images=12, seed=3)),
     ("gemex2", lambda out: generate(out, num_images=7, seed=1, num_proc=2, layouts=("llava", "grouped"))),
 ])
-def test_same_bytes_as_before_streaming(tmp_path, name, make):
-    assert release_digest(make(tmp_path / name).root) == BEFORE_STREAMING[name]
+def test_gemex_releases_keep_their_pinned_bytes(tmp_path, name, make):
+    assert release_digest(make(tmp_path / name).root) == PINNED_DIGESTS[name]
 
 
 def test_rexvqa_streamed_files_are_json_dumps_of_the_whole_split(tmp_path):

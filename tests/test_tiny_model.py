@@ -14,12 +14,12 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-import tiny_builds
-import tiny_models
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from training_recipes import generate, sft, tiny_model
 from training_recipes.processors import RecipeError, bf16_available, load_processor, torchvision_problem
+
+from . import tiny_builds, tiny_models
 
 REPO = Path(__file__).resolve().parents[1]
 NO_TORCHVISION = torchvision_problem()

@@ -7,11 +7,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from huggingface_hub import DatasetCard
-from publish_builds import built, copy_build
 
 import builders.hub.validate as validate_module
 from builders.hub.validate import check_ready, validate
 from cxr_vqa.cli import main
+
+from .publish_builds import built, copy_build
 
 
 @pytest.fixture(scope="session")
@@ -186,7 +187,7 @@ def test_a_repeated_question_id_is_not_ready(build):
 
 
 def test_a_file_the_build_did_not_write_makes_the_folder_not_ready(build):
-    """Issue 27.7: publish uploads only what the build wrote, so anything else in the folder is a problem."""
+    """Publish uploads only what the build wrote, so anything else in the folder is a problem."""
     (build / "untagged.jpg").write_bytes(b"\xff\xd8\xff\xe0 not a build's file")
     (build / "raw").mkdir()
     (build / "raw" / "test_question.jsonl").write_text("{}\n")
@@ -195,7 +196,7 @@ def test_a_file_the_build_did_not_write_makes_the_folder_not_ready(build):
 
 
 def test_a_config_reading_outside_data_or_unlisted_files(build, tmp_path):
-    """Issue 27.7: a card edited to read another build's shards, or a file the report does not list."""
+    """A card edited to read another build's shards, or a file the report does not list."""
     (tmp_path / "elsewhere").mkdir()
     card = DatasetCard.load(build / "README.md")
     default = next(c for c in card.data["configs"] if c["config_name"] == "default")
@@ -218,7 +219,7 @@ def test_a_pattern_that_reads_an_unlisted_shard(build):
 
 
 def test_a_folder_without_its_build_report_is_not_ready(build, capsys):
-    """Issue 27.8: without the report nothing says which files the build wrote, or their checksums."""
+    """Without the report nothing says which files the build wrote, or their checksums."""
     (build / "build_report.json").unlink()
     assert rules(validate(build)) == {("build_report.json", "build-report")}
     assert main(["validate", str(build)]) == 1

@@ -2,7 +2,7 @@
 machine's own packages do not meet (pyarrow for datasets 5.2, say): one line each, read into the
 environment row. Exits non-zero when a carried package does not import.
 
-    python benchmarks/gpu/environment.py [--import]
+    python -m benchmarks.gpu.environment [--import]
 """
 
 from __future__ import annotations

@@ -8,8 +8,7 @@ sample (what the same tokens would cost at 40% MFU).
 
 from __future__ import annotations
 
-from train_throughput import MFU_TARGET
-
+from benchmarks.train_throughput import MFU_TARGET
 from gemex_dataset.synthetic_distributions import PAPER_IMAGES, PAPER_QUESTIONS
 from rexvqa_dataset.synthetic import PUBLIC_QUESTIONS, PUBLIC_STUDIES, SPLIT_SHARES
 

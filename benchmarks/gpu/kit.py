@@ -1,12 +1,11 @@
-"""The GPU kit's driver: one part of `plan.yaml` in one call of at most ten minutes.
+"""The GPU kit's driver: one part of `plan.yaml` within the plan's time budget (`seconds`).
 
-    python benchmarks/gpu/kit.py --part 1 --out "$OUT"            # on the GPU machine (run.sh does this)
-    python benchmarks/gpu/kit.py --part 1 --out /tmp/out --tiny   # the same steps on CPU, tiny model
+    python -m benchmarks.gpu.kit --part 1 --out "$OUT"            # on the GPU machine (run.sh does this)
+    python -m benchmarks.gpu.kit --part 1 --out /tmp/out --tiny   # the same steps on CPU, tiny model
 
 Each step runs in its own process under a time limit (the part's own deadline included), so a step
 that fails, hangs or runs out of memory costs only itself: it is recorded with its log's last lines
-and the next step runs. After every step `$OUT` holds the whole story so far, in three files (the
-device tool brings back at most eight): `results.jsonl` (one JSON object per table row, with the
+and the next step runs. After every step `$OUT` holds the whole story so far, in three files: `results.jsonl` (one JSON object per table row, with the
 exact command behind it), `results.md` (the tables) and `logs.tar.gz` (every step's log, profiler
 operator tables, predictions and scores), and a `trace-<row>.json.gz` per profiled row.
 
@@ -31,18 +30,17 @@ from pathlib import Path
 
 import yaml
 
+from benchmarks.gpu.report import results_markdown
+
 KIT = Path(__file__).resolve().parent
 ROOT = KIT.parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(KIT)]
-
-from report import results_markdown  # noqa: E402  (benchmarks/gpu/report.py)
 
 PLAN = KIT / "plan.yaml"
 WORK, TINY_WORK = Path("/tmp/gpu-kit"), Path("/tmp/gpu-kit-tiny")
 TRACE = "trace.json.gz"
 FILE_LIMIT_BYTES = 15 * 2**20
 MAX_TRACES = 4
-"""results.md, results.jsonl, logs.tar.gz and at most four traces: within the eight files a call brings back."""
+"""results.md, results.jsonl, logs.tar.gz and at most four traces, each under FILE_LIMIT_BYTES: a small, fixed set of files to copy off the machine."""
 
 
 def merged(base: dict, override: dict) -> dict:
@@ -137,8 +135,8 @@ class Kit:
         (self.out / "results.md").write_text(results_markdown(self.rows, self.plan, self.part, self.tiny))
 
     def pack_logs(self) -> None:
-        """Logs into `logs.tar.gz`; each profiler trace beside it as `trace-<row>.json.gz` (the device tool
-        brings back at most 8 files of 16 MiB: a trace too large, or past the fourth, stays behind)."""
+        """Logs into `logs.tar.gz`; each profiler trace beside it as `trace-<row>.json.gz` (at most
+        MAX_TRACES, each under FILE_LIMIT_BYTES: a trace too large, or past the last, stays in the work folder)."""
         def no_traces(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
             return None if info.name.endswith(TRACE) else info
 
@@ -291,7 +289,7 @@ def step_train(kit: Kit, spec: dict) -> None:
     while True:
         result_file = kit.logs / f"train-{name}-bs{batch_size}.json"
         command = python(
-            ROOT / "benchmarks" / "train_throughput.py", "--dataset", kit.built(spec["dataset"]), "--dataset_config", config,
+            "-m", "benchmarks.train_throughput", "--dataset", kit.built(spec["dataset"]), "--dataset_config", config,
             "--batch_size", str(batch_size), "--steps", str(train["steps"]), "--warmup_steps", str(train["warmup_steps"]),
             "--rows", str(train["rows"]), "--max_pixels", str(max_pixels), "--min_pixels", str(kit.plan["min_pixels"]),
             "--num_workers", str(train["num_workers"]), "--attn_implementation", kit.plan["attn_implementation"],
@@ -376,7 +374,7 @@ def extraction_counts(scores: Path) -> dict:
 
 def step_epoch_hours(kit: Kit, spec: dict) -> None:
     """B.4: hours for one epoch of each full release's train split, from this part's B.1 rows."""
-    from epoch import epoch_rows  # imports torch, datasets and trl (via train_throughput): only here
+    from benchmarks.gpu.epoch import epoch_rows  # imports torch, datasets and trl (via train_throughput): only here
 
     for row in epoch_rows(kit.rows, kit.plan):
         kit.record("B.4", row.pop("name"), Outcome(row.pop("status"), error=row.pop("error", None)), **row)
@@ -386,13 +384,13 @@ STEPS = {"data": step_data, "train": step_train, "generate": step_generate, "loo
 
 
 def worker_command(kit: Kit, worker: str, result_file: Path) -> list[str]:
-    return python(KIT / "workers.py", worker, "--work", kit.work, "--result", result_file, *(["--tiny"] if kit.tiny else []))
+    return python("-m", "benchmarks.gpu.workers", worker, "--work", kit.work, "--result", result_file, *(["--tiny"] if kit.tiny else []))
 
 
 def environment_note(kit: Kit) -> None:
     """The versions the figures were taken with, and requirements of the carried wheels the machine
     does not meet (benchmarks/gpu/environment.py): the first row of every part."""
-    command = python(KIT / "environment.py", *([] if kit.tiny else ["--import"]))  # carried wheels import?
+    command = python("-m", "benchmarks.gpu.environment", *([] if kit.tiny else ["--import"]))  # carried wheels import?
     outcome = kit.run("environment", command, 120)
     kit.record("env", "versions", outcome, versions=log_tail(kit.logs / "environment.log", 2))
 
@@ -421,7 +419,7 @@ def main(argv: list[str] | None = None) -> int:
                                                   "a tiny run never leaves its builds where the full plan looks)")
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model, small releases: the kit's own test")
     parser.add_argument("--seconds", type=float, help="start no step past this (default: the plan's `seconds`); "
-                                                      "for a call shorter than ten minutes, e.g. part 3's")
+                                                      "for a shorter run, e.g. part 3's")
     args = parser.parse_args(argv)
     plan = load_plan(args.tiny)
     if args.seconds:

@@ -21,4 +21,4 @@ if [[ " $* " != *" --tiny "* ]] && compgen -G ".whl/*.whl" >/dev/null; then
 fi
 export PYTHONPATH=$PWD${PYTHONPATH:+:$PYTHONPATH}
 command -v nvidia-smi >/dev/null && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
-exec "$PY" benchmarks/gpu/kit.py --part "$PART" --out "$OUT" "$@"
+exec "$PY" -m benchmarks.gpu.kit --part "$PART" --out "$OUT" "$@"

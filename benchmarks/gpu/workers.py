@@ -1,7 +1,7 @@
 """The kit's steps that run the recipes in one process with a model built once (kit.py starts each).
 
-    python benchmarks/gpu/workers.py generate --work /tmp/gpu-kit --result generate.json [--tiny]
-    python benchmarks/gpu/workers.py loop --work /tmp/gpu-kit --result loop.json [--tiny]
+    python -m benchmarks.gpu.workers generate --work /tmp/gpu-kit --result generate.json [--tiny]
+    python -m benchmarks.gpu.workers loop --work /tmp/gpu-kit --result loop.json [--tiny]
 
 The model is the benchmark's: Qwen2.5-VL of the plan's size from its config with random weights
 and the offline processor (`benchmarks/train_throughput.py`), built straight on the device; no
@@ -20,12 +20,8 @@ from pathlib import Path
 
 import torch
 
-KIT = Path(__file__).resolve().parent
-ROOT = KIT.parents[1]
-sys.path[:0] = [str(ROOT), str(ROOT / "benchmarks"), str(KIT)]
-
-from kit import load_plan  # noqa: E402
-from train_throughput import MODELS, TINY, build_model_and_processor, model_preset  # noqa: E402
+from benchmarks.gpu.kit import load_plan
+from benchmarks.train_throughput import MODELS, TINY, build_model_and_processor, model_preset
 
 
 def budget(plan: dict):

@@ -16,6 +16,7 @@ from datasets import DatasetInfo, Features, SplitDict, SplitInfo
 from datasets.info import DatasetInfosDict
 from datasets.utils.metadata import MetadataConfigs
 from huggingface_hub import DatasetCard, DatasetCardData
+from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 from builders.assembly.conversations import ConversationLayout
 from builders.assembly.shards import SHARED_PREFIX, count_rows
@@ -130,10 +131,16 @@ def release_card_data(configs: dict[str, dict], infos: dict[str, DatasetInfo], *
     )
 
 
-def render_card(template: str, data: DatasetCardData, **context) -> DatasetCard:
-    """The card from `cards/<template>` (Jinja), with `data` as its YAML header."""
-    with resources.as_file(resources.files("cards").joinpath(template)) as path:
-        return DatasetCard.from_template(data, template_path=str(path), **context)
+def render_card(template: str, data: DatasetCardData, **context) -> str:
+    """The card's text from `cards/<template>` (Jinja), with `data` as its YAML header.
+
+    As `DatasetCard.from_template` renders it, without making the card object: that parses the
+    YAML it has just written, and saving writes it again (a large header: configs, features).
+    """
+    import jinja2
+
+    template_text = resources.files("cards").joinpath(template).read_text(encoding="utf-8")
+    return jinja2.Template(template_text).render(card_data=data.to_yaml(), **{**data.to_dict(), **context})
 
 
 def size_category(rows: int) -> str:
@@ -145,6 +152,17 @@ def size_category(rows: int) -> str:
 
 def load_card(folder: Path) -> DatasetCard:
     return DatasetCard.load(Path(folder) / "README.md")
+
+
+def declared_configs(folder: Path) -> list[str]:
+    """The config names the card's YAML header declares, read with libyaml where PyYAML has it
+    (`load_card` builds the whole card with the pure-Python parser: a large header takes a while)."""
+    import yaml
+
+    text = (Path(folder) / "README.md").read_text(encoding="utf-8")
+    match = REGEX_YAML_BLOCK.search(text)
+    header = yaml.load(match.group(2), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if match else None
+    return [config["config_name"] for config in (header or {}).get("configs") or []]
 
 
 def update_card(card: DatasetCard, configs: dict[str, dict] | None = None, infos: dict[str, DatasetInfo] | None = None,

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from builders.assembly.card import configs_as_built, load_card
+from builders.assembly.card import configs_as_built, declared_configs
 from builders.assembly.conversations import CHARS_PER_TOKEN, ConversationLayout
 from builders.assembly.cycle_collector import rare_collections
 from builders.assembly.image_source import ImageSource, Loaded
@@ -140,7 +140,7 @@ class DatasetBuild(ABC):
             stop_point("card")
             self.report.provenance = self.provenance.summary()
             self.write_card(out)
-            self.report.configs = [config["config_name"] for config in load_card(out).data.get("configs") or []]
+            self.report.configs = declared_configs(out)
             self.report.config_files = configs_as_built(out)
             self.report.save(out / "build_report.json")
         return self.report

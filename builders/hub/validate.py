@@ -347,20 +347,30 @@ def check_build_report(folder: Path, configs: dict[str, dict], infos: DatasetInf
 def check_viewer_rows(folder: Path, name: str, config: dict) -> list[Problem]:
     """The rows the viewer shows for a config (its files read whole with pyarrow) against `load_dataset`'s.
 
-    `load_dataset` streams only the id column, so this reads no image and writes no cache.
+    `load_dataset` streams only the id column, so this reads no image and writes no cache. It is
+    called once for the config's splits together: each call parses the card again.
     """
     from datasets import load_dataset
 
     problems = []
     hint = "; the config uses `filters`, which the viewer ignores: build with --shard-layout by-config" if config.get("filters") else ""
-    for split, paths in config_shards(folder, config).items():
-        if not paths:
-            continue
-        names = pq.read_schema(paths[0]).names
-        column = ID_COLUMN if ID_COLUMN in names else names[0]
+    shards = {split: paths for split, paths in config_shards(folder, config).items() if paths}
+    if not shards:
+        return problems
+    names = pq.read_schema(next(iter(shards.values()))[0]).names
+    column = ID_COLUMN if ID_COLUMN in names else names[0]
+    try:
+        loaded, failure = load_dataset(str(folder), name, streaming=True, columns=[column]), None
+    except Exception as err:  # noqa: BLE001 - whatever datasets raises for a config it cannot read
+        loaded, failure = {}, err
+    for split, paths in shards.items():
         viewer = [value for path in paths for value in pq.read_table(path, columns=[column]).column(column).to_pylist()]
         try:
-            returned = [row[column] for row in load_dataset(str(folder), name, split=split, streaming=True, columns=[column])]
+            if failure is not None:
+                raise failure
+            if split not in loaded:
+                raise ValueError(f"it returns the splits {sorted(loaded)}")
+            returned = [row[column] for row in loaded[split]]
         except Exception as err:  # noqa: BLE001 - whatever datasets raises for a config it cannot read
             problems.append(Problem(_rel(folder, paths[0]), "viewer-rows", f"config {name!r} split {split!r}: load_dataset fails: {err}"))
             continue

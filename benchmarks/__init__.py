@@ -1,0 +1,1 @@
+"""Benchmarks of the checkout: run from the repository root as `python -m benchmarks.<name>`."""
