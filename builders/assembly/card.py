@@ -154,15 +154,20 @@ def load_card(folder: Path) -> DatasetCard:
     return DatasetCard.load(Path(folder) / "README.md")
 
 
-def declared_configs(folder: Path) -> list[str]:
-    """The config names the card's YAML header declares, read with libyaml where PyYAML has it
-    (`load_card` builds the whole card with the pure-Python parser: a large header takes a while)."""
+def card_header(folder: Path) -> dict:
+    """The card's YAML header, read with libyaml where PyYAML has it (`load_card` builds the whole card
+    with the pure-Python parser: a large header takes a while)."""
     import yaml
 
     text = (Path(folder) / "README.md").read_text(encoding="utf-8")
     match = REGEX_YAML_BLOCK.search(text)
     header = yaml.load(match.group(2), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader)) if match else None
-    return [config["config_name"] for config in (header or {}).get("configs") or []]
+    return header or {}
+
+
+def declared_configs(folder: Path) -> list[str]:
+    """The config names the card's YAML header declares."""
+    return [config["config_name"] for config in card_header(folder).get("configs") or []]
 
 
 def update_card(card: DatasetCard, configs: dict[str, dict] | None = None, infos: dict[str, DatasetInfo] | None = None,
@@ -241,6 +246,6 @@ def config_record(folder: Path, config: dict, info: DatasetInfo | None) -> dict:
 def configs_as_built(folder: Path) -> dict[str, dict]:
     """`config_record` of every config of the card in `folder` (read when the build, or `preview --add-config`,
     has just written it): the build report keeps it, so a card edited later is caught."""
-    data = load_card(folder).data
+    data = card_header(folder)
     infos = DatasetInfosDict.from_dataset_card_data(data)
     return {name: config_record(folder, config, infos.get(name)) for name, config in MetadataConfigs.from_dataset_card_data(data).items()}
