@@ -42,16 +42,34 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parent.parent
-CONFIGS = {"gemex": ("open_ended", "closed_ended", "single_choice", "multi_choice"),
-           "rexvqa": ("presence_assessment", "location_and_distribution_assessment", "negation_assessment",
-                      "differential_diagnosis", "geometric_information_assessment", "other_task")}
+CONFIGS = {
+    "gemex": ("open_ended", "closed_ended", "single_choice", "multi_choice"),
+    "rexvqa": (
+        "presence_assessment",
+        "location_and_distribution_assessment",
+        "negation_assessment",
+        "differential_diagnosis",
+        "geometric_information_assessment",
+        "other_task",
+    ),
+}
 SHARED = ("embed --shard-layout shared", {"shard_layout": "shared"})
-MODES = {"gemex": (("none", {}), ("reference", {}), ("embed", {}), SHARED, ("embed --image-size 512", {"image_size": 512})),
-         "rexvqa": (("none", {}), ("reference", {}), ("embed", {}), SHARED, ("embed --keep-16bit", {"keep_16bit": True}),
-                    ("embed --image-size 512", {"image_size": 512}))}
+MODES = {
+    "gemex": (("none", {}), ("reference", {}), ("embed", {}), SHARED, ("embed --image-size 512", {"image_size": 512})),
+    "rexvqa": (
+        ("none", {}),
+        ("reference", {}),
+        ("embed", {}),
+        SHARED,
+        ("embed --keep-16bit", {"keep_16bit": True}),
+        ("embed --image-size 512", {"image_size": 512}),
+    ),
+}
 
 PEAK = 'def peak_mb():\n    return next(int(l.split()[1]) for l in open("/proc/self/status") if l.startswith("VmHWM")) / 1024\n'
-CHILD_BUILD = PEAK + """
+CHILD_BUILD = (
+    PEAK
+    + """
 import json, sys, time
 from pathlib import Path
 from builders.assembly.settings import BuildSettings
@@ -66,7 +84,10 @@ report = build(BuildSettings(source=Path(source), out=Path(out), images=Path(ima
 print(json.dumps({"seconds": time.perf_counter() - start, "rows": report.rows_written,
                   "images": sum(report.images.values()), "peak_mb": peak_mb()}))
 """
-CHILD_NAIVE = PEAK + """
+)
+CHILD_NAIVE = (
+    PEAK
+    + """
 import json, sys, tempfile, time
 from pathlib import Path
 from datasets import Dataset, Features, Image, List, Value
@@ -89,9 +110,12 @@ with tempfile.TemporaryDirectory() as cache:
     del ds
 print(json.dumps({"seconds": seconds, "rows": rows, "images": 0, "peak_mb": peak_mb()}))
 """
+)
 
 
-CHILD_PARSE = PEAK + """
+CHILD_PARSE = (
+    PEAK
+    + """
 import json, sys, time
 from pathlib import Path
 dataset, annotations = sys.argv[1:3]
@@ -108,7 +132,10 @@ else:
             records += len(json.load(f))
 print(json.dumps({"seconds": time.perf_counter() - start, "rows": records, "images": 0, "peak_mb": peak_mb()}))
 """
-CHILD_HEADERS = PEAK + """
+)
+CHILD_HEADERS = (
+    PEAK
+    + """
 import json, os, sys, time
 from builders.assembly.image_source import ImageReader
 images = sys.argv[1]
@@ -118,14 +145,22 @@ start = time.perf_counter()  # listing the files is not part of it: a build find
 ImageReader(images, "reference").read_all(relatives)
 print(json.dumps({"seconds": time.perf_counter() - start, "rows": len(relatives), "images": len(relatives), "peak_mb": peak_mb()}))
 """
+)
 FULL_SCALE = {"gemex": 151_025, "rexvqa": 160_000}
 """The paper's GEMeX images and the public ReXVQA studies."""
 
 
 def run_child(code: str, *args: str) -> dict:
-    env = {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "HF_DATASETS_DISABLE_PROGRESS_BARS": "1", "TQDM_DISABLE": "1",
-           "PATH": "/usr/bin:/bin"}
-    result = subprocess.run([sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, env=env, check=False)
+    env = {
+        "PYTHONPATH": str(ROOT),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+        "TQDM_DISABLE": "1",
+        "PATH": "/usr/bin:/bin",
+    }
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], cwd=ROOT, capture_output=True, text=True, env=env, check=False
+    )
     if result.returncode:
         raise SystemExit(result.stderr)
     return json.loads(result.stdout.strip().splitlines()[-1])
@@ -187,7 +222,7 @@ def dedup_bytes(folder: Path, window: int = 48, mask: int = (1 << 16) - 1) -> in
         data = np.memmap(path, dtype=np.uint8, mode="r")
         cuts = []
         for block in range(0, len(data), 1 << 24):  # 16 MiB at a time, overlapping by the window
-            part = data[max(0, block - window):block + (1 << 24)]
+            part = data[max(0, block - window) : block + (1 << 24)]
             sums = np.cumsum(weights[part], dtype=np.uint64)
             hits = np.flatnonzero(((sums[window:] - sums[:-window]) & np.uint64(mask)) == 0) + window + 1
             cuts.extend((hits + max(0, block - window)).tolist())
@@ -241,7 +276,9 @@ def stored_image_bytes(out: Path) -> int:
     return sum(distinct.values())
 
 
-def bench(dataset: str, scale: int, work: Path, downscale: int, cold: bool, ways: list[str] | None = None) -> list[dict]:
+def bench(
+    dataset: str, scale: int, work: Path, downscale: int, cold: bool, ways: list[str] | None = None
+) -> list[dict]:
     source, images, annotations, image_bytes = release(dataset, scale, work, downscale)
     text = folder_bytes(annotations)
     inputs = [annotations, images.parent if dataset == "rexvqa" else images]
@@ -255,47 +292,97 @@ def bench(dataset: str, scale: int, work: Path, downscale: int, cold: bool, ways
         out = work / f"out-{dataset}-{scale}-{way.replace(' ', '')}"
         settle()
         result = run_child(CHILD_BUILD, dataset, str(source), str(images), str(out), way, json.dumps(options))
-        row = {"dataset": dataset, "scale": scale, "way": f"build {way}", **result,
-               "output_mb": folder_bytes(out, "*.parquet") / 1e6, "vs_read": result["seconds"] / read_seconds,
-               "vs_copy": result["seconds"] / copy_seconds}
+        row = {
+            "dataset": dataset,
+            "scale": scale,
+            "way": f"build {way}",
+            **result,
+            "output_mb": folder_bytes(out, "*.parquet") / 1e6,
+            "vs_read": result["seconds"] / read_seconds,
+            "vs_copy": result["seconds"] / copy_seconds,
+        }
         if way.startswith("embed"):
             distinct = stored_image_bytes(out) + text
             biggest = max(folder_bytes(out, f"{c}-*.parquet") for c in (*CONFIGS[dataset], "questions"))
-            row.update(vs_distinct=folder_bytes(out, "*.parquet") / distinct, config_vs_distinct=biggest / distinct,
-                       dedup_vs_distinct=dedup_bytes(out) / distinct)
+            row.update(
+                vs_distinct=folder_bytes(out, "*.parquet") / distinct,
+                config_vs_distinct=biggest / distinct,
+                dedup_vs_distinct=dedup_bytes(out) / distinct,
+            )
         rows.append(row)
     if dataset == "gemex" and (not ways or "naive" in ways):
         naive_path = work / f"naive-{scale}.parquet"
         settle()
         naive = run_child(CHILD_NAIVE, str(source), str(images), str(naive_path))
         embed = next(r for r in rows if r["way"] == "build embed")
-        rows.append({"dataset": dataset, "scale": scale, "way": "naive from_generator", **naive,
-                     "output_mb": naive_path.stat().st_size / 1e6, "vs_read": naive["seconds"] / read_seconds,
-                     "vs_copy": naive["seconds"] / copy_seconds,
-                     "vs_distinct": naive_path.stat().st_size / (image_bytes + text),
-                     "naive_over_embed": naive_path.stat().st_size / (embed["output_mb"] * 1e6)})
+        rows.append(
+            {
+                "dataset": dataset,
+                "scale": scale,
+                "way": "naive from_generator",
+                **naive,
+                "output_mb": naive_path.stat().st_size / 1e6,
+                "vs_read": naive["seconds"] / read_seconds,
+                "vs_copy": naive["seconds"] / copy_seconds,
+                "vs_distinct": naive_path.stat().st_size / (image_bytes + text),
+                "naive_over_embed": naive_path.stat().st_size / (embed["output_mb"] * 1e6),
+            }
+        )
     questions = next(r["rows"] for r in rows if r["way"] == "build none")
-    print(f"{dataset} at scale {scale}: {questions} questions, input {(image_bytes + text) / 1e6:.1f} MB "
-          f"(images {image_bytes / 1e6:.1f} MB), read-only {read_seconds:.3f} s, read and copy into one file "
-          f"{copy_seconds:.3f} s{' from disk' if cold else ' from the page cache'}", flush=True)
+    print(
+        f"{dataset} at scale {scale}: {questions} questions, input {(image_bytes + text) / 1e6:.1f} MB "
+        f"(images {image_bytes / 1e6:.1f} MB), read-only {read_seconds:.3f} s, read and copy into one file "
+        f"{copy_seconds:.3f} s{' from disk' if cold else ' from the page cache'}",
+        flush=True,
+    )
     return rows
 
 
 def table(rows: list[dict]) -> str:
-    head = ["dataset", "scale", "way", "seconds", "records/s", "images/s", "peak MB", "output MB", "x read-only", "x copy",
-            "out/(img+text)", "1 config/(img+text)", "dedup/(img+text)", "naive/embed bytes"]
+    head = [
+        "dataset",
+        "scale",
+        "way",
+        "seconds",
+        "records/s",
+        "images/s",
+        "peak MB",
+        "output MB",
+        "x read-only",
+        "x copy",
+        "out/(img+text)",
+        "1 config/(img+text)",
+        "dedup/(img+text)",
+        "naive/embed bytes",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
 
     def fmt(value, spec="{:.2f}"):
         return "" if value is None else spec.format(value)
 
     for r in rows:
-        lines.append("| " + " | ".join([
-            r["dataset"], str(r["scale"]), r["way"], fmt(r["seconds"]), fmt(r["rows"] / r["seconds"], "{:.0f}"),
-            fmt(r["images"] / r["seconds"] if r["images"] else None, "{:.0f}"), fmt(r["peak_mb"], "{:.0f}"),
-            fmt(r["output_mb"], "{:.1f}"), fmt(r["vs_read"], "{:.1f}"), fmt(r["vs_copy"], "{:.1f}"), fmt(r.get("vs_distinct")),
-            fmt(r.get("config_vs_distinct")), fmt(r.get("dedup_vs_distinct")), fmt(r.get("naive_over_embed"), "{:.1f}"),
-        ]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["dataset"],
+                    str(r["scale"]),
+                    r["way"],
+                    fmt(r["seconds"]),
+                    fmt(r["rows"] / r["seconds"], "{:.0f}"),
+                    fmt(r["images"] / r["seconds"] if r["images"] else None, "{:.0f}"),
+                    fmt(r["peak_mb"], "{:.0f}"),
+                    fmt(r["output_mb"], "{:.1f}"),
+                    fmt(r["vs_read"], "{:.1f}"),
+                    fmt(r["vs_copy"], "{:.1f}"),
+                    fmt(r.get("vs_distinct")),
+                    fmt(r.get("config_vs_distinct")),
+                    fmt(r.get("dedup_vs_distinct")),
+                    fmt(r.get("naive_over_embed"), "{:.1f}"),
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -306,21 +393,52 @@ def full_scale(work: Path, downscale: int, datasets: list[str], ways: list[str])
         for scale in (FULL_SCALE[dataset] // 10, FULL_SCALE[dataset]):
             source, images, annotations, _ = release(dataset, scale, work, downscale, images="reference" in ways)
             parse = run_child(CHILD_PARSE, dataset, str(annotations))
-            rows.append({"dataset": dataset, "scale": scale, "way": "json-parse every record", **parse, "floor": parse["seconds"]})
+            rows.append(
+                {
+                    "dataset": dataset,
+                    "scale": scale,
+                    "way": "json-parse every record",
+                    **parse,
+                    "floor": parse["seconds"],
+                }
+            )
             headers = None
             if "reference" in ways:  # what a reference build must read beyond the text: each image's header, once
                 headers = run_child(CHILD_HEADERS, str(images if dataset == "gemex" else images.parent / "deid_png"))
-                rows.append({"dataset": dataset, "scale": scale, "way": "read every image header once", **headers, "floor": parse["seconds"],
-                             "floor_with_images": parse["seconds"] + headers["seconds"]})
+                rows.append(
+                    {
+                        "dataset": dataset,
+                        "scale": scale,
+                        "way": "read every image header once",
+                        **headers,
+                        "floor": parse["seconds"],
+                        "floor_with_images": parse["seconds"] + headers["seconds"],
+                    }
+                )
             for way in ways:
                 out = work / f"out-{dataset}-{scale}-{way}"
                 given = "" if way == "none" else str(images)  # as `cxr-vqa build --image-mode none` without --images
                 result = run_child(CHILD_BUILD, dataset, str(source), given, str(out), way, "{}")
-                rows.append({"dataset": dataset, "scale": scale, "way": f"build {way}", **result, "floor": parse["seconds"],
-                             **({"floor_with_images": parse["seconds"] + headers["seconds"]} if way == "reference" else {})})
+                rows.append(
+                    {
+                        "dataset": dataset,
+                        "scale": scale,
+                        "way": f"build {way}",
+                        **result,
+                        "floor": parse["seconds"],
+                        **({"floor_with_images": parse["seconds"] + headers["seconds"]} if way == "reference" else {}),
+                    }
+                )
                 shutil.rmtree(out)
-            print(f"{dataset} at scale {scale}: " + ", ".join(f"{r['way']} {r['seconds']:.1f} s {r['peak_mb']:.0f} MB"
-                                                          for r in rows if (r["dataset"], r["scale"]) == (dataset, scale)), flush=True)
+            print(
+                f"{dataset} at scale {scale}: "
+                + ", ".join(
+                    f"{r['way']} {r['seconds']:.1f} s {r['peak_mb']:.0f} MB"
+                    for r in rows
+                    if (r["dataset"], r["scale"]) == (dataset, scale)
+                ),
+                flush=True,
+            )
     smaller = {(r["dataset"], r["way"]): r for r in rows if r["scale"] != FULL_SCALE[r["dataset"]]}
     for r in rows:
         r["vs_floor"] = r["seconds"] / r["floor"]
@@ -333,13 +451,38 @@ def full_scale(work: Path, downscale: int, datasets: list[str], ways: list[str])
 
 
 def full_scale_table(rows: list[dict]) -> str:
-    head = ["dataset", "scale", "way", "records", "seconds", "peak MB", "x json-parse", "x (json-parse + headers)", "seconds / tenth's", "peak / tenth's"]
+    head = [
+        "dataset",
+        "scale",
+        "way",
+        "records",
+        "seconds",
+        "peak MB",
+        "x json-parse",
+        "x (json-parse + headers)",
+        "seconds / tenth's",
+        "peak / tenth's",
+    ]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for r in rows:
-        lines.append("| " + " | ".join([r["dataset"], str(r["scale"]), r["way"], str(r["rows"]), f"{r['seconds']:.1f}", f"{r['peak_mb']:.0f}",
-                                        f"{r['vs_floor']:.1f}", f"{r['vs_floor_with_images']:.1f}" if "vs_floor_with_images" in r else "",
-                                        f"{r['seconds_vs_tenth']:.1f}" if "seconds_vs_tenth" in r else "",
-                                        f"{r['peak_vs_tenth']:.2f}" if "peak_vs_tenth" in r else ""]) + " |")
+        lines.append(
+            "| "
+            + " | ".join(
+                [
+                    r["dataset"],
+                    str(r["scale"]),
+                    r["way"],
+                    str(r["rows"]),
+                    f"{r['seconds']:.1f}",
+                    f"{r['peak_mb']:.0f}",
+                    f"{r['vs_floor']:.1f}",
+                    f"{r['vs_floor_with_images']:.1f}" if "vs_floor_with_images" in r else "",
+                    f"{r['seconds_vs_tenth']:.1f}" if "seconds_vs_tenth" in r else "",
+                    f"{r['peak_vs_tenth']:.2f}" if "peak_vs_tenth" in r else "",
+                ]
+            )
+            + " |"
+        )
     return "\n".join(lines)
 
 
@@ -347,13 +490,24 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--datasets", nargs="+", choices=sorted(CONFIGS), default=["gemex", "rexvqa"])
     parser.add_argument("--scales", type=int, nargs="+", default=[200, 2000], help="images (GEMeX) or studies (ReXVQA)")
-    parser.add_argument("--downscale", type=int, help="synthetic images this many times smaller than real per side (default 4; 16 with --full-scale)")
+    parser.add_argument(
+        "--downscale",
+        type=int,
+        help="synthetic images this many times smaller than real per side (default 4; 16 with --full-scale)",
+    )
     parser.add_argument("--work", type=Path, help="scratch folder (default: a temporary one)")
-    parser.add_argument("--cold", action="store_true", help="read inputs from disk: evict them from the page cache before each pass")
-    parser.add_argument("--ways", nargs="+", help="only these builds (e.g. embed 'embed --image-size 512' naive); `none` always runs")
-    parser.add_argument("--full-scale", action="store_true",
-                        help="GEMeX at 151,025 images and ReXVQA at 160,000 studies (and a tenth of each), `none` and `reference` "
-                             "builds beside json-parsing every record; --downscale defaults to 16; reuse --work between runs")
+    parser.add_argument(
+        "--cold", action="store_true", help="read inputs from disk: evict them from the page cache before each pass"
+    )
+    parser.add_argument(
+        "--ways", nargs="+", help="only these builds (e.g. embed 'embed --image-size 512' naive); `none` always runs"
+    )
+    parser.add_argument(
+        "--full-scale",
+        action="store_true",
+        help="GEMeX at 151,025 images and ReXVQA at 160,000 studies (and a tenth of each), `none` and `reference` "
+        "builds beside json-parsing every record; --downscale defaults to 16; reuse --work between runs",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = args.work or Path(tmp)
@@ -363,7 +517,12 @@ def main() -> None:
             print(full_scale_table(full_scale(work, args.downscale or 16, args.datasets, ways)))
             return
         args.downscale = args.downscale or 4
-        rows = [row for dataset in args.datasets for scale in args.scales for row in bench(dataset, scale, work, args.downscale, args.cold, args.ways)]
+        rows = [
+            row
+            for dataset in args.datasets
+            for scale in args.scales
+            for row in bench(dataset, scale, work, args.downscale, args.cold, args.ways)
+        ]
     print(table(rows))
 
 

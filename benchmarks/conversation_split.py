@@ -55,8 +55,10 @@ def main() -> None:
             given = costs(turns, long_turn)
             longest = max((INSTRUCTION + sum(given[k] for k in row) for row in rows if len(row) > 1), default=0)
             alone = sum(len(row) == 1 for row in rows)
-            print(f"| {turns:,} | {'yes' if long_turn else 'no'} | {len(rows)} | {longest:,} | {alone} | "
-                  f"{seconds * 1e3:.1f} | {seconds * 1e6 / turns:.2f} |")
+            print(
+                f"| {turns:,} | {'yes' if long_turn else 'no'} | {len(rows)} | {longest:,} | {alone} | "
+                f"{seconds * 1e3:.1f} | {seconds * 1e6 / turns:.2f} |"
+            )
 
 
 if __name__ == "__main__":

@@ -26,7 +26,9 @@ REXVQA_STUDIES = 3_000
 
 def synthesize(dataset: str, out: Path, count: int, seed: int, downscale: int) -> Path:
     flag = "--num-images" if dataset == "gemex" else "--num-studies"
-    code = cxr_vqa(["synthesize", dataset, "--out", str(out), flag, str(count), "--seed", str(seed), "--downscale", str(downscale)])
+    code = cxr_vqa(
+        ["synthesize", dataset, "--out", str(out), flag, str(count), "--seed", str(seed), "--downscale", str(downscale)]
+    )
     if code:
         raise SystemExit(f"cxr-vqa synthesize {dataset} exited {code}")
     return out
@@ -42,7 +44,9 @@ def rexvqa_figures(release: Path) -> list[Figure]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--scale", type=float, default=1.0, help=f"fraction of {GEMEX_IMAGES} images / {REXVQA_STUDIES} studies")
+    parser.add_argument(
+        "--scale", type=float, default=1.0, help=f"fraction of {GEMEX_IMAGES} images / {REXVQA_STUDIES} studies"
+    )
     parser.add_argument("--downscale", type=int, default=8, help="images this many times smaller per side")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--gemex-release", type=Path, help="measure this GEMeX release instead of making one")
@@ -50,15 +54,21 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     figures: list[Figure] = []
     with tempfile.TemporaryDirectory(prefix="fidelity-") as work:
-        gemex = args.gemex_release or synthesize("gemex", Path(work) / "gemex", round(GEMEX_IMAGES * args.scale), args.seed, args.downscale)
+        gemex = args.gemex_release or synthesize(
+            "gemex", Path(work) / "gemex", round(GEMEX_IMAGES * args.scale), args.seed, args.downscale
+        )
         figures += gemex_figures(gemex)
-        rexvqa = args.rexvqa_release or synthesize("rexvqa", Path(work) / "rexvqa", round(REXVQA_STUDIES * args.scale),
-                                                   args.seed, max(1, args.downscale // 2))
+        rexvqa = args.rexvqa_release or synthesize(
+            "rexvqa", Path(work) / "rexvqa", round(REXVQA_STUDIES * args.scale), args.seed, max(1, args.downscale // 2)
+        )
         figures += rexvqa_figures(rexvqa)
     print(markdown_table(figures))
     out = [f for f in figures if not f.within]
     if out:
-        print(f"\n{len(out)} figure(s) out of range: " + "; ".join(f"{f.dataset} {f.figure}" for f in out), file=sys.stderr)
+        print(
+            f"\n{len(out)} figure(s) out of range: " + "; ".join(f"{f.dataset} {f.figure}" for f in out),
+            file=sys.stderr,
+        )
     return 1 if out else 0
 
 

@@ -30,12 +30,17 @@ class Figure:
 
 def markdown_table(figures: list[Figure]) -> str:
     """The figures as one markdown table, out-of-range rows marked."""
+
     def cell(value: float | None) -> str:
         return "" if value is None else f"{value:.4g}"
 
-    lines = ["| dataset | figure | synthetic | paper | source | public | range | ok |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dataset | figure | synthetic | paper | source | public | range | ok |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for f in figures:
-        lines.append(f"| {f.dataset} | {f.figure} | {cell(f.synthetic)} | {cell(f.paper)} | {f.paper_source} | "
-                     f"{cell(f.public)} | {cell(f.low)}-{cell(f.high)} | {'yes' if f.within else 'NO'} |")
+        lines.append(
+            f"| {f.dataset} | {f.figure} | {cell(f.synthetic)} | {cell(f.paper)} | {f.paper_source} | "
+            f"{cell(f.public)} | {cell(f.low)}-{cell(f.high)} | {'yes' if f.within else 'NO'} |"
+        )
     return "\n".join(lines)

@@ -29,7 +29,11 @@ def read_split(root: Path, split: str) -> dict[str, list[dict]]:
     out = {}
     for qtype in TYPES:
         path = root / split / f"{qtype}_question.jsonl"
-        out[qtype] = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()] if path.is_file() else []
+        out[qtype] = (
+            [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+            if path.is_file()
+            else []
+        )
     return out
 
 
@@ -61,18 +65,23 @@ def measures(splits: dict[str, dict[str, list[dict]]]) -> dict[str, float]:
         per_image = Counter(r["image_path"] for rs in split.values() for r in rs)
         m[f"{name} questions per image"] = _mean(list(per_image.values()))
     m["test most questions of a type per image"] = max(
-        (n for rs in test.values() for n in Counter(r["image_path"] for r in rs).values()), default=0)
+        (n for rs in test.values() for n in Counter(r["image_path"] for r in rs).values()), default=0
+    )
     m["multi-choice correct options, mean"] = _mean([len(r["answer"]) for r in by_type["multi_choice"]])
     m["multi-choice most correct options"] = max((len(r["answer"]) for r in by_type["multi_choice"]), default=0)
     m["single-choice with 4 options share"] = _share([len(r["choices"]) == 4 for r in by_type["single_choice"]])
     m["closed-ended Yes. share"] = _share([r["answer"] == "Yes." for r in by_type["closed_ended"]])
     options = [_option_text(c) for t in ("single_choice", "multi_choice") for r in by_type[t] for c in r["choices"]]
-    m["options that are negations or sizes share"] = _share([bool(re.match(r"(no |absence)|[\d.]+ ?cm", o, re.I)) for o in options])
+    m["options that are negations or sizes share"] = _share(
+        [bool(re.match(r"(no |absence)|[\d.]+ ?cm", o, re.I)) for o in options]
+    )
     regions = Counter(name for r in records for name in r["visual_regions"])
     total = sum(regions.values()) or 1
     m["region bilateral lung share"] = regions["bilateral lung"] / total
     m["region cardiac region share"] = regions["cardiac region"] / total
-    m["box area share of the 224 frame"] = _mean([(b[2] - b[0]) * (b[3] - b[1]) / 224**2 for r in records for b in r["visual_locations"]])
+    m["box area share of the 224 frame"] = _mean(
+        [(b[2] - b[0]) * (b[3] - b[1]) / 224**2 for r in records for b in r["visual_locations"]]
+    )
     m["distinct question share"] = len({r["question"] for r in records}) / max(1, len(records))
     reasons = [len(r["reason"]) for r in records]
     m["reason length median"] = statistics.median(reasons) if reasons else float("nan")
@@ -123,7 +132,7 @@ TARGETS: dict[str, tuple[float | None, str, float, float]] = {
     "box area share of the 224 frame": (None, "public samples (~25%)", 0.17, 0.29),
     "distinct question share": (None, "public samples (~98%)", 0.93, 1.0),
     "reason length median": (None, "GEMeX §3 (60-150) / public 83-98", 83, 98),
-    "reasons of 60-150 characters share": (None, "GEMeX §3 (\"mostly\")", 0.8, 1.0),
+    "reasons of 60-150 characters share": (None, 'GEMeX §3 ("mostly")', 0.8, 1.0),
     "healthy image share": (0.125, "GEMeX Fig. 6", 0.09, 0.16),
 }
 
@@ -138,11 +147,23 @@ def figures(release: Path) -> list[Figure]:
     ours = measures(splits)
     public = public_splits()
     theirs = measures(public) if public else {}
-    out = [Figure(DATASET, name, ours[name], paper, source, theirs.get(name), low, high)
-           for name, (paper, source, low, high) in TARGETS.items()]
+    out = [
+        Figure(DATASET, name, ours[name], paper, source, theirs.get(name), low, high)
+        for name, (paper, source, low, high) in TARGETS.items()
+    ]
     if public:
-        out.append(Figure(DATASET, "region mean box offset from public (px)", box_offset(region_boxes(splits), region_boxes(public)),
-                          None, "public samples", 0.0, 0.0, 20.0))
+        out.append(
+            Figure(
+                DATASET,
+                "region mean box offset from public (px)",
+                box_offset(region_boxes(splits), region_boxes(public)),
+                None,
+                "public samples",
+                0.0,
+                0.0,
+                20.0,
+            )
+        )
     return out
 
 
@@ -156,8 +177,10 @@ def _held_out(root: Path) -> tuple[dict[str, list[dict]], dict[str, list[dict]]]
     images = list(dict.fromkeys(r["image_path"] for rs in train.values() for r in rs))
     fit = set(images[: int(len(images) * 0.8)])
     later = {t: read_split(root, "valid")[t] + read_split(root, "test")[t] for t in TYPES}
-    return ({t: [r for r in rs if r["image_path"] in fit] for t, rs in train.items()},
-            {t: [r for r in rs if r["image_path"] not in fit] + later[t] for t, rs in train.items()})
+    return (
+        {t: [r for r in rs if r["image_path"] in fit] for t, rs in train.items()},
+        {t: [r for r in rs if r["image_path"] not in fit] + later[t] for t, rs in train.items()},
+    )
 
 
 def text_only_baseline(release: Path) -> list[Figure]:
@@ -172,10 +195,15 @@ def text_only_baseline(release: Path) -> list[Figure]:
     train, held = _held_out(root)
     out = []
     for qtype in ("closed_ended", "single_choice", "multi_choice"):
+
         def samples(records: list[dict], qtype: str = qtype) -> tuple[list[str], list[str]]:
             if qtype != "multi_choice":
                 return [_text(r) for r in records], [str(r["answer"]) for r in records]
-            pairs = [(r["question"] + " || " + _option_text(c), str(c[0] in r["answer"])) for r in records for c in r["choices"]]
+            pairs = [
+                (r["question"] + " || " + _option_text(c), str(c[0] in r["answer"]))
+                for r in records
+                for c in r["choices"]
+            ]
             return [p[0] for p in pairs], [p[1] for p in pairs]
 
         x_train, y_train = samples(train[qtype])
@@ -187,6 +215,16 @@ def text_only_baseline(release: Path) -> list[Figure]:
         accuracy = _mean([float(p == y) for p, y in zip(model.predict(vectorizer.transform(x_test)), y_test)])
         majority = Counter(y_train).most_common(1)[0][0]
         prior = _mean([float(y == majority) for y in y_test])
-        out.append(Figure(DATASET, f"text-only accuracy minus majority, {qtype}", accuracy - prior, None,
-                          f"majority {prior:.3f}, n={len(y_test)}", None, -1.0, 0.10))
+        out.append(
+            Figure(
+                DATASET,
+                f"text-only accuracy minus majority, {qtype}",
+                accuracy - prior,
+                None,
+                f"majority {prior:.3f}, n={len(y_test)}",
+                None,
+                -1.0,
+                0.10,
+            )
+        )
     return out

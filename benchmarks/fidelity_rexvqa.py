@@ -94,7 +94,9 @@ class Tally:
         if record["task_name"] == "Negation Assessment" and _is_text(record["Findings"]):
             report = record["Findings"].lower()
             self.negation_checked += 1
-            self.negation_ok += right.lower() not in report and all(t.lower() in report for t in texts if t is not right)
+            self.negation_ok += right.lower() not in report and all(
+                t.lower() in report for t in texts if t is not right
+            )
         if record["study_id"] not in self.studies:
             self._add_study(record)
 
@@ -122,7 +124,11 @@ def public_paths() -> list[str]:
     path = SAMPLES / "rexgradient_real_image_paths.txt"
     if not path.is_file():
         return []
-    return [line.strip() for line in path.read_text(encoding="utf-8").splitlines() if line.strip() and not line.startswith("#")]
+    return [
+        line.strip()
+        for line in path.read_text(encoding="utf-8").splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
 
 
 def public_figures() -> dict[str, float]:
@@ -151,42 +157,156 @@ def figures(release: Path) -> list[Figure]:
     n, studies = tally.questions, tally.studies.values()
     views = [v for _, vs in studies for v in vs]
     named = [v for v in views if v is not None]
-    out = [Figure(DATASET, f"task share %: {task}", 100 * tally.tasks[task] / n, 100 * TASK_SHARES[task],
-                  f"{PAPER}, task shares", None, max(0.0, 100 * TASK_SHARES[task] - 1.5), 100 * TASK_SHARES[task] + 1.5)
-           for task in TASKS]
+    out = [
+        Figure(
+            DATASET,
+            f"task share %: {task}",
+            100 * tally.tasks[task] / n,
+            100 * TASK_SHARES[task],
+            f"{PAPER}, task shares",
+            None,
+            max(0.0, 100 * TASK_SHARES[task] - 1.5),
+            100 * TASK_SHARES[task] + 1.5,
+        )
+        for task in TASKS
+    ]
     test = 100 * PUBLIC_TEST_QUESTIONS / PUBLIC_QUESTIONS
     per_study = PUBLIC_QUESTIONS / PUBLIC_STUDIES
     chance_letter = 100 / len(LETTERS)
     out += [
-        Figure(DATASET, "test split, % of questions", 100 * tally.split_questions["test"] / n, test,
-               f"{PAPER}: 40,826 of 653,834", None, test - 1.5, test + 1.5),
-        Figure(DATASET, "valid split, % of questions", 100 * tally.split_questions["valid"] / n, None,
-               "not published; chosen: the test's size", None, test - 1.5, test + 1.5),
-        Figure(DATASET, "questions per study", n / len(tally.studies), per_study,
-               f"{PAPER}: 653,834 over 160,000 studies", None, per_study * 0.85, per_study * 1.15),
-        Figure(DATASET, "images per study", sum(c for c, _ in studies) / len(tally.studies), 1.7,
-               "ReXGradient-160K via formats.md: about 1.7", public.get("images"), 1.7 * 0.85, 1.7 * 1.15),
-        Figure(DATASET, "views PA/AP/LATERAL, % of named views", 100 * sum(v in COMMON_VIEWS for v in named) / len(named),
-               None, "chosen: real studies are mostly PA/AP/LATERAL", None, 90.0, 100.0),
-        Figure(DATASET, "null views, % of views", 100 * (len(views) - len(named)) / len(views), None,
-               "chosen: rare (formats.md lists null)", None, 0.0, 3.0),
-        Figure(DATASET, "PatientID/AccessionNumber GRDN+12 [A-Z0-9], %", 100 * tally.ids_ok / tally.ids, None,
-               "samples: real image paths", public.get("ids"), 100.0, 100.0),
-        Figure(DATASET, f"UIDs with a {UID_SUFFIX_DIGITS}-digit suffix, %", 100 * tally.uids_ok / tally.uids, None,
-               "samples: real image paths", public.get("uids"), 100.0, 100.0),
-        Figure(DATASET, "categories", len(tally.categories), 35, "formats.md: about 35 values", None, 35 * 0.85, 35 * 1.15),
-        Figure(DATASET, "negation answers absent from the report, %",
-               100 * tally.negation_ok / max(1, tally.negation_checked), 100.0,
-               "the task's definition (the other three present)", None, 100.0, 100.0),
-        Figure(DATASET, "subcategory = correct option, points above chance",
-               100 * (tally.subcategory_right - tally.subcategory_chance) / n, 0.0,
-               "no leak: as often as for any option", None, -3.0, 3.0),
-        Figure(DATASET, "largest answer-letter share, %", 100 * max(tally.letters.values()) / n, chance_letter,
-               "uniform letters", None, 20.0, 30.0),
-        Figure(DATASET, "correct / other option length", tally.right_length / tally.wrong_length, 1.0,
-               "no leak: options alike", None, 0.9, 1.1),
-        Figure(DATASET, "correct option is the longest, %", 100 * tally.longest_right / max(1, tally.longest), chance_letter,
-               "no leak: chance", None, 18.0, 32.0),
+        Figure(
+            DATASET,
+            "test split, % of questions",
+            100 * tally.split_questions["test"] / n,
+            test,
+            f"{PAPER}: 40,826 of 653,834",
+            None,
+            test - 1.5,
+            test + 1.5,
+        ),
+        Figure(
+            DATASET,
+            "valid split, % of questions",
+            100 * tally.split_questions["valid"] / n,
+            None,
+            "not published; chosen: the test's size",
+            None,
+            test - 1.5,
+            test + 1.5,
+        ),
+        Figure(
+            DATASET,
+            "questions per study",
+            n / len(tally.studies),
+            per_study,
+            f"{PAPER}: 653,834 over 160,000 studies",
+            None,
+            per_study * 0.85,
+            per_study * 1.15,
+        ),
+        Figure(
+            DATASET,
+            "images per study",
+            sum(c for c, _ in studies) / len(tally.studies),
+            1.7,
+            "ReXGradient-160K via formats.md: about 1.7",
+            public.get("images"),
+            1.7 * 0.85,
+            1.7 * 1.15,
+        ),
+        Figure(
+            DATASET,
+            "views PA/AP/LATERAL, % of named views",
+            100 * sum(v in COMMON_VIEWS for v in named) / len(named),
+            None,
+            "chosen: real studies are mostly PA/AP/LATERAL",
+            None,
+            90.0,
+            100.0,
+        ),
+        Figure(
+            DATASET,
+            "null views, % of views",
+            100 * (len(views) - len(named)) / len(views),
+            None,
+            "chosen: rare (formats.md lists null)",
+            None,
+            0.0,
+            3.0,
+        ),
+        Figure(
+            DATASET,
+            "PatientID/AccessionNumber GRDN+12 [A-Z0-9], %",
+            100 * tally.ids_ok / tally.ids,
+            None,
+            "samples: real image paths",
+            public.get("ids"),
+            100.0,
+            100.0,
+        ),
+        Figure(
+            DATASET,
+            f"UIDs with a {UID_SUFFIX_DIGITS}-digit suffix, %",
+            100 * tally.uids_ok / tally.uids,
+            None,
+            "samples: real image paths",
+            public.get("uids"),
+            100.0,
+            100.0,
+        ),
+        Figure(
+            DATASET, "categories", len(tally.categories), 35, "formats.md: about 35 values", None, 35 * 0.85, 35 * 1.15
+        ),
+        Figure(
+            DATASET,
+            "negation answers absent from the report, %",
+            100 * tally.negation_ok / max(1, tally.negation_checked),
+            100.0,
+            "the task's definition (the other three present)",
+            None,
+            100.0,
+            100.0,
+        ),
+        Figure(
+            DATASET,
+            "subcategory = correct option, points above chance",
+            100 * (tally.subcategory_right - tally.subcategory_chance) / n,
+            0.0,
+            "no leak: as often as for any option",
+            None,
+            -3.0,
+            3.0,
+        ),
+        Figure(
+            DATASET,
+            "largest answer-letter share, %",
+            100 * max(tally.letters.values()) / n,
+            chance_letter,
+            "uniform letters",
+            None,
+            20.0,
+            30.0,
+        ),
+        Figure(
+            DATASET,
+            "correct / other option length",
+            tally.right_length / tally.wrong_length,
+            1.0,
+            "no leak: options alike",
+            None,
+            0.9,
+            1.1,
+        ),
+        Figure(
+            DATASET,
+            "correct option is the longest, %",
+            100 * tally.longest_right / max(1, tally.longest),
+            chance_letter,
+            "no leak: chance",
+            None,
+            18.0,
+            32.0,
+        ),
     ]
     return out
 
@@ -209,8 +329,14 @@ def _context(record: dict) -> str:
 def _questions(release: Path, split: str, limit: int) -> list[dict]:
     out = []
     for _, record in records(release, split):
-        out.append({"context": _context(record), "options": option_texts(record),
-                    "answer": LETTERS.index(record["correct_answer"]), "task": record["task_name"]})
+        out.append(
+            {
+                "context": _context(record),
+                "options": option_texts(record),
+                "answer": LETTERS.index(record["correct_answer"]),
+                "task": record["task_name"],
+            }
+        )
         if len(out) >= limit:
             break
     return out
@@ -239,8 +365,16 @@ def text_only_baseline(release: Path, train_limit: int = 40_000) -> list[Figure]
     majority_accuracy = 100 * sum(q["answer"] == majority for q in test) / len(test)
     prior = max(100 / len(LETTERS), majority_accuracy)
     return [
-        Figure(DATASET, "text-only classifier accuracy on test, %", 100 * right / len(test), None,
-               "bag-of-words LR on question x option; prior +10", None, 0.0, prior + 10),
+        Figure(
+            DATASET,
+            "text-only classifier accuracy on test, %",
+            100 * right / len(test),
+            None,
+            "bag-of-words LR on question x option; prior +10",
+            None,
+            0.0,
+            prior + 10,
+        ),
         Figure(DATASET, "chance, %", 100 / len(LETTERS), None, "four options", None, 0.0, 100.0),
         Figure(DATASET, "majority train letter on test, %", majority_accuracy, None, "prior", None, 0.0, prior + 10),
     ]
@@ -278,11 +412,23 @@ def image_probe(release: Path) -> list[Figure]:
     model = RidgeClassifier(alpha=100.0).fit(train_x, train_y)
     rated = model.decision_function(test_x)
     column = {zone: k for k, zone in enumerate(model.classes_)}
-    right = sum(max(zones, key=lambda z: rated[i][column[z]] if z in column else -math.inf) == test_y[i]
-                for i, zones in enumerate(test_options))
+    right = sum(
+        max(zones, key=lambda z: rated[i][column[z]] if z in column else -math.inf) == test_y[i]
+        for i, zones in enumerate(test_options)
+    )
     chance = 100 / len(LETTERS)
-    return [Figure(DATASET, "pixel-only classifier on location questions, %", 100 * right / max(1, len(test_y)), None,
-                   "ridge on 24x32 pixels of the first image; chance +10 or more", None, chance + 10, 100.0)]
+    return [
+        Figure(
+            DATASET,
+            "pixel-only classifier on location questions, %",
+            100 * right / max(1, len(test_y)),
+            None,
+            "ridge on 24x32 pixels of the first image; chance +10 or more",
+            None,
+            chance + 10,
+            100.0,
+        )
+    ]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -291,16 +437,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--studies", type=int, default=3000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--downscale", type=int, default=8)
-    parser.add_argument("--images", action="store_true",
-                        help="also write the images and measure whether they carry the labels (a pixel-only classifier)")
+    parser.add_argument(
+        "--images",
+        action="store_true",
+        help="also write the images and measure whether they carry the labels (a pixel-only classifier)",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory() as work:
         release = args.release
         if release is None:
             from rexvqa_dataset.synthetic import generate
 
-            release = generate(Path(work) / "rexvqa", num_studies=args.studies, seed=args.seed,
-                               downscale=args.downscale, images=args.images).root
+            release = generate(
+                Path(work) / "rexvqa",
+                num_studies=args.studies,
+                seed=args.seed,
+                downscale=args.downscale,
+                images=args.images,
+            ).root
         rows = figures(release) + text_only_baseline(release)
         if (Path(release) / "deid_png").is_dir():
             rows += image_probe(release)

@@ -39,9 +39,13 @@ import tempfile
 import time
 from pathlib import Path
 
-LAYOUTS = {"by-config": ("by-config", True, True), "by-config, no CDC": ("by-config", False, True),
-           "shared": ("shared", True, True), "by-config, no sft_per_image": ("by-config", True, False),
-           "shared, no sft_per_image": ("shared", True, False)}
+LAYOUTS = {
+    "by-config": ("by-config", True, True),
+    "by-config, no CDC": ("by-config", False, True),
+    "shared": ("shared", True, True),
+    "by-config, no sft_per_image": ("by-config", True, False),
+    "shared, no sft_per_image": ("shared", True, False),
+}
 """label: (--shard-layout, content-defined chunking, with the one-conversation-per-image config)."""
 
 
@@ -54,7 +58,9 @@ def release(dataset: str, images: int, work: Path, downscale: int) -> tuple[Path
     if dataset == "gemex":
         from gemex_dataset.synthetic import generate
 
-        made = generate(work / "gemex-release", num_images=images, downscale=downscale, layouts=("per_type",), num_proc=2)
+        made = generate(
+            work / "gemex-release", num_images=images, downscale=downscale, layouts=("per_type",), num_proc=2
+        )
         return made.root / "per_type", made.image_root, made.root / "per_type"
     from rexvqa_dataset.synthetic import generate
 
@@ -62,7 +68,9 @@ def release(dataset: str, images: int, work: Path, downscale: int) -> tuple[Path
     return made.root, None, made.metadata
 
 
-def build(dataset: str, source: Path, images: Path | None, out: Path, layout: str, cdc: bool, conversations: bool = True) -> float:
+def build(
+    dataset: str, source: Path, images: Path | None, out: Path, layout: str, cdc: bool, conversations: bool = True
+) -> float:
     from builders.assembly.settings import BuildSettings
     from builders.assembly.shards import ShardWriter
 
@@ -73,8 +81,17 @@ def build(dataset: str, source: Path, images: Path | None, out: Path, layout: st
     ShardWriter.CONTENT_DEFINED_CHUNKING = cdc
     start = time.perf_counter()
     try:
-        Build(BuildSettings(source=source, out=out, images=images, image_mode="embed", shard_layout=layout, num_proc=2,
-                            no_conversations=not conversations)).run()
+        Build(
+            BuildSettings(
+                source=source,
+                out=out,
+                images=images,
+                image_mode="embed",
+                shard_layout=layout,
+                num_proc=2,
+                no_conversations=not conversations,
+            )
+        ).run()
     finally:
         ShardWriter.CONTENT_DEFINED_CHUNKING = True
     return time.perf_counter() - start
@@ -132,13 +149,21 @@ def consumer(out: Path, work: Path) -> list[dict]:
                 pass
         streamed = time.perf_counter() - start
         shutil.rmtree(cache, ignore_errors=True)
-        rows.append({"config": name, "download": sum(p.stat().st_size for p in files), "cache": cached,
-                     "load_s": loaded, "stream_s": streamed})
+        rows.append(
+            {
+                "config": name,
+                "download": sum(p.stat().st_size for p in files),
+                "cache": cached,
+                "load_s": loaded,
+                "stream_s": streamed,
+            }
+        )
     return rows
 
 
-def bench(dataset: str, images: int, downscale: int, work: Path, layouts_wanted: list[str],
-          loads: bool, hub: bool = True) -> tuple[list[dict], list[dict]]:
+def bench(
+    dataset: str, images: int, downscale: int, work: Path, layouts_wanted: list[str], loads: bool, hub: bool = True
+) -> tuple[list[dict], list[dict]]:
     source, image_root, annotations = release(dataset, images, work, downscale)
     text = folder_bytes(annotations)
     layouts, consumers = [], []
@@ -147,22 +172,38 @@ def bench(dataset: str, images: int, downscale: int, work: Path, layouts_wanted:
         seconds = build(dataset, source, image_root, out, layout, cdc, conversations=conversations)
         count, image_bytes = distinct_images(out)
         base = image_bytes + text
-        row = {"dataset": dataset, "layout": label, "images": count, "base_mb": base / 1e6, "build_s": seconds,
-               "local": folder_bytes(out, "*.parquet") / base,
-               "hub": hub_stored(out, work / "xet") / base if hub else math.nan,
-               "hub_one_call": hub_stored(out, work / "xet", grouped=False) / base if hub else math.nan}
+        row = {
+            "dataset": dataset,
+            "layout": label,
+            "images": count,
+            "base_mb": base / 1e6,
+            "build_s": seconds,
+            "local": folder_bytes(out, "*.parquet") / base,
+            "hub": hub_stored(out, work / "xet") / base if hub else math.nan,
+            "hub_one_call": hub_stored(out, work / "xet", grouped=False) / base if hub else math.nan,
+        }
         layouts.append(row)
         print(f"{dataset} {label}: {row}", file=sys.stderr, flush=True)
         if loads and cdc and conversations:
             for c in consumer(out, work):
-                consumers.append({"dataset": dataset, "layout": label, **c, "disk": (c["download"] + c["cache"]) / base,
-                                  "cache_ratio": c["cache"] / base})
+                consumers.append(
+                    {
+                        "dataset": dataset,
+                        "layout": label,
+                        **c,
+                        "disk": (c["download"] + c["cache"]) / base,
+                        "cache_ratio": c["cache"] / base,
+                    }
+                )
         shutil.rmtree(out, ignore_errors=True)
     return layouts, consumers
 
 
 def table(header: list[str], lines: list[list[str]]) -> str:
-    return "\n".join(["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(line) + " |" for line in lines])
+    return "\n".join(
+        ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+        + ["| " + " | ".join(line) + " |" for line in lines]
+    )
 
 
 def main() -> None:
@@ -170,7 +211,9 @@ def main() -> None:
     parser.add_argument("--images", type=int, default=2000, help="images per dataset (at least)")
     parser.add_argument("--datasets", nargs="+", default=["gemex", "rexvqa"], choices=["gemex", "rexvqa"])
     parser.add_argument("--gemex-downscale", type=int, default=4, help="synthetic GEMeX images at 1/N of MIMIC's size")
-    parser.add_argument("--rexvqa-downscale", type=int, default=2, help="synthetic ReXVQA images at 1/N of the release's size")
+    parser.add_argument(
+        "--rexvqa-downscale", type=int, default=2, help="synthetic ReXVQA images at 1/N of the release's size"
+    )
     parser.add_argument("--layouts", nargs="+", default=list(LAYOUTS), choices=list(LAYOUTS))
     parser.add_argument("--no-loads", action="store_true", help="sizes only: skip the consumer's load_dataset")
     parser.add_argument("--local-only", action="store_true", help="local bytes only: no Xet upload, no load_dataset")
@@ -179,30 +222,95 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="hub-bench-") as tmp:
         for dataset in args.datasets:
             downscale = args.gemex_downscale if dataset == "gemex" else args.rexvqa_downscale
-            mine = bench(dataset, args.images, downscale, Path(tmp) / dataset, args.layouts,
-                         loads=not (args.no_loads or args.local_only), hub=not args.local_only)
+            mine = bench(
+                dataset,
+                args.images,
+                downscale,
+                Path(tmp) / dataset,
+                args.layouts,
+                loads=not (args.no_loads or args.local_only),
+                hub=not args.local_only,
+            )
             layouts += mine[0]
             consumers += mine[1]
     print("Sizes as ratios to distinct image bytes + annotation text (img+text)\n")
-    print(table(["dataset", "layout", "images", "img+text MB", "build s", "local", "hub (publish's commits)", "hub (1 call)"],
-                [[r["dataset"], r["layout"], str(r["images"]), f"{r['base_mb']:.1f}", f"{r['build_s']:.1f}", f"{r['local']:.2f}",
-                  ratio(r["hub"]), ratio(r["hub_one_call"])] for r in layouts]))
+    print(
+        table(
+            [
+                "dataset",
+                "layout",
+                "images",
+                "img+text MB",
+                "build s",
+                "local",
+                "hub (publish's commits)",
+                "hub (1 call)",
+            ],
+            [
+                [
+                    r["dataset"],
+                    r["layout"],
+                    str(r["images"]),
+                    f"{r['base_mb']:.1f}",
+                    f"{r['build_s']:.1f}",
+                    f"{r['local']:.2f}",
+                    ratio(r["hub"]),
+                    ratio(r["hub_one_call"]),
+                ]
+                for r in layouts
+            ],
+        )
+    )
     if consumers:
-        print("\nA consumer's disk per config: download (its Parquet files) + `load_dataset` Arrow cache; streaming writes nothing\n")
-        print(table(["dataset", "layout", "config", "download", "cache", "cache / img+text", "disk (non-streaming)", "disk (streaming)",
-                 "load s", "stream s"],
-                    [[c["dataset"], c["layout"], c["config"], f"{c['download'] / 1e6:.1f} MB", f"{c['cache'] / 1e6:.1f} MB",
-                      f"{c['cache_ratio']:.2f}", f"{c['disk']:.2f}", "0.00", f"{c['load_s']:.1f}", f"{c['stream_s']:.1f}"]
-                     for c in consumers]))
+        print(
+            "\nA consumer's disk per config: download (its Parquet files) + `load_dataset` Arrow cache; streaming writes nothing\n"
+        )
+        print(
+            table(
+                [
+                    "dataset",
+                    "layout",
+                    "config",
+                    "download",
+                    "cache",
+                    "cache / img+text",
+                    "disk (non-streaming)",
+                    "disk (streaming)",
+                    "load s",
+                    "stream s",
+                ],
+                [
+                    [
+                        c["dataset"],
+                        c["layout"],
+                        c["config"],
+                        f"{c['download'] / 1e6:.1f} MB",
+                        f"{c['cache'] / 1e6:.1f} MB",
+                        f"{c['cache_ratio']:.2f}",
+                        f"{c['disk']:.2f}",
+                        "0.00",
+                        f"{c['load_s']:.1f}",
+                        f"{c['stream_s']:.1f}",
+                    ]
+                    for c in consumers
+                ],
+            )
+        )
     print("\nWith the one-conversation-per-image config over the same layout without it (--no-conversations)\n")
     print(table(["dataset", "layout", "local with / without", "hub with / without"], conversation_costs(layouts)))
     local = {(r["dataset"], r["layout"]): r["local"] for r in layouts}
     print("\nLocal bytes, shared over by-config\n")
-    print(table(["dataset", "conversations", "shared / by-config"],
-                [[d, label, f"{local[d, 'shared' + suffix] / local[d, 'by-config' + suffix]:.2f}"]
-                 for d in dict.fromkeys(r["dataset"] for r in layouts)
-                 for label, suffix in (("with", ""), ("without", ", no sft_per_image"))
-                 if (d, "shared" + suffix) in local and (d, "by-config" + suffix) in local]))
+    print(
+        table(
+            ["dataset", "conversations", "shared / by-config"],
+            [
+                [d, label, f"{local[d, 'shared' + suffix] / local[d, 'by-config' + suffix]:.2f}"]
+                for d in dict.fromkeys(r["dataset"] for r in layouts)
+                for label, suffix in (("with", ""), ("without", ", no sft_per_image"))
+                if (d, "shared" + suffix) in local and (d, "by-config" + suffix) in local
+            ],
+        )
+    )
 
 
 def ratio(value: float, digits: int = 2) -> str:
@@ -218,8 +326,14 @@ def conversation_costs(layouts: list[dict]) -> list[list[str]]:
         if not label.endswith(", no sft_per_image") or (dataset, label.split(",")[0]) not in found:
             continue
         with_them = found[dataset, label.split(",")[0]]
-        lines.append([dataset, label.split(",")[0], ratio(with_them["local"] / without["local"], 3),
-                      ratio(with_them["hub"] / without["hub"], 3)])
+        lines.append(
+            [
+                dataset,
+                label.split(",")[0],
+                ratio(with_them["local"] / without["local"], 3),
+                ratio(with_them["hub"] / without["hub"], 3),
+            ]
+        )
     return lines
 
 

@@ -18,11 +18,15 @@ from pathlib import Path
 
 
 def parse_args(argv):
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--rows", type=int, default=400, help="Training questions of the synthetic build (one epoch).")
     parser.add_argument("--batch_size", type=int, default=4)
     parser.add_argument("--image_size", type=int, default=224, help="Long side of the built images.")
-    parser.add_argument("--resume_at", type=float, default=0.8, help="Share of the epoch trained before the checkpoint.")
+    parser.add_argument(
+        "--resume_at", type=float, default=0.8, help="Share of the epoch trained before the checkpoint."
+    )
     parser.add_argument("--workdir", default="/tmp/cxr-vqa-resume")
     parser.add_argument("--output_json", default=None)
     return parser.parse_args(argv)
@@ -76,19 +80,55 @@ def main(argv: list[str] | None = None) -> dict:
     at = int(steps * args.resume_at)
     output_dir = workdir / "run"
     shutil.rmtree(output_dir, ignore_errors=True)
-    common = ["--model_name_or_path", model, "--gemex_path", str(built), "--streaming", "--max_train_samples", str(args.rows),
-              "--output_dir", str(output_dir), "--per_device_train_batch_size", str(args.batch_size),
-              "--max_steps", str(steps), "--save_strategy", "steps", "--save_steps", str(at), "--seed", "0",
-              "--bf16", "false", "--use_cpu", "true", "--dtype", "float32", "--gradient_checkpointing", "false",
-              "--report_to", "none", "--disable_tqdm", "true"]
+    common = [
+        "--model_name_or_path",
+        model,
+        "--gemex_path",
+        str(built),
+        "--streaming",
+        "--max_train_samples",
+        str(args.rows),
+        "--output_dir",
+        str(output_dir),
+        "--per_device_train_batch_size",
+        str(args.batch_size),
+        "--max_steps",
+        str(steps),
+        "--save_strategy",
+        "steps",
+        "--save_steps",
+        str(at),
+        "--seed",
+        "0",
+        "--bf16",
+        "false",
+        "--use_cpu",
+        "true",
+        "--dtype",
+        "float32",
+        "--gradient_checkpointing",
+        "false",
+        "--report_to",
+        "none",
+        "--disable_tqdm",
+        "true",
+    ]
     sft.main([*common, "--max_steps", str(at)])  # trains to the checkpoint at `at`
     fresh = first_step([*common, "--output_dir", str(workdir / "fresh")])
     resumed = first_step([*common, "--resume_from_checkpoint", "auto"])
-    result = {"rows": args.rows, "steps": steps, "resumed_at_step": at, "fresh": fresh, "resumed": resumed,
-              "resumed_over_fresh": round(resumed["seconds"] / fresh["seconds"], 2)}
-    print(f"first new step: fresh {fresh['seconds']:.1f} s ({fresh['read']} rows read, {fresh['decoded']} images decoded), "
-          f"resumed at step {at} of {steps}: {resumed['seconds']:.1f} s ({resumed['read']} read, {resumed['decoded']} decoded), "
-          f"{result['resumed_over_fresh']}x")
+    result = {
+        "rows": args.rows,
+        "steps": steps,
+        "resumed_at_step": at,
+        "fresh": fresh,
+        "resumed": resumed,
+        "resumed_over_fresh": round(resumed["seconds"] / fresh["seconds"], 2),
+    }
+    print(
+        f"first new step: fresh {fresh['seconds']:.1f} s ({fresh['read']} rows read, {fresh['decoded']} images decoded), "
+        f"resumed at step {at} of {steps}: {resumed['seconds']:.1f} s ({resumed['read']} read, {resumed['decoded']} decoded), "
+        f"{result['resumed_over_fresh']}x"
+    )
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(result, indent=2))
     return result

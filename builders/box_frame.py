@@ -46,7 +46,9 @@ def frame224_to_pixels(box: Box, width: int, height: int) -> tuple[list[float], 
     A box reaching into the letterbox padding lands outside the image and is clipped
     to it (formats.md: "clip to the image and count it").
     """
-    pixels, clipped = frame224_to_pixels_many(np.asarray([box], dtype=np.float64), np.asarray([width]), np.asarray([height]))
+    pixels, clipped = frame224_to_pixels_many(
+        np.asarray([box], dtype=np.float64), np.asarray([width]), np.asarray([height])
+    )
     return pixels[0].tolist(), bool(clipped[0])
 
 

@@ -43,4 +43,6 @@ def empty_lists(rows: int, type_: pa.DataType | None = None) -> pa.Array:
 
 def join_lists(items: pa.Array, lengths: np.ndarray, open_: str, separator: str, close: str) -> pa.Array:
     """Per row, its run of `items` (lengths given) written `open_ item, item close`."""
-    return pc.binary_join_element_wise(open_, pc.binary_join(pa.ListArray.from_arrays(offsets(lengths), items), separator), close, "")
+    return pc.binary_join_element_wise(
+        open_, pc.binary_join(pa.ListArray.from_arrays(offsets(lengths), items), separator), close, ""
+    )

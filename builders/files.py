@@ -36,7 +36,11 @@ def leftovers(path: Path, kind: str) -> list[Path]:
     prefix = f".{path.name}.{kind}-"
     if not path.parent.is_dir():
         return []
-    return sorted(entry for entry in path.parent.iterdir() if entry.name.startswith(prefix) and entry.name[len(prefix):].isdigit())
+    return sorted(
+        entry
+        for entry in path.parent.iterdir()
+        if entry.name.startswith(prefix) and entry.name[len(prefix) :].isdigit()
+    )
 
 
 def _alive(pid: int) -> bool:

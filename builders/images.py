@@ -164,9 +164,7 @@ class ImageError(ValueError):
     ``problem`` the one-line description and ``reason`` a short code to count rejections by.
     """
 
-    def __init__(
-        self, path: str | os.PathLike[str], problem: str, reason: ImageProblem = "undecodable"
-    ) -> None:
+    def __init__(self, path: str | os.PathLike[str], problem: str, reason: ImageProblem = "undecodable") -> None:
         self.path = os.fspath(path)
         self.problem = " ".join(problem.split())
         self.reason = reason
@@ -224,7 +222,9 @@ def resolve_image_path(
     base = os.path.abspath(root)
     allowed = os.path.abspath(allowed_root) if allowed_root is not None else base
     resolved = os.path.normpath(os.path.join(base, relative))
-    if resolved == allowed or not resolved.startswith(allowed.rstrip(os.sep) + os.sep):  # lexical, as `Path.is_relative_to`, on strings
+    if resolved == allowed or not resolved.startswith(
+        allowed.rstrip(os.sep) + os.sep
+    ):  # lexical, as `Path.is_relative_to`, on strings
         raise ImageError(relative, f"image path resolves outside {allowed}", "path_escape")
     if image_ext:
         return os.path.splitext(resolved)[0] + "." + image_ext.lstrip(".")
@@ -301,9 +301,7 @@ def _dicom_tag(dataset: Dataset) -> str | None:
     return str(comments) if comments else None
 
 
-def embed_image(
-    path: str | os.PathLike[str], max_side: int | None = None, keep_16bit: bool = False
-) -> StoredImage:
+def embed_image(path: str | os.PathLike[str], max_side: int | None = None, keep_16bit: bool = False) -> StoredImage:
     """The image at ``path`` encoded for embedding, resized to ``max_side`` at most.
 
     The file is read once. When it already is what would be stored (see the module docstring)
@@ -484,7 +482,9 @@ def _open_regular_fd(path: str) -> tuple[int, int]:
         os.close(fd)
         if stat.S_ISDIR(status.st_mode):
             raise ImageError(path, "is a folder, not an image file", "missing")
-        kind = "a FIFO" if stat.S_ISFIFO(status.st_mode) else "a socket" if stat.S_ISSOCK(status.st_mode) else "a device"
+        kind = (
+            "a FIFO" if stat.S_ISFIFO(status.st_mode) else "a socket" if stat.S_ISSOCK(status.st_mode) else "a device"
+        )
         raise ImageError(path, f"not a regular file ({kind})", "not_a_file")
     return fd, status.st_size
 
@@ -638,9 +638,7 @@ def _read_dicom(path: str, source: str | BinaryIO, defer_size: str | None = None
     dataset = _dcmread(path, source, defer_size=defer_size)
     if not any(k in dataset for k in ("PixelData", "FloatPixelData", "DoubleFloatPixelData")):
         kind = UID(str(dataset.get("SOPClassUID", ""))).name or "unknown SOP class"
-        raise ImageError(
-            path, f"DICOM file has no pixel data (no PixelData element; {kind})", "no_pixel_data"
-        )
+        raise ImageError(path, f"DICOM file has no pixel data (no PixelData element; {kind})", "no_pixel_data")
     _require_decoder(path, dataset)
     return dataset
 

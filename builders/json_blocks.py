@@ -75,8 +75,10 @@ def read_block(block: LineBlock, schema: pa.Schema) -> pa.Table | None:
     if _has_blank_line(block.data):
         return None
     try:
-        table = pj.read_json(pa.BufferReader(block.data),
-                             parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"))
+        table = pj.read_json(
+            pa.BufferReader(block.data),
+            parse_options=pj.ParseOptions(explicit_schema=schema, unexpected_field_behavior="ignore"),
+        )
         table.validate(full=True)  # the reader does not check that strings are UTF-8
     except (pa.ArrowException, ValueError):
         return None

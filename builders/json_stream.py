@@ -159,7 +159,9 @@ _INDENTED_START = {"object": _KEY_PATTERN + r"[ \t]*:", "array": r"[^\s\]]"}
 _LINE_LEAD = re.compile(r"\n([ \t]*)(?=\S)")
 _FIRST_LINES = 8192
 """Characters after the opening bracket whose lines' indentation gives the records' (`_indent_from_first_lines`)."""
-_LOOSE_START = {kind: re.compile(rf"(?:(?<=[,\[{{\n])|^)[ \t\r\n]*(?={start})") for kind, start in _OBJECT_RECORD_START.items()}
+_LOOSE_START = {
+    kind: re.compile(rf"(?:(?<=[,\[{{\n])|^)[ \t\r\n]*(?={start})") for kind, start in _OBJECT_RECORD_START.items()
+}
 _NEXT_OBJECT_RECORD = {kind: re.compile(rf"\s*{start}") for kind, start in _OBJECT_RECORD_START.items()}
 _FORGET_AFTER = 4096
 """While resynchronising, text this far behind the search is dropped: a failed parse costs the decoder the
@@ -191,10 +193,16 @@ class RecordStream:
         self.file, self.kind, self.block = file, kind, block
         self.opener, self.closer = _OPENER[kind], _CLOSER[kind]
         self.text, self.pos, self.consumed, self.eof = "", 0, 0, False
-        self.holds_bad_bytes = False  # whether the text held may have undecodable bytes: only then is a record searched for them
+        self.holds_bad_bytes = (
+            False  # whether the text held may have undecodable bytes: only then is a record searched for them
+        )
         self.indents: Counter[str | None] = Counter()  # the indentation of the records read whole on lines of their own
-        self.records_indent: str | None = None  # the most common of them: the records' indentation in a pretty-printed file
-        self.indent_hint: str | None = None  # the records' indentation as the file's first lines show it (`_indent_from_first_lines`)
+        self.records_indent: str | None = (
+            None  # the most common of them: the records' indentation in a pretty-printed file
+        )
+        self.indent_hint: str | None = (
+            None  # the records' indentation as the file's first lines show it (`_indent_from_first_lines`)
+        )
         self.key: str | None = None  # the id of the record being read, once its key has parsed
         self.record_end = 0  # where the record last read ends
         self.record_indent: str | None = None  # and its indentation, if it starts a line
@@ -230,7 +238,7 @@ class RecordStream:
         while True:
             self.pos = _SPACE.match(self.text, self.pos).end()
             if self.pos < len(self.text) or not self._more():
-                return self.text[self.pos:self.pos + 1]
+                return self.text[self.pos : self.pos + 1]
 
     def _value(self) -> object:
         self._peek()
@@ -266,8 +274,11 @@ class RecordStream:
 
     def _expect(self, char: str) -> None:
         if self._peek() != char:
-            found = self.text[self.pos:self.pos + 1]
-            raise self._error(f"expected {char!r}, found {found!r}" if found else f"expected {char!r}, found the end of the file", self.pos)
+            found = self.text[self.pos : self.pos + 1]
+            raise self._error(
+                f"expected {char!r}, found {found!r}" if found else f"expected {char!r}, found the end of the file",
+                self.pos,
+            )
         self.pos += 1
 
     # -- records --------------------------------------------------------------------------------
@@ -288,13 +299,13 @@ class RecordStream:
         last_line = self.text.rfind("\n", start, end - 1)
         if last_line < 0:
             return None
-        lead = self.text[last_line + 1:end - 1]
+        lead = self.text[last_line + 1 : end - 1]
         return lead == indent if indent is not None else not lead.strip(" \t\r")
 
     def _indent(self, start: int) -> str | None:
         """The indentation of a record starting at `start`, if it starts a line."""
         line = self.text.rfind("\n", max(0, start - 256), start)
-        lead = self.text[line + 1:start]
+        lead = self.text[line + 1 : start]
         return lead if line >= 0 and not lead.strip(" \t\r") else None
 
     def _record(self, index: int) -> tuple[str, object, str, bool | None]:
@@ -307,17 +318,30 @@ class RecordStream:
         indent = self.record_indent = self._indent(start)
         records = self.records_indent
         if indent is not None and records is not None and indent != records:
-            raise self._error(f"the record starts at an indentation of {len(indent)}, the file's records at {len(records)}", start)
+            raise self._error(
+                f"the record starts at an indentation of {len(indent)}, the file's records at {len(records)}", start
+            )
         label, value = self._member(index)
         end = self.record_end = self.pos
         own_line = self._closes_at(indent, start, end)
         if own_line is False:
-            raise self._error("the record ends early: its closing bracket is not on a line of its own at the indentation "
-                              "it opened at (a stray bracket inside it?)", end - 1)
+            raise self._error(
+                "the record ends early: its closing bracket is not on a line of its own at the indentation "
+                "it opened at (a stray bracket inside it?)",
+                end - 1,
+            )
         after = self._peek()
-        if after == "," and own_line is None and isinstance(value, dict) and not self._object_record_at(self.pos + 1) \
-                and self._leftover_members(self.pos + 1):
-            raise self._error("the record ends early: what follows its ',' is the rest of an object (a stray bracket inside it?)", self.pos)
+        if (
+            after == ","
+            and own_line is None
+            and isinstance(value, dict)
+            and not self._object_record_at(self.pos + 1)
+            and self._leftover_members(self.pos + 1)
+        ):
+            raise self._error(
+                "the record ends early: what follows its ',' is the rest of an object (a stray bracket inside it?)",
+                self.pos,
+            )
         if after not in (",", self.closer, ""):
             if own_line:
                 return label, value, after, own_line
@@ -371,7 +395,9 @@ class RecordStream:
         if self.key is not None:
             return printable(self.key)
         key = _KEY.match(self.text, start)
-        return printable(key.group(1)) if key else f"the record after index {index - 1}" if index else "the first record"
+        return (
+            printable(key.group(1)) if key else f"the record after index {index - 1}" if index else "the first record"
+        )
 
     def _learn_indent(self, indent: str) -> None:
         """Count a whole record's indentation: the file's records are at the most common one (`records_indent`)."""
@@ -408,7 +434,9 @@ class RecordStream:
         if indent is not None:
             return re.compile(f"(?P<exact>\\n{re.escape(indent)}(?={_INDENTED_START[self.kind]}))"), indent
         if (hint := self.indent_hint) is not None:
-            return re.compile(f"(?P<exact>\\n{re.escape(hint)}(?={_INDENTED_START[self.kind]}))|{_LOOSE_START[self.kind].pattern}"), hint
+            return re.compile(
+                f"(?P<exact>\\n{re.escape(hint)}(?={_INDENTED_START[self.kind]}))|{_LOOSE_START[self.kind].pattern}"
+            ), hint
         return _LOOSE_START[self.kind], None
 
     def _starts_record(self, at: int, indent: str | None, look_ahead: int = 3, at_least: int = 1) -> bool:
@@ -472,7 +500,11 @@ class RecordStream:
             reason = f"malformed JSON at character {self.consumed + err.pos}: {err.msg}"
         cut = isinstance(err, json.JSONDecodeError) and self._cut(err)
         if not self._resync(start + 1):
-            return Damage(label, f"{reason}; " + ("the file ends inside this record" if cut else "no record after it can be read"), field), False
+            return Damage(
+                label,
+                f"{reason}; " + ("the file ends inside this record" if cut else "no record after it can be read"),
+                field,
+            ), False
         return Damage(label, reason, field), True
 
     def __iter__(self) -> Iterator[tuple[str, object] | Damage]:
@@ -485,8 +517,11 @@ class RecordStream:
             if not self._resync(0):
                 yield Damage(None, f"expected {what}; none of its records can be read")
                 return
-            yield Damage(None, f"expected {what}, found {self.text[at - self.consumed:at - self.consumed + 1]!r} at character {at}"
-                               f"; reading starts at the first record found, character {self.consumed + self.pos}")
+            yield Damage(
+                None,
+                f"expected {what}, found {self.text[at - self.consumed : at - self.consumed + 1]!r} at character {at}"
+                f"; reading starts at the first record found, character {self.consumed + self.pos}",
+            )
         if self._peek() == self.closer:
             self.pos += 1
             if (yield from self._end(None)):
@@ -510,8 +545,11 @@ class RecordStream:
             if own_line and self.record_indent:
                 self._learn_indent(self.record_indent)
             if after == "" and own_line is None and self._resync(start + 1, at_least=2):
-                yield Damage(printable(label), "the file ends in this record, and records start inside it: it swallowed "
-                                               "the records after it (a closing bracket lost?)")
+                yield Damage(
+                    printable(label),
+                    "the file ends in this record, and records start inside it: it swallowed "
+                    "the records after it (a closing bracket lost?)",
+                )
                 index += 1
                 continue
             yield self._checked(start, label, value)
@@ -529,7 +567,10 @@ class RecordStream:
                 return
             at = self.consumed + self.pos
             if not self._resync(self.record_end):
-                yield Damage(f"after {printable(label)}", f"unexpected {after!r} at character {at} after the record; no record after it can be read")
+                yield Damage(
+                    f"after {printable(label)}",
+                    f"unexpected {after!r} at character {at} after the record; no record after it can be read",
+                )
                 return
             yield Damage(f"after {printable(label)}", f"unexpected {after!r} at character {at} after the record")
 
@@ -553,7 +594,10 @@ class RecordStream:
             return True
         at = self.consumed + self.pos
         if self._resync(closed_at):
-            yield Damage(None if last is None else f"after {printable(last)}", f"unexpected {self.closer!r} at character {self.consumed + closed_at - 1} between records")
+            yield Damage(
+                None if last is None else f"after {printable(last)}",
+                f"unexpected {self.closer!r} at character {self.consumed + closed_at - 1} between records",
+            )
             return False
         yield Damage(None, f"text after the end of the top-level JSON value at character {at}")
         return True

@@ -49,7 +49,9 @@ class PixelBudget:
 
     def __post_init__(self) -> None:
         if not 0 < self.min_pixels <= self.max_pixels:
-            raise ValueError(f"pixel budget: need 0 < min_pixels <= max_pixels, got {self.min_pixels} and {self.max_pixels}")
+            raise ValueError(
+                f"pixel budget: need 0 < min_pixels <= max_pixels, got {self.min_pixels} and {self.max_pixels}"
+            )
 
     def resize_kwargs(self, factor: int) -> dict[str, int]:
         """The arguments of `builders.box_frame.qwen25vl_resized_size` for a processor whose sides are multiples of `factor`."""
@@ -65,14 +67,20 @@ def aspect_ratio_problem(width: int, height: int) -> str | None:
     long_side, short_side = max(width, height), min(width, height)
     if short_side >= 1 and long_side <= MAX_ASPECT_RATIO * short_side:
         return None
-    return (f"{width} x {height} pixels: aspect ratio {long_side / max(short_side, 1):,.1f}:1 is above {MAX_ASPECT_RATIO}:1, "
-            "which Qwen-family processors refuse (no pixel budget holds it)")
+    return (
+        f"{width} x {height} pixels: aspect ratio {long_side / max(short_side, 1):,.1f}:1 is above {MAX_ASPECT_RATIO}:1, "
+        "which Qwen-family processors refuse (no pixel budget holds it)"
+    )
 
 
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--max-pixels``/``--min-pixels`` (also spelled with underscores, as the recipes spell them)."""
-    parser.add_argument("--max-pixels", "--max_pixels", dest="max_pixels", type=int, default=MAX_PIXELS, help=HELP["max_pixels"])
-    parser.add_argument("--min-pixels", "--min_pixels", dest="min_pixels", type=int, default=MIN_PIXELS, help=HELP["min_pixels"])
+    parser.add_argument(
+        "--max-pixels", "--max_pixels", dest="max_pixels", type=int, default=MAX_PIXELS, help=HELP["max_pixels"]
+    )
+    parser.add_argument(
+        "--min-pixels", "--min_pixels", dest="min_pixels", type=int, default=MIN_PIXELS, help=HELP["min_pixels"]
+    )
 
 
 def from_arguments(args: argparse.Namespace) -> PixelBudget:

@@ -74,9 +74,11 @@ class ManifestWriter:
 
     def save(self) -> Path:
         path = self.root / MANIFEST_NAME
-        document = {"generator": self.generator,
-                    "note": "HMAC-SHA256 of each annotation file with cxr-vqa's public provenance key: a mark against accidents, not a secret",
-                    "files": dict(sorted(self.files.items()))}
+        document = {
+            "generator": self.generator,
+            "note": "HMAC-SHA256 of each annotation file with cxr-vqa's public provenance key: a mark against accidents, not a secret",
+            "files": dict(sorted(self.files.items())),
+        }
         path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
         return path
 
@@ -174,7 +176,9 @@ class Provenance:
         if not manifests:
             return self._real(f"{path}: no {MANIFEST_NAME} in its folder or above")
         for manifest in manifests:
-            listed = self._manifest(manifest).get(Path(path).absolute().relative_to(manifest.parent.absolute()).as_posix())
+            listed = self._manifest(manifest).get(
+                Path(path).absolute().relative_to(manifest.parent.absolute()).as_posix()
+            )
             if listed is not None:
                 if hmac.compare_digest(listed, file_hash(path)):
                     return None
@@ -201,8 +205,12 @@ class Provenance:
 
     def summary(self) -> dict:
         """For the build report: the verdict and, for a real build, the first unmarked file."""
-        return {"synthetic": self.synthetic, "annotation_files": self.files, "images": self.images,
-                "real_because": None if self.synthetic else (self.unmarked or "no annotation file read")}
+        return {
+            "synthetic": self.synthetic,
+            "annotation_files": self.files,
+            "images": self.images,
+            "real_because": None if self.synthetic else (self.unmarked or "no annotation file read"),
+        }
 
 
 class ContentHash:
@@ -226,14 +234,17 @@ class ContentHash:
         lengths, data, nulls = self.parts[name]
         nulls.update(array.is_null().to_numpy(zero_copy_only=False).astype(np.uint8).tobytes())
         filled = pc.fill_null(array.cast(pa.large_string()), "")
-        offsets = np.frombuffer(filled.buffers()[1], dtype=np.int64)[filled.offset:filled.offset + len(filled) + 1]
+        offsets = np.frombuffer(filled.buffers()[1], dtype=np.int64)[filled.offset : filled.offset + len(filled) + 1]
         lengths.update(np.diff(offsets).astype("<i8").tobytes())
         if filled.buffers()[2] is not None:
-            data.update(memoryview(filled.buffers()[2])[int(offsets[0]):int(offsets[-1])])
+            data.update(memoryview(filled.buffers()[2])[int(offsets[0]) : int(offsets[-1])])
 
     def digest(self, synthetic: bool) -> str:
-        document = {"rows": self.rows, "synthetic": synthetic,
-                    "columns": {name: [part.hexdigest() for part in parts] for name, parts in self.parts.items()}}
+        document = {
+            "rows": self.rows,
+            "synthetic": synthetic,
+            "columns": {name: [part.hexdigest() for part in parts] for name, parts in self.parts.items()},
+        }
         return keyed_hash(json.dumps(document, sort_keys=True).encode())
 
 

@@ -24,7 +24,9 @@ _API_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")
 _URL_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@'\"<>]+@")
 _URL_SECRET_PARAM = re.compile(
     r"([?&;](?:[A-Za-z0-9._-]*[_-])?(?:api[_-]?key|key|token|access[_-]?token|secret|password|passwd|pwd|auth|"
-    r"authorization|signature|sig|credential|session)=)[^\s&#'\"<>]+", re.IGNORECASE)
+    r"authorization|signature|sig|credential|session)=)[^\s&#'\"<>]+",
+    re.IGNORECASE,
+)
 _VALUES: set[str] = set()
 _MIN_SECRET = 6
 """Shorter values are not masked one by one (masking every "abc" in a message would hide more than keys)."""

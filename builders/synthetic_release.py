@@ -53,8 +53,18 @@ def chunks(sizes: dict[str, int], size: int) -> Iterator[Chunk]:
             yield Chunk(split, start, min(size, end - start))
 
 
-def write_release(out: Path, *, note: str, made_by: str, sizes: dict[str, int], write_annotations: WriteAnnotations,
-                  write_images: WriteImages | None, chunk_size: int, num_proc: int = 1, item_unit: str = "image") -> dict[str, int]:
+def write_release(
+    out: Path,
+    *,
+    note: str,
+    made_by: str,
+    sizes: dict[str, int],
+    write_annotations: WriteAnnotations,
+    write_images: WriteImages | None,
+    chunk_size: int,
+    num_proc: int = 1,
+    item_unit: str = "image",
+) -> dict[str, int]:
     """Write a synthetic release into `out`: its note, every split's annotations (then the manifest of
     them), and unless `write_images` is None its images, `chunk_size` items a call on `num_proc`
     processes. Returns the questions written per split."""
@@ -65,7 +75,9 @@ def write_release(out: Path, *, note: str, made_by: str, sizes: dict[str, int], 
     starts = split_starts(sizes)
     quiet = sum(sizes.values()) < QUIET_BELOW
     with tqdm(desc="synthetic questions", unit="question", disable=quiet or None) as bar:
-        questions = {split: write_annotations(split, starts[split], count, manifest, bar) for split, count in sizes.items()}
+        questions = {
+            split: write_annotations(split, starts[split], count, manifest, bar) for split, count in sizes.items()
+        }
     manifest.save()
     if write_images is not None:
         work = chunks(sizes, chunk_size)

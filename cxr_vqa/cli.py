@@ -34,7 +34,12 @@ class DefaultsShown(argparse.HelpFormatter):
 
     def _get_help_string(self, action: argparse.Action) -> str:
         text = action.help or ""
-        if not action.option_strings or action.nargs == 0 or action.default in (None, argparse.SUPPRESS) or "default" in text:
+        if (
+            not action.option_strings
+            or action.nargs == 0
+            or action.default in (None, argparse.SUPPRESS)
+            or "default" in text
+        ):
             return text
         return f"{text} (default: %(default)s)"
 
@@ -84,8 +89,12 @@ def run_build_rexvqa(args: argparse.Namespace) -> int:
 def run_synthesize_rexvqa(args: argparse.Namespace) -> int:
     from rexvqa_dataset.synthetic import generate
 
-    release = generate(args.out, num_studies=args.num_studies, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc)
-    print(f"{args.out}: synthetic ReXVQA release, studies per split {release.studies}, questions per split {release.questions}")
+    release = generate(
+        args.out, num_studies=args.num_studies, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc
+    )
+    print(
+        f"{args.out}: synthetic ReXVQA release, studies per split {release.studies}, questions per split {release.questions}"
+    )
     print(f"  annotations: {release.metadata}; images: {args.out}/deid_png")
     print("build it:", *release.build_commands(), sep="\n  ")
     return 0
@@ -94,9 +103,15 @@ def run_synthesize_rexvqa(args: argparse.Namespace) -> int:
 def run_synthesize_gemex(args: argparse.Namespace) -> int:
     from gemex_dataset.synthetic import generate
 
-    release = generate(args.out, num_images=args.num_images, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc)
-    print(f"{args.out}: synthetic GEMeX release, images per split {release.images}, questions per split {release.questions}")
-    print(f"  annotations: {args.out}/per_type, {args.out}/llava, {args.out}/grouped (the same questions); images: {release.image_root}")
+    release = generate(
+        args.out, num_images=args.num_images, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc
+    )
+    print(
+        f"{args.out}: synthetic GEMeX release, images per split {release.images}, questions per split {release.questions}"
+    )
+    print(
+        f"  annotations: {args.out}/per_type, {args.out}/llava, {args.out}/grouped (the same questions); images: {release.image_root}"
+    )
     print("build it:", *release.build_commands(), sep="\n  ")
     return 0
 
@@ -155,7 +170,9 @@ def run_publish(args: argparse.Namespace) -> int:
     from builders.hub.publish import plan_publish, publish
     from cxr_vqa.gating import GATING
 
-    plan = plan_publish(args.dataset, args.repo, args.visibility, args.revision, args.confirm_public, args.text_licence, GATING)
+    plan = plan_publish(
+        args.dataset, args.repo, args.visibility, args.revision, args.confirm_public, args.text_licence, GATING
+    )
     if args.dry_run:
         print("\n".join(["dry run: nothing is uploaded", *plan.lines()]))
         return 0
@@ -166,13 +183,21 @@ def run_publish(args: argparse.Namespace) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    root = CommandParser(prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets.")
+    root = CommandParser(
+        prog="cxr-vqa", description="Chest X-ray VQA datasets (GEMeX, ReXVQA) as typed Hugging Face datasets."
+    )
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     demo = commands.add_parser("demo", help="generate synthetic raw releases and build them (no credentials needed)")
-    demo.add_argument("--out", type=Path, default=Path("cxr-vqa-demo"),
-                      help="folder for the demo (a rerun replaces what the last demo wrote there, and refuses anything else)")
-    demo.add_argument("--num-images", type=int, default=24, help="synthetic GEMeX images to generate (the ReXVQA part is 20 studies)")
+    demo.add_argument(
+        "--out",
+        type=Path,
+        default=Path("cxr-vqa-demo"),
+        help="folder for the demo (a rerun replaces what the last demo wrote there, and refuses anything else)",
+    )
+    demo.add_argument(
+        "--num-images", type=int, default=24, help="synthetic GEMeX images to generate (the ReXVQA part is 20 studies)"
+    )
     demo.set_defaults(func=run_demo)
 
     build = commands.add_parser("build", help="build a dataset folder from a raw release")
@@ -180,10 +205,20 @@ def parser() -> argparse.ArgumentParser:
     from gemex_dataset import build as gemex
     from rexvqa_dataset import build as rexvqa
 
-    _build_parser(datasets, "gemex", "GEMeX: any of its three layouts, MIMIC-CXR-JPG (or DICOM) images", gemex.OPTION_HELP,
-                  run_build_gemex)
-    _build_parser(datasets, "rexvqa", "ReXVQA: metadata/*_vqa_data.json, ReXGradient-160K PNG (or DICOM) images",
-                  rexvqa.OPTION_HELP, run_build_rexvqa)
+    _build_parser(
+        datasets,
+        "gemex",
+        "GEMeX: any of its three layouts, MIMIC-CXR-JPG (or DICOM) images",
+        gemex.OPTION_HELP,
+        run_build_gemex,
+    )
+    _build_parser(
+        datasets,
+        "rexvqa",
+        "ReXVQA: metadata/*_vqa_data.json, ReXGradient-160K PNG (or DICOM) images",
+        rexvqa.OPTION_HELP,
+        run_build_rexvqa,
+    )
 
     synth = commands.add_parser("synthesize", help="write a synthetic raw release in the real formats")
     synth_datasets = synth.add_subparsers(dest="dataset", required=True, metavar="DATASET")
@@ -191,22 +226,41 @@ def parser() -> argparse.ArgumentParser:
     synth_gemex.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
     synth_gemex.add_argument("--num-images", type=int, default=24, help="images (the paper: 151025)")
     synth_gemex.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
-    synth_gemex.add_argument("--downscale", type=int, default=8, help="images this many times smaller than MIMIC-CXR's per side")
+    synth_gemex.add_argument(
+        "--downscale", type=int, default=8, help="images this many times smaller than MIMIC-CXR's per side"
+    )
     synth_gemex.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images")
     synth_gemex.set_defaults(func=run_synthesize_gemex)
 
-    synth_rexvqa = synth_datasets.add_parser("rexvqa", help="ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/")
+    synth_rexvqa = synth_datasets.add_parser(
+        "rexvqa", help="ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/"
+    )
     synth_rexvqa.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
-    synth_rexvqa.add_argument("--num-studies", type=int, default=20, help="studies (the public release: 160000, about 4.09 questions each)")
+    synth_rexvqa.add_argument(
+        "--num-studies", type=int, default=20, help="studies (the public release: 160000, about 4.09 questions each)"
+    )
     synth_rexvqa.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
-    synth_rexvqa.add_argument("--downscale", type=int, default=4, help="images this many times smaller per side than the release's 600-800 px PNGs")
-    synth_rexvqa.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images")
+    synth_rexvqa.add_argument(
+        "--downscale",
+        type=int,
+        default=4,
+        help="images this many times smaller per side than the release's 600-800 px PNGs",
+    )
+    synth_rexvqa.add_argument(
+        "--num-proc", type=int, default=1, help="worker processes that draw and encode the images"
+    )
     synth_rexvqa.set_defaults(func=run_synthesize_rexvqa)
 
-    convert = commands.add_parser("convert", help="write a built GEMeX dataset in the authors' LLaVA conversation layout")
+    convert = commands.add_parser(
+        "convert", help="write a built GEMeX dataset in the authors' LLaVA conversation layout"
+    )
     convert.add_argument("folder", nargs="?", type=Path, metavar="FOLDER", help=f"{FOLDER_HELP}, of GEMeX")
-    convert.add_argument("--dataset", type=Path, metavar="FOLDER", help="the folder, in the older spelling (still read)")
-    convert.add_argument("--to", choices=["llava"], default="llava", help="the layout to write: the authors' LLaVA conversation JSON")
+    convert.add_argument(
+        "--dataset", type=Path, metavar="FOLDER", help="the folder, in the older spelling (still read)"
+    )
+    convert.add_argument(
+        "--to", choices=["llava"], default="llava", help="the layout to write: the authors' LLaVA conversation JSON"
+    )
     convert.add_argument("--split", default="train", help="the split to write (train, validation or test)")
     convert.add_argument("--out", type=Path, required=True, help="the JSON file to write")
     convert.set_defaults(func=run_convert)
@@ -221,8 +275,11 @@ def parser() -> argparse.ArgumentParser:
     preview.add_argument("--n", type=int, default=16, help="rows to show")
     preview.add_argument("--config", help="the config to read (default: the card's default)")
     preview.add_argument("--split", help="the split to read (default: test)")
-    preview.add_argument("--add-config", action="store_true",
-                         help="also add a small `preview` config with boxes drawn into the images, and preview.png to the card")
+    preview.add_argument(
+        "--add-config",
+        action="store_true",
+        help="also add a small `preview` config with boxes drawn into the images, and preview.png to the card",
+    )
     preview.set_defaults(func=run_preview)
 
     from builders.hub.publish import PUBLIC_TEXT_LICENCES
@@ -231,18 +288,37 @@ def parser() -> argparse.ArgumentParser:
     push.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
     push.add_argument("--repo", required=True, help="ORG/NAME of the dataset repo")
     access = push.add_mutually_exclusive_group()
-    access.add_argument("--private", dest="visibility", action="store_const", const="private", help="private repo (default)")
-    access.add_argument("--gated", dest="visibility", action="store_const", const="gated",
-                        help="gated repo: the card's gating fields, every request approved by hand")
-    access.add_argument("--public", dest="visibility", action="store_const", const="public",
-                        help="public repo: only annotation-only builds (--image-mode none) under a declared licence, or synthetic data")
+    access.add_argument(
+        "--private", dest="visibility", action="store_const", const="private", help="private repo (default)"
+    )
+    access.add_argument(
+        "--gated",
+        dest="visibility",
+        action="store_const",
+        const="gated",
+        help="gated repo: the card's gating fields, every request approved by hand",
+    )
+    access.add_argument(
+        "--public",
+        dest="visibility",
+        action="store_const",
+        const="public",
+        help="public repo: only annotation-only builds (--image-mode none) under a declared licence, or synthetic data",
+    )
     push.set_defaults(visibility="private")
-    push.add_argument("--confirm-public", action="store_true", help="confirm that --public may make this build downloadable by anyone")
-    push.add_argument("--text-licence", metavar="NAME",
-                      help="with --public, a GEMeX build of real data: the licence that allows publishing its MIMIC-derived question "
-                           f"and reason text; one of {', '.join(PUBLIC_TEXT_LICENCES)} (licences that allow public redistribution)")
+    push.add_argument(
+        "--confirm-public", action="store_true", help="confirm that --public may make this build downloadable by anyone"
+    )
+    push.add_argument(
+        "--text-licence",
+        metavar="NAME",
+        help="with --public, a GEMeX build of real data: the licence that allows publishing its MIMIC-derived question "
+        f"and reason text; one of {', '.join(PUBLIC_TEXT_LICENCES)} (licences that allow public redistribution)",
+    )
     push.add_argument("--revision", help="branch to commit to (created if missing; default main)")
-    push.add_argument("--dry-run", action="store_true", help="print the plan (repo settings, files, sizes, card) and upload nothing")
+    push.add_argument(
+        "--dry-run", action="store_true", help="print the plan (repo settings, files, sizes, card) and upload nothing"
+    )
     push.set_defaults(func=run_publish)
     from cxr_vqa import evaluate
 

@@ -31,14 +31,23 @@ def run_demo(out: Path, num_images: int = 24) -> int:
     with staged_output(out / "raw" / "gemex", True, *demo_release_owner("gemex")) as (staged, _):
         generate(staged, num_images=num_images)
     release = SyntheticRelease(out / "raw" / "gemex", {}, {})  # renamed into place: its image root moved with it
-    report = build_gemex(BuildSettings(source=release.root / "per_type", out=out / "gemex", images=release.image_root,
-                                       image_mode="embed", overwrite=True))
+    report = build_gemex(
+        BuildSettings(
+            source=release.root / "per_type",
+            out=out / "gemex",
+            images=release.image_root,
+            image_mode="embed",
+            overwrite=True,
+        )
+    )
     print(f"GEMeX (synthetic): {report.summary()} -> {out / 'gemex'}")
     add_preview_config(out / "gemex", n=8)
     print(f"  preview config (boxes drawn in) and {out / 'gemex' / 'preview.png'} in the card")
     row = load_dataset(str(out / "gemex"), "multi_choice", split="test")[0]
-    print(f"  e.g. {row['question_id']}: {row['question']} {row['choices']} -> {row['answer_letters']}; "
-          f"regions {row['regions']} at {[[round(v) for v in box] for box in row['boxes']]} on a {row['image_width']}x{row['image_height']} image")
+    print(
+        f"  e.g. {row['question_id']}: {row['question']} {row['choices']} -> {row['answer_letters']}; "
+        f"regions {row['regions']} at {[[round(v) for v in box] for box in row['boxes']]} on a {row['image_width']}x{row['image_height']} image"
+    )
     print(f"Load it: datasets.load_dataset({str(out / 'gemex')!r}, 'multi_choice')")
     run_rexvqa_demo(out)
     return 0
@@ -55,11 +64,15 @@ def run_rexvqa_demo(out: Path, num_studies: int = 20, task_shares: dict[str, flo
     check_demo_folder(out)
     with staged_output(out / "raw" / "rexvqa", True, *demo_release_owner("rexvqa")) as (staged, _):
         generate(staged, num_studies=num_studies, **({"task_shares": task_shares} if task_shares else {}))
-    report = build_rexvqa(BuildSettings(source=out / "raw" / "rexvqa", out=out / "rexvqa", image_mode="embed", overwrite=True))
+    report = build_rexvqa(
+        BuildSettings(source=out / "raw" / "rexvqa", out=out / "rexvqa", image_mode="embed", overwrite=True)
+    )
     print(f"ReXVQA (synthetic): {report.summary()} -> {out / 'rexvqa'}")
     row = load_dataset(str(out / "rexvqa"), split="test")[0]
-    print(f"  e.g. {row['question_id']} ({row['task_name_raw']}): {row['question']} {row['options']} -> {row['answer']}; "
-          f"{len(row['images'])} image(s), views {row['view_positions']}")
+    print(
+        f"  e.g. {row['question_id']} ({row['task_name_raw']}): {row['question']} {row['options']} -> {row['answer']}; "
+        f"{len(row['images'])} image(s), views {row['view_positions']}"
+    )
     print(f"Load it: datasets.load_dataset({str(out / 'rexvqa')!r}, 'presence_assessment')")
 
 

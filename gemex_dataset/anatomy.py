@@ -11,18 +11,38 @@ from __future__ import annotations
 
 REGIONS: tuple[str, ...] = (
     # kept from Chest ImaGenome
-    "right lung", "right mid lung zone", "right hilar structures", "right hemidiaphragm",
-    "left lung", "left mid lung zone", "left hilar structures", "left hemidiaphragm",
-    "trachea", "spine", "abdomen", "svc",
+    "right lung",
+    "right mid lung zone",
+    "right hilar structures",
+    "right hemidiaphragm",
+    "left lung",
+    "left mid lung zone",
+    "left hilar structures",
+    "left hemidiaphragm",
+    "trachea",
+    "spine",
+    "abdomen",
+    "svc",
     # merged
-    "left upper lung zone", "right upper lung zone", "mediastinum",
-    "right lower lung zone", "left lower lung zone", "cardiac region",
+    "left upper lung zone",
+    "right upper lung zone",
+    "mediastinum",
+    "right lower lung zone",
+    "left lower lung zone",
+    "cardiac region",
     # unions
-    "bilateral lung", "bilateral upper lung zone", "bilateral mid lung zone",
-    "bilateral lower lung zone", "bilateral hilar structures", "bilateral hemidiaphragm",
-    "left mid-to-lower lung zone", "right mid-to-lower lung zone",
-    "left mid-to-upper lung zone", "right mid-to-upper lung zone",
-    "bilateral mid-to-lower lung zone", "bilateral mid-to-upper lung zone",
+    "bilateral lung",
+    "bilateral upper lung zone",
+    "bilateral mid lung zone",
+    "bilateral lower lung zone",
+    "bilateral hilar structures",
+    "bilateral hemidiaphragm",
+    "left mid-to-lower lung zone",
+    "right mid-to-lower lung zone",
+    "left mid-to-upper lung zone",
+    "right mid-to-upper lung zone",
+    "bilateral mid-to-lower lung zone",
+    "bilateral mid-to-upper lung zone",
 )
 
 Fractions = tuple[float, float, float, float]
@@ -32,11 +52,16 @@ def _union(*boxes: Fractions) -> Fractions:
     return (min(b[0] for b in boxes), min(b[1] for b in boxes), max(b[2] for b in boxes), max(b[3] for b in boxes))
 
 
-def region_layout(lung_top: float = 0.12, lung_bottom: float = 0.78, midline: float = 0.5,
-                  lung_width: float = 0.36) -> dict[str, Fractions]:
+def region_layout(
+    lung_top: float = 0.12, lung_bottom: float = 0.78, midline: float = 0.5, lung_width: float = 0.36
+) -> dict[str, Fractions]:
     """Each region's box as (x1, y1, x2, y2) fractions of the image, for one chest's proportions."""
     third = (lung_bottom - lung_top) / 3
-    upper, mid, lower = (lung_top, lung_top + third), (lung_top + third, lung_top + 2 * third), (lung_top + 2 * third, lung_bottom)
+    upper, mid, lower = (
+        (lung_top, lung_top + third),
+        (lung_top + third, lung_top + 2 * third),
+        (lung_top + 2 * third, lung_bottom),
+    )
     right_x = (midline - 0.03 - lung_width, midline - 0.03)
     left_x = (midline + 0.03, midline + 0.03 + lung_width)
     side = {"right": right_x, "left": left_x}
@@ -52,8 +77,16 @@ def region_layout(lung_top: float = 0.12, lung_bottom: float = 0.78, midline: fl
         boxes[f"{name} hilar structures"] = (hilum_x[0], lung_top + 1.6 * third, hilum_x[1], lung_top + 2.45 * third)
         shift = 0.1 if name == "right" else -0.1  # Chest ImaGenome's hemidiaphragm boxes lean medially
         boxes[f"{name} hemidiaphragm"] = (x1 + 0.08 + shift / 2, lung_bottom - 0.13, x2 + shift, lung_bottom - 0.02)
-    for zone in ("lung", "upper lung zone", "mid lung zone", "lower lung zone", "hilar structures",
-                 "hemidiaphragm", "mid-to-lower lung zone", "mid-to-upper lung zone"):
+    for zone in (
+        "lung",
+        "upper lung zone",
+        "mid lung zone",
+        "lower lung zone",
+        "hilar structures",
+        "hemidiaphragm",
+        "mid-to-lower lung zone",
+        "mid-to-upper lung zone",
+    ):
         boxes[f"bilateral {zone}"] = _union(boxes[f"right {zone}"], boxes[f"left {zone}"])
     boxes["trachea"] = (midline - 0.21, lung_top + 0.06, midline - 0.065, lung_top + 1.55 * third)
     boxes["spine"] = (midline - 0.06, 0.0, midline + 0.06, 1.0)

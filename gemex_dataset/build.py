@@ -59,17 +59,24 @@ def one_layout_per_split(files: list[SourceFile]) -> tuple[list[SourceFile], str
     layouts: dict[str | None, set[str]] = {}
     for src in files:
         layouts.setdefault(src.split, set()).add(src.layout)
-    chosen = {split: next(layout for layout in LAYOUT_PREFERENCE if layout in found) for split, found in layouts.items()}
+    chosen = {
+        split: next(layout for layout in LAYOUT_PREFERENCE if layout in found) for split, found in layouts.items()
+    }
     kept = [src for src in files if src.layout == chosen[src.split]]
     left = [src for src in files if src.layout != chosen[src.split]]
     if not left:
         return kept, ""
     order = ("train", "validation", "test")
-    splits = sorted((s for s in layouts if len(layouts[s]) > 1), key=lambda s: (order.index(s) if s in order else len(order), str(s)))
+    splits = sorted(
+        (s for s in layouts if len(layouts[s]) > 1),
+        key=lambda s: (order.index(s) if s in order else len(order), str(s)),
+    )
     read = "/".join(sorted({chosen[s] for s in splits}))
     others = "/".join(sorted({src.layout for src in left}))
-    note = (f"{', '.join(map(str, splits))} each in {len(layouts[splits[0]])} layouts of the same questions: read {read}, "
-            f"{len(left)} {others} file(s) not read (give one layout's folder as --source to build another)")
+    note = (
+        f"{', '.join(map(str, splits))} each in {len(layouts[splits[0]])} layouts of the same questions: read {read}, "
+        f"{len(left)} {others} file(s) not read (give one layout's folder as --source to build another)"
+    )
     return kept, note
 
 
@@ -78,7 +85,9 @@ class GemexBuild(DatasetBuild):
         super().__init__(settings, BuildReport("gemex", settings.to_dict()))
         self.features = features(settings.image_mode)
         self.image_names: dict[str, dict[str, str]] = {}  # split -> image path -> its short name (its dicom_id)
-        self.whole_path_names: dict[str, set[str]] = {}  # split -> the short names replaced by image paths in ids (`names_to_replace`)
+        self.whole_path_names: dict[
+            str, set[str]
+        ] = {}  # split -> the short names replaced by image paths in ids (`names_to_replace`)
 
     def staging_schema(self) -> pa.Schema:
         text = [f for f in features("none").arrow_schema if f.name not in IMAGE_COLUMNS]
@@ -91,15 +100,23 @@ class GemexBuild(DatasetBuild):
         """`sft_per_image`: an image's questions as one conversation (builds with images only, unless `--no-conversations`)."""
         if "messages" not in self.features or self.settings.no_conversations:
             return None
-        return ConversationLayout(PER_IMAGE_CONFIG, "image_path", per_image_features(self.settings.image_mode), TURN_COLUMNS,
-                                  group_columns=lambda rows: {c: rows[0][c] for c in IMAGE_COLUMNS_PER_IMAGE},
-                                  group_id=lambda row: row["question_id"].rsplit("/", 2)[0],
-                                  seed=self.settings.turn_seed, text_tokens=self.settings.conversation_tokens)
+        return ConversationLayout(
+            PER_IMAGE_CONFIG,
+            "image_path",
+            per_image_features(self.settings.image_mode),
+            TURN_COLUMNS,
+            group_columns=lambda rows: {c: rows[0][c] for c in IMAGE_COLUMNS_PER_IMAGE},
+            group_id=lambda row: row["question_id"].rsplit("/", 2)[0],
+            seed=self.settings.turn_seed,
+            text_tokens=self.settings.conversation_tokens,
+        )
 
     def stage(self, staging: Staging) -> None:
         files = find_source_files(Path(self.settings.source), self.settings.split)
         if not files:
-            raise BuildError(f"no GEMeX annotation files under {self.settings.source} (expected *_question.jsonl, *.json or *.jsonl + *.csv)")
+            raise BuildError(
+                f"no GEMeX annotation files under {self.settings.source} (expected *_question.jsonl, *.json or *.jsonl + *.csv)"
+            )
         files, self.report.source_note = one_layout_per_split(files)
         for src in tqdm(files, desc="reading annotations", unit="file", disable=len(files) < 4):
             for path in (src.path, src.csv) if src.csv else (src.path,):
@@ -137,7 +154,11 @@ class GemexBuild(DatasetBuild):
         unknown = regions.filter(pc.invert(pc.is_in(regions, pa.array(sorted(REGIONS)))))
         for item in pc.value_counts(unknown).to_pylist():
             self.report.count_unknown("region", item["values"], item["counts"])
-        images = table.select(["image_path", "dicom_id"]).group_by(["image_path", "dicom_id"], use_threads=False).aggregate([])
+        images = (
+            table.select(["image_path", "dicom_id"])
+            .group_by(["image_path", "dicom_id"], use_threads=False)
+            .aggregate([])
+        )
         self.note_images(split, zip(images["image_path"].to_pylist(), images["dicom_id"].to_pylist()))
         staging.add_table(split, table)
 
@@ -177,8 +198,14 @@ class GemexBuild(DatasetBuild):
         if repeats:
             first_id = dict(zip(np.flatnonzero(repeat_of < 0).tolist(), kept["question_id"].to_pylist()))
             for row in repeats:
-                self.reject(Reject(table["_file"][row].as_py(), table["_record"][row].as_py(), "question",
-                                   f"the same question twice on one image (first kept as {first_id[int(repeat_of[row])]})"))
+                self.reject(
+                    Reject(
+                        table["_file"][row].as_py(),
+                        table["_record"][row].as_py(),
+                        "question",
+                        f"the same question twice on one image (first kept as {first_id[int(repeat_of[row])]})",
+                    )
+                )
         return kept
 
     def with_image_columns(self, table: pa.Table, loaded: list[Loaded] | None) -> tuple[pa.Table, int]:
@@ -197,24 +224,45 @@ class GemexBuild(DatasetBuild):
             lost = ~usable[image_of_row]
             for row in np.flatnonzero(lost).tolist():
                 image = loaded[image_of_row[row]]
-                self.reject(Reject(table["_file"][row].as_py(), table["_record"][row].as_py(), "image_path", f"{image.problem}: {image.path}"))
+                self.reject(
+                    Reject(
+                        table["_file"][row].as_py(),
+                        table["_record"][row].as_py(),
+                        "image_path",
+                        f"{image.problem}: {image.path}",
+                    )
+                )
             table, image_of_row = table.filter(pa.array(~lost)), image_of_row[~lost]
         elif not usable.all():
-            self.report.notices["images unreadable in --image-mode none (boxes left in the 224 frame only)"] += int((~usable).sum())
-        sizes = np.array([(image.width, image.height) if ok else (1, 1) for image, ok in zip(loaded, usable)], dtype=np.int64).reshape(-1, 2)
+            self.report.notices["images unreadable in --image-mode none (boxes left in the 224 frame only)"] += int(
+                (~usable).sum()
+            )
+        sizes = np.array(
+            [(image.width, image.height) if ok else (1, 1) for image, ok in zip(loaded, usable)], dtype=np.int64
+        ).reshape(-1, 2)
         sized = usable[image_of_row]
         width, height = sizes[image_of_row, 0], sizes[image_of_row, 1]
         boxes, pixels = self.pixel_box_column(table["boxes_224"].combine_chunks(), width, height, sized)
-        table = (table.append_column("image_width", pa.array(width, pa.int32(), mask=~sized))
-                 .append_column("image_height", pa.array(height, pa.int32(), mask=~sized)).append_column("boxes", boxes))
+        table = (
+            table.append_column("image_width", pa.array(width, pa.int32(), mask=~sized))
+            .append_column("image_height", pa.array(height, pa.int32(), mask=~sized))
+            .append_column("boxes", boxes)
+        )
         if self.settings.image_mode == "reference":
-            stored = pa.array([image.path if ok else None for image, ok in zip(loaded, usable)], pa.string()).take(pa.array(image_of_row))
-            table = table.append_column("image", pa.StructArray.from_arrays([pa.nulls(table.num_rows, pa.binary()), stored], names=["bytes", "path"]))
+            stored = pa.array([image.path if ok else None for image, ok in zip(loaded, usable)], pa.string()).take(
+                pa.array(image_of_row)
+            )
+            table = table.append_column(
+                "image",
+                pa.StructArray.from_arrays([pa.nulls(table.num_rows, pa.binary()), stored], names=["bytes", "path"]),
+            )
         if "messages" in self.features:
             table = table.append_column("messages", messages_array(table, pixels))
         return table, int(usable.sum()) if self.settings.image_mode != "none" else len(loaded)
 
-    def pixel_box_column(self, boxes_224: pa.Array, width: np.ndarray, height: np.ndarray, sized: np.ndarray) -> tuple[pa.Array, np.ndarray]:
+    def pixel_box_column(
+        self, boxes_224: pa.Array, width: np.ndarray, height: np.ndarray, sized: np.ndarray
+    ) -> tuple[pa.Array, np.ndarray]:
         """`boxes` of each row (null where not `sized`) from its `boxes_224` and its image's size; and the pixel boxes flat."""
         box_row = pc.list_parent_indices(boxes_224).to_numpy()
         corners = pc.list_flatten(pc.list_flatten(boxes_224)).to_numpy().reshape(-1, 4).astype(np.float64)
@@ -222,7 +270,9 @@ class GemexBuild(DatasetBuild):
         in_image = sized[box_row]
         pixels[in_image] = self.to_pixels(corners[in_image], width[box_row][in_image], height[box_row][in_image])
         corners_32 = pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel(), pa.float32()), 4)
-        return pa.ListArray.from_arrays(offsets(pc.list_value_length(boxes_224).to_numpy()), corners_32, mask=pa.array(~sized)), pixels
+        return pa.ListArray.from_arrays(
+            offsets(pc.list_value_length(boxes_224).to_numpy()), corners_32, mask=pa.array(~sized)
+        ), pixels
 
     def to_pixels(self, corners: np.ndarray, width: np.ndarray, height: np.ndarray) -> np.ndarray:
         """Boxes (n, 4) from the 224 frame into their images' pixels, the clipped ones counted in the report."""
@@ -238,17 +288,25 @@ class GemexBuild(DatasetBuild):
                 self.reject(Reject(row["_file"], row["_record"], "image_path", f"{image.problem}: {image.path}"))
             return []
         corners = np.array([box for row in rows for box in row["boxes_224"]], dtype=np.float64).reshape(-1, 4)
-        pixels = iter(self.to_pixels(corners, np.full(len(corners), image.width), np.full(len(corners), image.height)).tolist())
+        pixels = iter(
+            self.to_pixels(corners, np.full(len(corners), image.width), np.full(len(corners), image.height)).tolist()
+        )
         for row in rows:
             del row["_file"], row["_record"]
-            row.update(image_width=image.width, image_height=image.height, boxes=[next(pixels) for _ in row["boxes_224"]],
-                       image={"bytes": image.bytes, "path": row["image_path"]})
+            row.update(
+                image_width=image.width,
+                image_height=image.height,
+                boxes=[next(pixels) for _ in row["boxes_224"]],
+                image={"bytes": image.bytes, "path": row["image_path"]},
+            )
             if "messages" in self.features:
                 row["messages"] = to_messages(row)
         return rows
 
     def write_split(self, staging: Staging, split: str, out: Path) -> None:
-        shards = self.split_shards(out, split, list(QUESTION_TYPES), self.features, lambda row: QUESTION_TYPES[row["question_type"]])
+        shards = self.split_shards(
+            out, split, list(QUESTION_TYPES), self.features, lambda row: QUESTION_TYPES[row["question_type"]]
+        )
         images = 0
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
             if self.settings.image_mode == "embed":  # image bytes are handed over an image's rows at a time
@@ -257,10 +315,17 @@ class GemexBuild(DatasetBuild):
                     for rows, image in self.attach_images(self.first_questions(split, table).to_pylist()):
                         final = self.image_group(rows, image)
                         images += bool(final)
-                        shards.add_image_rows(final, len(image.bytes) if isinstance(image, StoredImage) and image.bytes else 0)
+                        shards.add_image_rows(
+                            final, len(image.bytes) if isinstance(image, StoredImage) and image.bytes else 0
+                        )
             else:
-                chunks = (self.first_questions(split, table) for table in staging.sorted_batches(split, "image_path", staging.BUCKET_ROWS))
-                for table, loaded in self.chunks_with_images(chunks, lambda table: pc.unique(table["image_path"]).to_pylist()):
+                chunks = (
+                    self.first_questions(split, table)
+                    for table in staging.sorted_batches(split, "image_path", staging.BUCKET_ROWS)
+                )
+                for table, loaded in self.chunks_with_images(
+                    chunks, lambda table: pc.unique(table["image_path"]).to_pylist()
+                ):
                     bar.update(table.num_rows)
                     table, chunk_images = self.with_image_columns(table, loaded)
                     images += chunk_images
@@ -270,18 +335,46 @@ class GemexBuild(DatasetBuild):
 
     def write_card(self, out: Path) -> None:
         filters = {qtype: [["question_type", "==", k]] for k, qtype in enumerate(QUESTION_TYPES)}
-        configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features,
-                                       conversations=self.conversation_layout())
+        configs, infos = build_configs(
+            out,
+            filters,
+            self.features,
+            self.report.shards,
+            sft="messages" in self.features,
+            conversations=self.conversation_layout(),
+        )
         synthetic = self.provenance.synthetic
-        data = release_card_data(configs, infos, name="GEMeX", synthetic=synthetic,
-                                 licence=("physionet-credentialed-health-data-license-1.5.0", "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/"),
-                                 tags=["grounding", "mimic-cxr"], rows=self.report.rows_written,
-                                 gated_prompt=GATED_PROMPT, gated_fields=GATED_FIELDS)
+        data = release_card_data(
+            configs,
+            infos,
+            name="GEMeX",
+            synthetic=synthetic,
+            licence=(
+                "physionet-credentialed-health-data-license-1.5.0",
+                "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/",
+            ),
+            tags=["grounding", "mimic-cxr"],
+            rows=self.report.rows_written,
+            gated_prompt=GATED_PROMPT,
+            gated_fields=GATED_FIELDS,
+        )
         counts = {s: {t: self.report.rows.get(f"{s}/{t}", 0) for t in QUESTION_TYPES} for s in self.report.images}
-        card = render_card("gemex.md", data, synthetic=synthetic, settings=self.settings.to_dict(), shared_shards=self.settings.shared_shards, counts=counts,
-                           images=dict(self.report.images), question_types=QUESTION_TYPES, report=self.report, sft="sft" in configs,
-                           conversation=self.conversation_card(configs), conversation_column_docs=PER_IMAGE_COLUMN_DOCS,
-                           columns=list(self.features), column_docs=COLUMN_DOCS)
+        card = render_card(
+            "gemex.md",
+            data,
+            synthetic=synthetic,
+            settings=self.settings.to_dict(),
+            shared_shards=self.settings.shared_shards,
+            counts=counts,
+            images=dict(self.report.images),
+            question_types=QUESTION_TYPES,
+            report=self.report,
+            sft="sft" in configs,
+            conversation=self.conversation_card(configs),
+            conversation_column_docs=PER_IMAGE_COLUMN_DOCS,
+            columns=list(self.features),
+            column_docs=COLUMN_DOCS,
+        )
         (out / "README.md").write_text(card, encoding="utf-8")
 
 
@@ -293,8 +386,12 @@ def repeated_questions(table: pa.Table) -> np.ndarray:
     """
     repeat_of = np.full(table.num_rows, -1, dtype=np.int64)
     keys = ["image_path", "question_type", "question", "answer"]
-    groups = (table.select(keys).append_column("_row", pa.array(np.arange(table.num_rows)))
-              .group_by(keys, use_threads=False).aggregate([("_row", "list")]))
+    groups = (
+        table.select(keys)
+        .append_column("_row", pa.array(np.arange(table.num_rows)))
+        .group_by(keys, use_threads=False)
+        .aggregate([("_row", "list")])
+    )
     candidates = groups.filter(pc.greater(pc.list_value_length(groups["_row_list"]), 1))["_row_list"].to_pylist()
     rows = sorted(row for group in candidates for row in group)
     choices = dict(zip(rows, map(tuple, table["choices"].take(pa.array(rows, pa.int64())).to_pylist())))
@@ -363,10 +460,14 @@ def question_ids(split: str, table: pa.Table, whole_path_names: set[str] = froze
 def without_images(table: pa.Table) -> pa.Table:
     """Rows of a build with no image root: no image sizes, boxes only in the 224 frame."""
     nulls = pa.nulls(table.num_rows)
-    return (table.drop_columns(["_file", "_record"])
-            .append_column(pa.field("image_width", pa.int32()), nulls.cast(pa.int32()))
-            .append_column(pa.field("image_height", pa.int32()), nulls.cast(pa.int32()))
-            .append_column(pa.field("boxes", pa.list_(pa.list_(pa.float32(), 4))), nulls.cast(pa.list_(pa.list_(pa.float32(), 4)))))
+    return (
+        table.drop_columns(["_file", "_record"])
+        .append_column(pa.field("image_width", pa.int32()), nulls.cast(pa.int32()))
+        .append_column(pa.field("image_height", pa.int32()), nulls.cast(pa.int32()))
+        .append_column(
+            pa.field("boxes", pa.list_(pa.list_(pa.float32(), 4))), nulls.cast(pa.list_(pa.list_(pa.float32(), 4)))
+        )
+    )
 
 
 OPTION_HELP = {
@@ -375,12 +476,12 @@ OPTION_HELP = {
     "split": "the split of every file read (default: from train/valid/test folder names)",
     "image_ext": "image files carry this suffix instead of the released one (e.g. dcm for MIMIC-CXR DICOM)",
     "shard_layout": "by-config (auto, the default): a shard set per question type, what the Hub's viewer shows; an embedded "
-                    "image is in each of its question types' files and in sft_per_image's (local Parquet about 4.6x the distinct image and "
-                    "text bytes, 3.7x with --no-conversations; the Hub stores each image about once). shared: one set per "
-                    "split, configs select rows by a Parquet filter (about 1.9x: each image once, and once more in "
-                    "sft_per_image; 0.93x with --no-conversations); not for the Hub: its viewer ignores filters",
+    "image is in each of its question types' files and in sft_per_image's (local Parquet about 4.6x the distinct image and "
+    "text bytes, 3.7x with --no-conversations; the Hub stores each image about once). shared: one set per "
+    "split, configs select rows by a Parquet filter (about 1.9x: each image once, and once more in "
+    "sft_per_image; 0.93x with --no-conversations); not for the Hub: its viewer ignores filters",
     "no_conversations": "write no sft_per_image config: with --image-mode embed its own files hold every image once more, "
-                        "which doubles the shared layout's local bytes",
+    "which doubles the shared layout's local bytes",
 }
 """How a GEMeX build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
 

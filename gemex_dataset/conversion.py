@@ -22,11 +22,15 @@ def write_llava(dataset: Path, out: Path, split: str = "train") -> int:
     configs, _ = card_configs(Path(dataset))
     kind = built_dataset(dataset)
     if kind not in (None, "gemex"):
-        raise ValueError(f"{dataset}: a {kind} build; convert writes GEMeX builds in the authors' LLaVA layout, "
-                         "and ReXVQA has no such layout: use its Parquet files as they are")
+        raise ValueError(
+            f"{dataset}: a {kind} build; convert writes GEMeX builds in the authors' LLaVA layout, "
+            "and ReXVQA has no such layout: use its Parquet files as they are"
+        )
     shards = config_shards(Path(dataset), configs[default_config(configs)])
     if split not in shards:
-        raise ValueError(f"{dataset}: no {split!r} split (it has {', '.join(sorted(shards)) or 'none'}); pass --split with one of them")
+        raise ValueError(
+            f"{dataset}: no {split!r} split (it has {', '.join(sorted(shards)) or 'none'}); pass --split with one of them"
+        )
     lacking = [c for c in COLUMNS if c not in pq.read_schema(shards[split][0]).names]
     if lacking:
         raise ValueError(f"{shards[split][0]}: no {', '.join(lacking)} column(s): not a GEMeX build")

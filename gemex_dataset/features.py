@@ -89,14 +89,35 @@ def features(image_mode: str) -> Features:
 
 PER_IMAGE_CONFIG = "sft_per_image"
 """The config of one conversation per image (`builders.assembly.conversations`)."""
-IMAGE_COLUMNS_PER_IMAGE: tuple[str, ...] = ("image", "image_path", "image_width", "image_height", "subject_id", "study_id", "dicom_id", "split")
+IMAGE_COLUMNS_PER_IMAGE: tuple[str, ...] = (
+    "image",
+    "image_path",
+    "image_width",
+    "image_height",
+    "subject_id",
+    "study_id",
+    "dicom_id",
+    "split",
+)
 """The columns every question of an image shares: one value per conversation row."""
-TURN_COLUMNS: tuple[str, ...] = ("question_type", "content_type", "question", "choices", "answer", "answer_letters",
-                                 "reason", "regions", "boxes", "boxes_224")
+TURN_COLUMNS: tuple[str, ...] = (
+    "question_type",
+    "content_type",
+    "question",
+    "choices",
+    "answer",
+    "answer_letters",
+    "reason",
+    "regions",
+    "boxes",
+    "boxes_224",
+)
 """Per question, what its turn is made of (prompt, reply, boxes): the `turns` structs of `sft_per_image`,
 typed as in `features`, so a recipe can write the turns again in another model family's box convention."""
 
-PER_IMAGE_COLUMN_DOCS = conversation_column_docs(COLUMN_DOCS, IMAGE_COLUMNS_PER_IMAGE, TURN_COLUMNS, "image", "dicom_id")
+PER_IMAGE_COLUMN_DOCS = conversation_column_docs(
+    COLUMN_DOCS, IMAGE_COLUMNS_PER_IMAGE, TURN_COLUMNS, "image", "dicom_id"
+)
 
 
 def per_image_features(image_mode: str) -> Features:

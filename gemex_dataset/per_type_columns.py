@@ -36,24 +36,37 @@ from gemex_dataset.rows import FAR_OUTSIDE
 CHOICE_TYPES = ("single_choice", "multi_choice")
 LETTERS = pa.array([chr(65 + k) for k in range(26)])
 CHOICE_PREFIXES = pa.array([f"{chr(65 + k)}: " for k in range(26)])
-REQUIRED = ("question", "type", "answer", "reason", "visual_regions", "visual_locations", "image_path", "ori_report", "q_id", "row_id")
+REQUIRED = (
+    "question",
+    "type",
+    "answer",
+    "reason",
+    "visual_regions",
+    "visual_locations",
+    "image_path",
+    "ori_report",
+    "q_id",
+    "row_id",
+)
 
 
 def release_schema(question_type: str) -> pa.Schema:
     """The per-type record's fields as Arrow parses them from a file of `question_type`."""
-    return pa.schema([
-        ("question", pa.string()),
-        ("choices", pa.list_(pa.string())),
-        ("type", pa.string()),
-        ("answer", pa.list_(pa.string()) if question_type == "multi_choice" else pa.string()),
-        ("reason", pa.string()),
-        ("visual_regions", pa.list_(pa.string())),
-        ("visual_locations", pa.list_(pa.list_(pa.float64()))),
-        ("image_path", pa.string()),
-        ("ori_report", pa.string()),
-        ("q_id", pa.int64()),
-        ("row_id", pa.string()),
-    ])
+    return pa.schema(
+        [
+            ("question", pa.string()),
+            ("choices", pa.list_(pa.string())),
+            ("type", pa.string()),
+            ("answer", pa.list_(pa.string()) if question_type == "multi_choice" else pa.string()),
+            ("reason", pa.string()),
+            ("visual_regions", pa.list_(pa.string())),
+            ("visual_locations", pa.list_(pa.list_(pa.float64()))),
+            ("image_path", pa.string()),
+            ("ori_report", pa.string()),
+            ("q_id", pa.int64()),
+            ("row_id", pa.string()),
+        ]
+    )
 
 
 def read(src: SourceFile, block_bytes: int = BLOCK_BYTES) -> Iterator[pa.Table | RawQuestion | Reject]:
@@ -86,7 +99,9 @@ def _by_record(src: SourceFile, lines: Iterator[tuple[int, bytes]]) -> Iterator[
             yield per_type_question(src, number, value)
 
 
-def _in_release_order(src: SourceFile, block: LineBlock, staged: pa.Table, clean: np.ndarray) -> Iterator[pa.Table | RawQuestion | Reject]:
+def _in_release_order(
+    src: SourceFile, block: LineBlock, staged: pa.Table, clean: np.ndarray
+) -> Iterator[pa.Table | RawQuestion | Reject]:
     """The staged runs of clean rows, and between them the other lines read a record at a time."""
     dirty = np.flatnonzero(~clean)
     if not len(dirty):
@@ -123,15 +138,20 @@ def clean_rows(table: pa.RecordBatch, question_type: str) -> np.ndarray:
 
 def _image_paths_ok(paths: pa.Array) -> np.ndarray:
     """Non-empty, ASCII and one line: where Python's `re` and Arrow's RE2 read `PATH_PATTERN` alike."""
-    return (true(pc.greater(pc.binary_length(paths), 0)) & true(pc.string_is_ascii(paths))
-            & ~true(pc.match_substring(paths, "\n")))
+    return (
+        true(pc.greater(pc.binary_length(paths), 0))
+        & true(pc.string_is_ascii(paths))
+        & ~true(pc.match_substring(paths, "\n"))
+    )
 
 
 def _choices_and_answers_ok(table: pa.RecordBatch, question_type: str) -> np.ndarray:
     choices, answer = table["choices"], table["answer"]
     if question_type not in CHOICE_TYPES:
         ok = ~valid(choices)
-        return ok & (true(pc.is_in(answer, pa.array(["Yes.", "No."]))) if question_type == "closed_ended" else valid(answer))
+        return ok & (
+            true(pc.is_in(answer, pa.array(["Yes.", "No."]))) if question_type == "closed_ended" else valid(answer)
+        )
     count = pc.list_value_length(choices).fill_null(0).to_numpy()
     ok = (count >= 2) & (count <= len(LETTERS))
     items = pc.list_flatten(choices)
@@ -159,8 +179,13 @@ def _boxes_ok(boxes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     corners = pc.list_flatten(inner.filter(pa.array(four))).to_numpy(zero_copy_only=False).reshape(-1, 4)
     x1, y1, x2, y2 = corners.T
     with np.errstate(invalid="ignore"):
-        good = (np.isfinite(corners).all(axis=1) & (x2 > x1) & (y2 > y1)
-                & (np.minimum(x1, y1) >= -FAR_OUTSIDE) & (np.maximum(x2, y2) <= 224 + FAR_OUTSIDE))
+        good = (
+            np.isfinite(corners).all(axis=1)
+            & (x2 > x1)
+            & (y2 > y1)
+            & (np.minimum(x1, y1) >= -FAR_OUTSIDE)
+            & (np.maximum(x2, y2) <= 224 + FAR_OUTSIDE)
+        )
     bad = np.zeros(len(inner), dtype=bool)
     bad[np.flatnonzero(four)[~good]] = True
     return ok & ~rows_with(boxes, bad), counts
@@ -174,7 +199,9 @@ def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa
     ids = pc.extract_regex(paths, "(?i)" + PATH_PATTERN)
     choices, answer = table["choices"], table["answer"]
     if qtype in CHOICE_TYPES:
-        choice_texts = pa.ListArray.from_arrays(offsets(pc.list_value_length(choices).to_numpy()), pc.utf8_slice_codeunits(pc.list_flatten(choices), 3))
+        choice_texts = pa.ListArray.from_arrays(
+            offsets(pc.list_value_length(choices).to_numpy()), pc.utf8_slice_codeunits(pc.list_flatten(choices), 3)
+        )
     else:
         choice_texts = empty_lists(n)
     if qtype == "multi_choice":
@@ -186,27 +213,31 @@ def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa
         letters = empty_lists(n)
     boxes = table["visual_locations"]
     corners = np.rint(pc.list_flatten(pc.list_flatten(boxes)).to_numpy()).astype(np.int32)
-    boxes_224 = pa.ListArray.from_arrays(offsets(pc.list_value_length(boxes).to_numpy()), pa.FixedSizeListArray.from_arrays(pa.array(corners), 4))
+    boxes_224 = pa.ListArray.from_arrays(
+        offsets(pc.list_value_length(boxes).to_numpy()), pa.FixedSizeListArray.from_arrays(pa.array(corners), 4)
+    )
 
-    return pa.table({
-        "image_path": paths,
-        "subject_id": pc.struct_field(ids, "subject"),
-        "study_id": pc.struct_field(ids, "study"),
-        "dicom_id": pc.struct_field(ids, "dicom"),
-        "split": pa.repeat(src.split, n),
-        "question_type": pa.array(np.full(n, QUESTION_TYPES.index(qtype), dtype=np.int64)),
-        "content_type": table["type"],
-        "question": table["question"],
-        "choices": choice_texts,
-        "answer": answer,
-        "answer_letters": letters,
-        "reason": table["reason"],
-        "regions": table["visual_regions"],
-        "boxes_224": boxes_224,
-        "report": table["ori_report"],
-        "source_layout": pa.repeat("per_type", n),
-        "row_id": table["row_id"],
-        "q_id": table["q_id"],
-        "_file": pa.repeat(str(src.path), n),
-        "_record": pc.binary_join_element_wise("line ", pc.cast(pa.array(lines), pa.string()), ""),
-    })
+    return pa.table(
+        {
+            "image_path": paths,
+            "subject_id": pc.struct_field(ids, "subject"),
+            "study_id": pc.struct_field(ids, "study"),
+            "dicom_id": pc.struct_field(ids, "dicom"),
+            "split": pa.repeat(src.split, n),
+            "question_type": pa.array(np.full(n, QUESTION_TYPES.index(qtype), dtype=np.int64)),
+            "content_type": table["type"],
+            "question": table["question"],
+            "choices": choice_texts,
+            "answer": answer,
+            "answer_letters": letters,
+            "reason": table["reason"],
+            "regions": table["visual_regions"],
+            "boxes_224": boxes_224,
+            "report": table["ori_report"],
+            "source_layout": pa.repeat("per_type", n),
+            "row_id": table["row_id"],
+            "q_id": table["q_id"],
+            "_file": pa.repeat(str(src.path), n),
+            "_record": pc.binary_join_element_wise("line ", pc.cast(pa.array(lines), pa.string()), ""),
+        }
+    )

@@ -124,15 +124,24 @@ def messages_array(rows: pa.Table, pixel_boxes: np.ndarray) -> pa.Array:
     instruction = pa.array([type_prompt(k) for k in range(len(QUESTION_TYPES))]).take(pa.array(qtype))
     is_choice = np.isin(qtype, [QUESTION_TYPES.index(name) for name in CHOICE_TYPES])
     question = _with_choices(rows["question"].combine_chunks(), rows["choices"].combine_chunks(), is_choice)
-    target = pc.binary_join_element_wise("<answer> ", _answers(rows, qtype), " <reason> ", rows["reason"], " <location> ",
-                                         _locations(rows["boxes_224"].combine_chunks(), pixel_boxes), "")
+    target = pc.binary_join_element_wise(
+        "<answer> ",
+        _answers(rows, qtype),
+        " <reason> ",
+        rows["reason"],
+        " <location> ",
+        _locations(rows["boxes_224"].combine_chunks(), pixel_boxes),
+        "",
+    )
     return chat_messages_array(instruction, question, np.ones(len(qtype), dtype=np.int64), target)
 
 
 def _with_choices(question: pa.Array, choices: pa.Array, is_choice: np.ndarray) -> pa.Array:
     """`question_text`: choice questions with non-empty choices get `` <choices>: [A: x, B: y]``."""
     written = pc.binary_join_element_wise(question, " <choices>: ", format_choices_array(choices), "")
-    return pc.if_else(pa.array(is_choice & (pc.list_value_length(choices).fill_null(0).to_numpy() > 0)), written, question)
+    return pc.if_else(
+        pa.array(is_choice & (pc.list_value_length(choices).fill_null(0).to_numpy() > 0)), written, question
+    )
 
 
 def _answers(rows: pa.Table, qtype: np.ndarray) -> pa.Array:
@@ -142,8 +151,16 @@ def _answers(rows: pa.Table, qtype: np.ndarray) -> pa.Array:
     multi, single = qtype == QUESTION_TYPES.index("multi_choice"), qtype == QUESTION_TYPES.index("single_choice")
     flat = pc.list_flatten(letters)
     quoted = pc.binary_join_element_wise("'", flat, "'", "")
-    first = flat.take(pa.array(np.r_[0, np.cumsum(count)][:-1], mask=count == 0)) if len(flat) else pa.nulls(len(count), pa.string())
-    written = pc.if_else(pa.array(multi), join_lists(quoted, count, "[", ", ", "]"), pc.if_else(pa.array(single & (count > 0)), first, answer))
+    first = (
+        flat.take(pa.array(np.r_[0, np.cumsum(count)][:-1], mask=count == 0))
+        if len(flat)
+        else pa.nulls(len(count), pa.string())
+    )
+    written = pc.if_else(
+        pa.array(multi),
+        join_lists(quoted, count, "[", ", ", "]"),
+        pc.if_else(pa.array(single & (count > 0)), first, answer),
+    )
     unlettered = np.flatnonzero(multi & (count == 0))
     if len(unlettered):  # no answer letters staged: read them from the answer text, as `answer_text` does
         fixed = written.to_pylist()

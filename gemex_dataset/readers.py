@@ -31,7 +31,13 @@ PATH_PATTERN = r"^p(?P<group>[0-9]{2})/p(?P<subject>[0-9]+)/s(?P<study>[0-9]+)/(
 """A MIMIC-CXR-JPG image path, case aside; written for both Python's `re` and Arrow's RE2 (`per_type_columns`)."""
 _PATH = re.compile(PATH_PATTERN, re.I)
 _DECODER = json.JSONDecoder()
-SPLIT_FOLDERS = {"train": "train", "valid": "validation", "validation": "validation", "val": "validation", "test": "test"}
+SPLIT_FOLDERS = {
+    "train": "train",
+    "valid": "validation",
+    "validation": "validation",
+    "val": "validation",
+    "test": "test",
+}
 
 
 @dataclass
@@ -169,7 +175,9 @@ def parse_llava(record: dict) -> dict:
         try:
             answer = ast.literal_eval(answer)
         except (ValueError, SyntaxError):
-            raise ValueError("conversations[1].value", f"multi-choice answer {answer!r} is not a list of letters") from None
+            raise ValueError(
+                "conversations[1].value", f"multi-choice answer {answer!r} is not a list of letters"
+            ) from None
     try:
         boxes = json.loads(gpt["boxes"])
     except json.JSONDecodeError:
@@ -177,8 +185,19 @@ def parse_llava(record: dict) -> dict:
     data = {"question": human["question"]}
     if human["choices"] is not None:
         data["choices"] = split_llava_choices(human["choices"])
-    data.update({"type": None, "answer": answer, "reason": gpt["reason"], "visual_regions": None, "visual_locations": boxes,
-                 "image_path": record["image"], "ori_report": None, "q_id": None, "row_id": f"row_{record['row_id']}"})
+    data.update(
+        {
+            "type": None,
+            "answer": answer,
+            "reason": gpt["reason"],
+            "visual_regions": None,
+            "visual_locations": boxes,
+            "image_path": record["image"],
+            "ori_report": None,
+            "q_id": None,
+            "row_id": f"row_{record['row_id']}",
+        }
+    )
     return data
 
 
@@ -236,7 +255,9 @@ def _first_misaligned(src: SourceFile, paths: list[str]) -> int:
     for number, row, raw in _image_lines(src.path):
         if row >= len(paths):
             break
-        if path_ids(paths[row].removeprefix("files/").lstrip("/"))[0] is None or isinstance(_grouped_line(str(src.path), number, raw), Reject):
+        if path_ids(paths[row].removeprefix("files/").lstrip("/"))[0] is None or isinstance(
+            _grouped_line(str(src.path), number, raw), Reject
+        ):
             return number
     return 1
 
@@ -298,7 +319,9 @@ def read_grouped(src: SourceFile) -> Iterator[RawQuestion | Reject]:
     """
     file = str(src.path)
     if src.csv is None:
-        yield Reject(file, None, None, "no single CSV with column 'mimic_image_file_path' beside this grouped JSON Lines file")
+        yield Reject(
+            file, None, None, "no single CSV with column 'mimic_image_file_path' beside this grouped JSON Lines file"
+        )
         return
     try:
         paths = _csv_paths(src.csv)
@@ -310,21 +333,29 @@ def read_grouped(src: SourceFile) -> Iterator[RawQuestion | Reject]:
     parted = sys.maxsize if lines == len(paths) or run_together else _first_misaligned(src, paths)
     for number, row, raw in _image_lines(src.path):
         if number >= parted:
-            yield Reject(file, f"line {number}", "mimic_image_file_path",
-                         f"{lines} lines for the {len(paths)} rows of {src.csv.name}, which may part from line {parted} on: "
-                         "the image of this line's questions cannot be told")
+            yield Reject(
+                file,
+                f"line {number}",
+                "mimic_image_file_path",
+                f"{lines} lines for the {len(paths)} rows of {src.csv.name}, which may part from line {parted} on: "
+                "the image of this line's questions cannot be told",
+            )
             continue
         if run_together is None or number < run_together.number:
             yield from _grouped_row(src, f"line {number}", number, row, raw, paths)
         elif number == run_together.number:
             for half, which in zip(run_together.halves, ("first", "second"), strict=True):
-                yield from _grouped_row(src, f"line {number} ({which} of two lines run together)", number, row, half, paths)
+                yield from _grouped_row(
+                    src, f"line {number} ({which} of two lines run together)", number, row, half, paths
+                )
                 row += 1
         else:
             yield from _grouped_row(src, f"line {number}", number, row + 1, raw, paths)
 
 
-def _grouped_row(src: SourceFile, where: str, number: int, row: int, raw: bytes, paths: list[str]) -> Iterator[RawQuestion | Reject]:
+def _grouped_row(
+    src: SourceFile, where: str, number: int, row: int, raw: bytes, paths: list[str]
+) -> Iterator[RawQuestion | Reject]:
     """The questions of one line (`where` names it), the image of the CSV's row `row`."""
     value = _grouped_line(str(src.path), number, raw)
     if isinstance(value, Reject):
@@ -339,10 +370,22 @@ def _grouped_questions(src: SourceFile, where: str, row: int, value: dict, image
             data = {"question": qa["question"]}
             if "choices" in qa:
                 data["choices"] = qa["choices"]
-            data.update({"type": None, "answer": qa["answer"], "reason": qa["reason"],
-                         "visual_regions": qa.get("visual_regions"), "visual_locations": qa["visual_locations"],
-                         "image_path": image_path, "ori_report": None, "q_id": None, "row_id": f"row_{row}"})
-            yield RawQuestion(str(src.path), f"{where}, {group}[{k}]", "grouped", src.split, QUESTION_TYPE_OF_LLAVA[group], data)
+            data.update(
+                {
+                    "type": None,
+                    "answer": qa["answer"],
+                    "reason": qa["reason"],
+                    "visual_regions": qa.get("visual_regions"),
+                    "visual_locations": qa["visual_locations"],
+                    "image_path": image_path,
+                    "ori_report": None,
+                    "q_id": None,
+                    "row_id": f"row_{row}",
+                }
+            )
+            yield RawQuestion(
+                str(src.path), f"{where}, {group}[{k}]", "grouped", src.split, QUESTION_TYPE_OF_LLAVA[group], data
+            )
 
 
 READERS = {"per_type": read_per_type, "llava": read_llava, "grouped": read_grouped}
@@ -354,7 +397,12 @@ def read_file(src: SourceFile) -> Iterator[RawQuestion | Reject]:
         yield Reject(shown, None, None, NAME_NOT_UTF8)
         return
     if src.split is None:
-        yield Reject(str(src.path), None, None, "cannot tell the split: put the file in a train/valid/test folder or pass --split")
+        yield Reject(
+            str(src.path),
+            None,
+            None,
+            "cannot tell the split: put the file in a train/valid/test folder or pass --split",
+        )
         return
     if src.path.stat().st_size == 0:
         yield Reject(str(src.path), None, None, "empty file: no records")

@@ -65,7 +65,9 @@ def answer_letters(question_type: str, answer: object, choices: list[str]) -> li
         raise RecordError("answer", f"multi-choice answer must be a non-empty list of letters, got {answer!r}")
     unknown = [a for a in answer if a not in letters]
     if unknown or len(set(answer)) != len(answer):
-        raise RecordError("answer", f"answer {answer!r} has letters not among the choices {''.join(letters)} or repeats one")
+        raise RecordError(
+            "answer", f"answer {answer!r} has letters not among the choices {''.join(letters)} or repeats one"
+        )
     return list(answer)
 
 
@@ -143,9 +145,19 @@ def raw_record(row: dict, layout: str) -> dict:
         record = {"question": row["question"]}
         if qtype in ("single_choice", "multi_choice"):
             record["choices"] = _choices(row)
-        record.update({"type": row["content_type"], "answer": _answer(row), "reason": row["reason"],
-                       "visual_regions": row["regions"], "visual_locations": row["boxes_224"],
-                       "image_path": row["image_path"], "ori_report": row["report"], "q_id": row["q_id"], "row_id": row["row_id"]})
+        record.update(
+            {
+                "type": row["content_type"],
+                "answer": _answer(row),
+                "reason": row["reason"],
+                "visual_regions": row["regions"],
+                "visual_locations": row["boxes_224"],
+                "image_path": row["image_path"],
+                "ori_report": row["report"],
+                "q_id": row["q_id"],
+                "row_id": row["row_id"],
+            }
+        )
         return record
     if layout == "llava":
         human = f"<image>\n{row['question']}"
@@ -153,9 +165,13 @@ def raw_record(row: dict, layout: str) -> dict:
             human += " <choices>: [" + ", ".join(_choices(row)) + "]"
         answer = repr(_answer(row)) if qtype == "multi_choice" else row["answer"]
         gpt = f"<answer> {answer} <reason> {row['reason']} <location> {json.dumps(row['boxes_224'])}"
-        return {"conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": gpt}],
-                "row_id": int(row["row_id"].removeprefix("row_")), "q_type": LLAVA_Q_TYPES[qtype],
-                "type_prompt": TYPE_PROMPTS[qtype], "image": row["image_path"]}
+        return {
+            "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": gpt}],
+            "row_id": int(row["row_id"].removeprefix("row_")),
+            "q_type": LLAVA_Q_TYPES[qtype],
+            "type_prompt": TYPE_PROMPTS[qtype],
+            "image": row["image_path"],
+        }
     if layout == "grouped":
         record = {"question": row["question"]}
         if row["choices"]:

@@ -42,11 +42,22 @@ from gemex_dataset.features import QUESTION_TYPES
 
 ANSWERED_TYPES = ("closed_ended", "single_choice", "multi_choice")
 TEXT_METRICS = ("rougeL", "bleu1", "bertscore")
-QUESTION_ID = re.compile(r"^(?P<split>[^/]+)/.+/(?P<question_type>open_ended|closed_ended|single_choice|multi_choice)/\d+$")
+QUESTION_ID = re.compile(
+    r"^(?P<split>[^/]+)/.+/(?P<question_type>open_ended|closed_ended|single_choice|multi_choice)/\d+$"
+)
 """A built GEMeX question id, `<split>/<dicom_id>/<question_type>/<n>` (`gemex_dataset.rows`)."""
 COLUMNS = (
-    "question_id", "question_type", "question", "choices", "answer", "answer_letters",
-    "reason", "boxes", "boxes_224", "image_width", "image_height",
+    "question_id",
+    "question_type",
+    "question",
+    "choices",
+    "answer",
+    "answer_letters",
+    "reason",
+    "boxes",
+    "boxes_224",
+    "image_width",
+    "image_height",
 )
 """The columns the scorer reads from a built split (never the image)."""
 
@@ -121,7 +132,9 @@ class QuestionScore:
     text: dict[str, float] = field(default_factory=dict)
 
 
-def score_question(row: Mapping, reply: str | None, box_convention: str = "pixels", **resize_kwargs: int) -> QuestionScore:
+def score_question(
+    row: Mapping, reply: str | None, box_convention: str = "pixels", **resize_kwargs: int
+) -> QuestionScore:
     """A-, V- and the inputs of the AR-scores for one question (text metrics are added in batch)."""
     kind = question_type_name(row["question_type"])
     text = reply or ""
@@ -159,10 +172,16 @@ def _mean(values: Sequence[float]) -> float | None:
     return 100 * sum(values) / len(values) if values else None
 
 
-def summarise(scores: Sequence[QuestionScore], metrics: Sequence[str], judge_scores: Mapping[str, tuple[float | None, int]] | None = None) -> dict:
+def summarise(
+    scores: Sequence[QuestionScore],
+    metrics: Sequence[str],
+    judge_scores: Mapping[str, tuple[float | None, int]] | None = None,
+) -> dict:
     """The table: one entry per question type in the paper's order, then ``all``."""
     table = {}
-    groups = [(kind, [s for s in scores if s.question_type == kind]) for kind in QUESTION_TYPES] + [("all", list(scores))]
+    groups = [(kind, [s for s in scores if s.question_type == kind]) for kind in QUESTION_TYPES] + [
+        ("all", list(scores))
+    ]
     for name, group in groups:
         if not group:
             continue
@@ -208,7 +227,9 @@ def score_gemex(
         from tqdm.auto import tqdm
 
         iterator = tqdm(rows, desc="GEMeX questions", unit="q")
-    scores = [score_question(row, predictions.get(row["question_id"]), box_convention, **resize_kwargs) for row in iterator]
+    scores = [
+        score_question(row, predictions.get(row["question_id"]), box_convention, **resize_kwargs) for row in iterator
+    ]
     candidates = [s.candidate for s in scores]
     references = [s.reference for s in scores]
     metric_functions: dict[str, Callable] = {"rougeL": text_metrics.rouge_l, "bleu1": text_metrics.bleu_1}
@@ -235,12 +256,24 @@ def score_gemex(
 
                 calls = tqdm(calls, total=len(scores), desc="LLM judge", unit="q")
             judged = list(calls)
-        judge_scores = {kind: relative_score([j for j, s in zip(judged, scores) if s.question_type == kind]) for kind in QUESTION_TYPES}
+        judge_scores = {
+            kind: relative_score([j for j, s in zip(judged, scores) if s.question_type == kind])
+            for kind in QUESTION_TYPES
+        }
         judge_scores["all"] = relative_score(judged)
     table = summarise(scores, metrics, judge_scores)
     per_question = [
-        {"question_id": s.question_id, "question_type": s.question_type, "missing": s.missing, "extracted": s.extracted, "correct": s.correct,
-         "failed_extraction": s.failed_extraction, "iou": s.iou, "v_skipped": s.v_skipped, **s.text}
+        {
+            "question_id": s.question_id,
+            "question_type": s.question_type,
+            "missing": s.missing,
+            "extracted": s.extracted,
+            "correct": s.correct,
+            "failed_extraction": s.failed_extraction,
+            "iou": s.iou,
+            "v_skipped": s.v_skipped,
+            **s.text,
+        }
         for s in scores
     ]
     return {"table": table, "per_question": per_question}
@@ -271,7 +304,9 @@ def reference_reply(row: Mapping, box_convention: str = "pixels", **resize_kwarg
     return f"<answer> {row['answer']} <reason> {row['reason']} <location> {location}"
 
 
-def random_replies(rows: Sequence[Mapping], seed: int = 0, box_convention: str = "pixels", **resize_kwargs: int) -> dict[str, str]:
+def random_replies(
+    rows: Sequence[Mapping], seed: int = 0, box_convention: str = "pixels", **resize_kwargs: int
+) -> dict[str, str]:
     """A seeded chance baseline: closed a fair yes/no, single a uniform letter, multi a uniform
     non-empty set of letters; its reason and boxes (at the same place of the 224 frame) are those
     of a random question of the same type, so the AR- and V-scores show what an unrelated but
@@ -311,5 +346,7 @@ def majority_replies(rows: Sequence[Mapping], box_convention: str = "pixels", **
         reason = Counter(r["reason"] for r in group).most_common(1)[0][0]
         boxes = json.loads(Counter(json.dumps(r.get("boxes_224") or []) for r in group).most_common(1)[0][0])
         for row in group:
-            replies[row["question_id"]] = f"<answer> {answer} <reason> {reason} <location> {format_boxes(row, boxes, box_convention, **resize_kwargs)}"
+            replies[row["question_id"]] = (
+                f"<answer> {answer} <reason> {reason} <location> {format_boxes(row, boxes, box_convention, **resize_kwargs)}"
+            )
     return replies

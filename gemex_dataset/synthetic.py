@@ -55,6 +55,7 @@ in their card: SYNTHETIC_MANIFEST.json holds a keyed hash of every annotation fi
 carries a tag in its metadata (builders/provenance.py). This note itself proves nothing.
 """
 
+
 @dataclass
 class SyntheticImage:
     """One synthetic MIMIC-CXR-JPG image: its ids, size and the 224-frame box of every region."""
@@ -93,7 +94,21 @@ class SyntheticRelease:
         The root holds the same questions in each layout written; `build` reads one of them (per_type
         first), so the root is the source."""
         out = self.root.with_name(self.root.name + "-dataset")
-        return [shlex.join(["cxr-vqa", "build", "gemex", "--source", str(self.root), "--images", str(self.image_root), "--out", str(out)])]
+        return [
+            shlex.join(
+                [
+                    "cxr-vqa",
+                    "build",
+                    "gemex",
+                    "--source",
+                    str(self.root),
+                    "--images",
+                    str(self.image_root),
+                    "--out",
+                    str(out),
+                ]
+            )
+        ]
 
 
 def split_sizes(num_images: int) -> dict[str, int]:
@@ -106,11 +121,16 @@ def split_sizes(num_images: int) -> dict[str, int]:
 
 def _chest(rng: random.Random, width: int, height: int) -> dict[str, tuple[float, float, float, float]]:
     layout = region_layout(
-        lung_top=rng.uniform(0.1, 0.16), lung_bottom=rng.uniform(0.68, 0.76),
-        midline=rng.uniform(0.48, 0.52), lung_width=rng.uniform(0.39, 0.44),
+        lung_top=rng.uniform(0.1, 0.16),
+        lung_bottom=rng.uniform(0.68, 0.76),
+        midline=rng.uniform(0.48, 0.52),
+        lung_width=rng.uniform(0.39, 0.44),
     )
     squeeze = min(1.0, height / width)  # a landscape detector shows the chest narrower
-    return {name: (0.5 + (x1 - 0.5) * squeeze, y1, 0.5 + (x2 - 0.5) * squeeze, y2) for name, (x1, y1, x2, y2) in layout.items()}
+    return {
+        name: (0.5 + (x1 - 0.5) * squeeze, y1, 0.5 + (x2 - 0.5) * squeeze, y2)
+        for name, (x1, y1, x2, y2) in layout.items()
+    }
 
 
 def question_counts(rng: random.Random, test: bool) -> dict[str, int]:
@@ -145,8 +165,15 @@ def make_image(seed: int, index: int, downscale: int, test: bool = False) -> Syn
         for name, (x1, y1, x2, y2) in layout.items()
     }
     dicom_id = "-".join(f"{rng.getrandbits(32):08x}" for _ in range(5))
-    image = SyntheticImage(10_000_000 + rng.randrange(10_000_000), 50_000_000 + rng.randrange(10_000_000), dicom_id,
-                           width, height, boxes, layout)
+    image = SyntheticImage(
+        10_000_000 + rng.randrange(10_000_000),
+        50_000_000 + rng.randrange(10_000_000),
+        dicom_id,
+        width,
+        height,
+        boxes,
+        layout,
+    )
     plan_questions(image, seed, index, test)
     return image
 
@@ -154,13 +181,18 @@ def make_image(seed: int, index: int, downscale: int, test: bool = False) -> Syn
 def write_image(image: SyntheticImage, image_root: Path, index: int) -> None:
     path = image_root / image.image_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    draw_chest(image.layout, image.width, image.height, index, image.shown).save(path, quality=90, comment=image_tag(path.name))
+    draw_chest(image.layout, image.width, image.height, index, image.shown).save(
+        path, quality=90, comment=image_tag(path.name)
+    )
 
 
 def report(image: SyntheticImage, rng: random.Random) -> str:
     present = [f"{described(s).capitalize()} in the {s.region}." for s in image.shown]
-    return " ".join(["PA and lateral views of the chest."] + (present or ["No acute cardiopulmonary process."])
-                    + ["Synthetic report, not a patient."])
+    return " ".join(
+        ["PA and lateral views of the chest."]
+        + (present or ["No acute cardiopulmonary process."])
+        + ["Synthetic report, not a patient."]
+    )
 
 
 def _llava_record(q: dict, qtype: str, row: int, image_path: str) -> dict:
@@ -169,11 +201,18 @@ def _llava_record(q: dict, qtype: str, row: int, image_path: str) -> dict:
         human += " <choices>: [" + ", ".join(q["choices"]) + "]"
     answer = repr(q["answer"]) if qtype == "multi_choice" else q["answer"]
     gpt = f"<answer> {answer} <reason> {q['reason']} <location> {json.dumps(q['visual_locations'])}"
-    return {"conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": gpt}],
-            "row_id": row, "q_type": LLAVA_Q_TYPES[qtype], "type_prompt": TYPE_PROMPTS[qtype], "image": image_path}
+    return {
+        "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": gpt}],
+        "row_id": row,
+        "q_type": LLAVA_Q_TYPES[qtype],
+        "type_prompt": TYPE_PROMPTS[qtype],
+        "image": image_path,
+    }
 
 
-def _split_records(seed: int, first: int, count: int, downscale: int, test: bool) -> Iterator[tuple[SyntheticImage, dict[str, list[dict]], str]]:
+def _split_records(
+    seed: int, first: int, count: int, downscale: int, test: bool
+) -> Iterator[tuple[SyntheticImage, dict[str, list[dict]], str]]:
     for index in range(first, first + count):
         image = make_image(seed, index, downscale, test)
         yield image, image.questions, report(image, random.Random(f"{seed}/report/{index}"))
@@ -239,14 +278,31 @@ class SplitWriter:
                     if "choices" in q:
                         rec["choices"] = q["choices"]
                     rec.update({k: q[k] for k in ("type", "answer", "reason", "visual_regions", "visual_locations")})
-                    rec.update({"image_path": image.image_path, "ori_report": text, "q_id": self.counts[qtype], "row_id": f"row_{row}"})
+                    rec.update(
+                        {
+                            "image_path": image.image_path,
+                            "ori_report": text,
+                            "q_id": self.counts[qtype],
+                            "row_id": f"row_{row}",
+                        }
+                    )
                     self.per_type[qtype].write(("\n" if self.counts[qtype] else "") + json.dumps(rec))
                 if self.llava:
                     self.llava.add(_llava_record(q, qtype, row, image.image_path))
                 self.counts[qtype] += 1
         if self.grouped:
-            self.grouped.write(json.dumps({f"{t}_questions": [{k: q[k] for k in ("question", "choices", "answer", "reason", "visual_locations") if k in q}
-                                                                for q in items] for t, items in qs.items()}) + "\n")
+            self.grouped.write(
+                json.dumps(
+                    {
+                        f"{t}_questions": [
+                            {k: q[k] for k in ("question", "choices", "answer", "reason", "visual_locations") if k in q}
+                            for q in items
+                        ]
+                        for t, items in qs.items()
+                    }
+                )
+                + "\n"
+            )
             self.csv.writerow([f"files/{image.image_path}"])
         return sum(len(items) for items in qs.values())
 
@@ -258,8 +314,17 @@ class SplitWriter:
             manifest.add(path)
 
 
-def write_annotations(out: Path, split: str, seed: int, first: int, count: int, downscale: int, layouts: tuple[str, ...],
-                      manifest: ManifestWriter, progress: tqdm | None = None) -> int:
+def write_annotations(
+    out: Path,
+    split: str,
+    seed: int,
+    first: int,
+    count: int,
+    downscale: int,
+    layouts: tuple[str, ...],
+    manifest: ManifestWriter,
+    progress: tqdm | None = None,
+) -> int:
     """Write one split's annotation files in each layout as its images' questions are made, each file
     then listed in `manifest`; returns the split's number of questions. Memory holds one image's."""
     writer = SplitWriter(out, split, layouts)
@@ -275,8 +340,15 @@ def write_annotations(out: Path, split: str, seed: int, first: int, count: int, 
     return total
 
 
-def generate(out: Path, num_images: int = 24, seed: int = 0, downscale: int = 8,
-             layouts: tuple[str, ...] = LAYOUTS, num_proc: int = 1, images: bool = True) -> SyntheticRelease:
+def generate(
+    out: Path,
+    num_images: int = 24,
+    seed: int = 0,
+    downscale: int = 8,
+    layouts: tuple[str, ...] = LAYOUTS,
+    num_proc: int = 1,
+    images: bool = True,
+) -> SyntheticRelease:
     """Write a synthetic release of `num_images` images (the paper has 151,025) to `out`.
 
     Images are `downscale` times smaller than MIMIC-CXR's on each side (8 by default:
@@ -288,7 +360,14 @@ def generate(out: Path, num_images: int = 24, seed: int = 0, downscale: int = 8,
     def annotations(split: str, first: int, count: int, manifest: ManifestWriter, bar: tqdm) -> int:
         return write_annotations(out, split, seed, first, count, downscale, layouts, manifest, bar)
 
-    counts = write_release(out, note=SYNTHETIC_NOTE, made_by="cxr-vqa synthesize gemex", sizes=sizes,
-                           write_annotations=annotations, chunk_size=256, num_proc=num_proc,
-                           write_images=partial(_write_images, seed, downscale, str(out / "files")) if images else None)
+    counts = write_release(
+        out,
+        note=SYNTHETIC_NOTE,
+        made_by="cxr-vqa synthesize gemex",
+        sizes=sizes,
+        write_annotations=annotations,
+        chunk_size=256,
+        num_proc=num_proc,
+        write_images=partial(_write_images, seed, downscale, str(out / "files")) if images else None,
+    )
     return SyntheticRelease(out, sizes, counts)

@@ -18,8 +18,12 @@ PAPER_QUESTIONS = 1_605_575
 # (GEMeX Table 3: ~10.5 an image). Test: GEMeX Table 3, 13.2 an image and up to 5 of a type (public
 # samples: 3-5 open, 1-2 closed, 3-5 single, 4-5 multi), drawn per image from these choices.
 QUESTIONS_PER_IMAGE = {"open_ended": 3, "closed_ended": 2, "single_choice": 3, "multi_choice": 3}
-TEST_QUESTIONS_PER_IMAGE = {"open_ended": (3, 4), "closed_ended": (1, 1, 2), "single_choice": (3, 4, 5),
-                            "multi_choice": (4, 5, 5, 4, 5)}
+TEST_QUESTIONS_PER_IMAGE = {
+    "open_ended": (3, 4),
+    "closed_ended": (1, 1, 2),
+    "single_choice": (3, 4, 5),
+    "multi_choice": (4, 5, 5, 4, 5),
+}
 KEEP_RATE = PAPER_QUESTIONS / (sum(PAPER_IMAGES.values()) * sum(QUESTIONS_PER_IMAGE.values()))
 
 HEALTHY_SHARE = 0.125  # GEMeX Fig. 6: ~12.5% of images have no finding
@@ -39,8 +43,14 @@ SECOND_BOX_SHARE = 0.04  # GEMeX Table 3: 1.02-1.06 boxes a question for open, c
 # paper and the public samples use (no `finding`, which the generator once invented). These are draw
 # weights: abnormality is also the fallback of questions on healthy images, so its weight is lower than
 # the 57.7% the release lands at (tuned, fidelity_gemex).
-CONTENT_TYPE_SHARES = {"abnormality": 0.36, "location": 0.12, "severity": 0.11, "disease": 0.11,
-                       "size": 0.043, "implication": 0.05}
+CONTENT_TYPE_SHARES = {
+    "abnormality": 0.36,
+    "location": 0.12,
+    "severity": 0.11,
+    "disease": 0.11,
+    "size": 0.043,
+    "implication": 0.05,
+}
 CONTENT_TYPES_BY_QUESTION = {
     "open_ended": ("abnormality", "location", "severity", "disease", "size", "implication"),
     "closed_ended": ("abnormality", "severity", "disease"),
@@ -52,14 +62,31 @@ CONTENT_TYPES_BY_QUESTION = {
 # region ~16%; the rest spread (chosen: plausible). Bilateral lung weighs more than 36% because multi-choice
 # location questions ground in regions drawn otherwise (tuned, fidelity_gemex).
 REGION_SHARES = {
-    "bilateral lung": 0.42, "cardiac region": 0.16,
-    "right lung": 0.04, "left lung": 0.04, "right lower lung zone": 0.035, "left lower lung zone": 0.035,
-    "bilateral lower lung zone": 0.03, "right upper lung zone": 0.02, "left upper lung zone": 0.02,
-    "right mid lung zone": 0.015, "left mid lung zone": 0.015, "bilateral hilar structures": 0.03,
-    "right hilar structures": 0.01, "left hilar structures": 0.01, "right hemidiaphragm": 0.02,
-    "left hemidiaphragm": 0.015, "trachea": 0.025, "svc": 0.02, "mediastinum": 0.025, "spine": 0.015,
-    "abdomen": 0.02, "right mid-to-lower lung zone": 0.01, "left mid-to-lower lung zone": 0.01,
-    "bilateral upper lung zone": 0.01, "bilateral mid lung zone": 0.01,
+    "bilateral lung": 0.42,
+    "cardiac region": 0.16,
+    "right lung": 0.04,
+    "left lung": 0.04,
+    "right lower lung zone": 0.035,
+    "left lower lung zone": 0.035,
+    "bilateral lower lung zone": 0.03,
+    "right upper lung zone": 0.02,
+    "left upper lung zone": 0.02,
+    "right mid lung zone": 0.015,
+    "left mid lung zone": 0.015,
+    "bilateral hilar structures": 0.03,
+    "right hilar structures": 0.01,
+    "left hilar structures": 0.01,
+    "right hemidiaphragm": 0.02,
+    "left hemidiaphragm": 0.015,
+    "trachea": 0.025,
+    "svc": 0.02,
+    "mediastinum": 0.025,
+    "spine": 0.015,
+    "abdomen": 0.02,
+    "right mid-to-lower lung zone": 0.01,
+    "left mid-to-lower lung zone": 0.01,
+    "bilateral upper lung zone": 0.01,
+    "bilateral mid lung zone": 0.01,
 }
 
 SEVERITIES = ("mild", "moderate", "severe")  # chosen: plausible; drawn as the share of the box filled
@@ -67,10 +94,22 @@ SEVERITY_EXTENT = {"mild": 0.35, "moderate": 0.6, "severe": 0.9}
 SIZES_CM = (0.5, 0.8, 1.2, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0)  # public samples: "1.2 cm"; chosen: plausible
 CHEST_WIDTH_CM = 34.0  # chosen: plausible; turns a size into pixels
 
-LUNG = ("bilateral lung", "right lung", "left lung", "right lower lung zone", "left lower lung zone",
-        "bilateral lower lung zone", "right upper lung zone", "left upper lung zone", "right mid lung zone",
-        "left mid lung zone", "right mid-to-lower lung zone", "left mid-to-lower lung zone",
-        "bilateral upper lung zone", "bilateral mid lung zone")
+LUNG = (
+    "bilateral lung",
+    "right lung",
+    "left lung",
+    "right lower lung zone",
+    "left lower lung zone",
+    "bilateral lower lung zone",
+    "right upper lung zone",
+    "left upper lung zone",
+    "right mid lung zone",
+    "left mid lung zone",
+    "right mid-to-lower lung zone",
+    "left mid-to-lower lung zone",
+    "bilateral upper lung zone",
+    "bilateral mid lung zone",
+)
 ANYWHERE = tuple(REGION_SHARES)
 
 
@@ -88,13 +127,34 @@ class FindingKind:
 FINDINGS: tuple[FindingKind, ...] = (
     FindingKind("consolidation", "opacity", LUNG, "an infectious process", "pneumonia"),
     FindingKind("atelectasis", "opacity", LUNG, "volume loss", "airway obstruction"),
-    FindingKind("pulmonary edema", "opacity", ("bilateral lung", "bilateral lower lung zone", "bilateral mid lung zone"),
-                "fluid overload", "heart failure"),
-    FindingKind("pleural effusion", "effusion", ("bilateral lung", "right lower lung zone", "left lower lung zone",
-                                                 "bilateral lower lung zone", "right lung", "left lung"),
-                "fluid in the pleural space", "congestive heart failure"),
-    FindingKind("pneumothorax", "pneumothorax", ("right upper lung zone", "left upper lung zone", "right lung", "left lung",
-                                                 "bilateral upper lung zone"), "air in the pleural space", "lung collapse"),
+    FindingKind(
+        "pulmonary edema",
+        "opacity",
+        ("bilateral lung", "bilateral lower lung zone", "bilateral mid lung zone"),
+        "fluid overload",
+        "heart failure",
+    ),
+    FindingKind(
+        "pleural effusion",
+        "effusion",
+        (
+            "bilateral lung",
+            "right lower lung zone",
+            "left lower lung zone",
+            "bilateral lower lung zone",
+            "right lung",
+            "left lung",
+        ),
+        "fluid in the pleural space",
+        "congestive heart failure",
+    ),
+    FindingKind(
+        "pneumothorax",
+        "pneumothorax",
+        ("right upper lung zone", "left upper lung zone", "right lung", "left lung", "bilateral upper lung zone"),
+        "air in the pleural space",
+        "lung collapse",
+    ),
     FindingKind("nodular opacity", "nodule", ANYWHERE, "a focal lesion needing follow-up", "neoplasm"),
     FindingKind("calcified granuloma", "nodule", ANYWHERE, "a prior granulomatous infection", "healed tuberculosis"),
     FindingKind("surgical clips", "clips", ANYWHERE, "prior surgery", "post-surgical change"),
@@ -103,13 +163,24 @@ FINDINGS: tuple[FindingKind, ...] = (
     FindingKind("endotracheal tube", "line", ("trachea",), "mechanical ventilation", "respiratory failure"),
     FindingKind("central venous catheter", "line", ("svc",), "central venous access", "need for long-term therapy"),
     FindingKind("nasogastric tube", "line", ("abdomen",), "enteric access", "feeding difficulty"),
-    FindingKind("hilar enlargement", "hilum", ("bilateral hilar structures", "right hilar structures", "left hilar structures"),
-                "lymphadenopathy or vascular congestion", "pulmonary hypertension"),
-    FindingKind("elevated hemidiaphragm", "dome", ("right hemidiaphragm", "left hemidiaphragm"),
-                "reduced lung volume on that side", "phrenic nerve palsy"),
+    FindingKind(
+        "hilar enlargement",
+        "hilum",
+        ("bilateral hilar structures", "right hilar structures", "left hilar structures"),
+        "lymphadenopathy or vascular congestion",
+        "pulmonary hypertension",
+    ),
+    FindingKind(
+        "elevated hemidiaphragm",
+        "dome",
+        ("right hemidiaphragm", "left hemidiaphragm"),
+        "reduced lung volume on that side",
+        "phrenic nerve palsy",
+    ),
     FindingKind("degenerative changes", "spots", ("spine",), "age-related spine changes", "spondylosis"),
-    FindingKind("widened mediastinum", "widening", ("mediastinum",), "a mediastinal mass or vascular cause",
-                "aortic dilatation"),
+    FindingKind(
+        "widened mediastinum", "widening", ("mediastinum",), "a mediastinal mass or vascular cause", "aortic dilatation"
+    ),
 )
 FINDING_BY_NAME = {f.name: f for f in FINDINGS}
 SIZED = ("nodular opacity", "calcified granuloma")  # the findings a size question asks about
@@ -118,21 +189,72 @@ UNGRADED_KINDS = ("line", "clips", "nodule")  # devices and nodules have no seve
 # Question wording: an opening that names the image or a closing that does (never both), a clinical
 # setting, and several wordings of each question vary the text (GEMeX questions are ~98% distinct, public
 # samples, with no patient details appended); none of them depends on the answer.
-LEADS = ("On this chest X-ray, ", "In this radiograph, ", "Looking at the image, ", "Based on the CXR, ",
-         "On this frontal view, ", "In this study, ", "On the current film, ", "From this image, ", "On this exam, ",
-         "Reviewing this CXR, ", "On this PA film, ", "On this portable film, ")
-TAILS = (" on this image", " in this CXR", " on the frontal view", " on this study", " in this radiograph",
-         " on today's film", " on this exam", " on this chest film", " in this chest X-ray", " on the PA projection")
-CONTEXTS = ("", " in a patient with cough", " in a patient with dyspnea", " after line placement", " on follow-up",
-            " in the ICU setting", " after surgery", " in a patient with fever", " in a patient with chest pain",
-            " on admission", " before discharge", " in a patient with hypoxia", " after trauma", " in a smoker",
-            " after intubation", " in a patient with sepsis", " after a fall", " in a patient with hemoptysis",
-            " before surgery", " in a patient with weight loss", " after chest tube removal", " in a patient with tachycardia",
-            " after a CABG", " in a patient with heart failure", " in a patient with COPD", " in a patient with wheezing",
-            " after central line placement", " in a patient with syncope", " in a patient with leg swelling",
-            " in an immunocompromised patient", " after chemotherapy", " in a patient with a history of cancer",
-            " in a patient with renal failure", " before elective surgery", " in a patient with abdominal pain",
-            " after pacemaker insertion", " in a patient with a prior TB exposure", " after a motor vehicle collision")
+LEADS = (
+    "On this chest X-ray, ",
+    "In this radiograph, ",
+    "Looking at the image, ",
+    "Based on the CXR, ",
+    "On this frontal view, ",
+    "In this study, ",
+    "On the current film, ",
+    "From this image, ",
+    "On this exam, ",
+    "Reviewing this CXR, ",
+    "On this PA film, ",
+    "On this portable film, ",
+)
+TAILS = (
+    " on this image",
+    " in this CXR",
+    " on the frontal view",
+    " on this study",
+    " in this radiograph",
+    " on today's film",
+    " on this exam",
+    " on this chest film",
+    " in this chest X-ray",
+    " on the PA projection",
+)
+CONTEXTS = (
+    "",
+    " in a patient with cough",
+    " in a patient with dyspnea",
+    " after line placement",
+    " on follow-up",
+    " in the ICU setting",
+    " after surgery",
+    " in a patient with fever",
+    " in a patient with chest pain",
+    " on admission",
+    " before discharge",
+    " in a patient with hypoxia",
+    " after trauma",
+    " in a smoker",
+    " after intubation",
+    " in a patient with sepsis",
+    " after a fall",
+    " in a patient with hemoptysis",
+    " before surgery",
+    " in a patient with weight loss",
+    " after chest tube removal",
+    " in a patient with tachycardia",
+    " after a CABG",
+    " in a patient with heart failure",
+    " in a patient with COPD",
+    " in a patient with wheezing",
+    " after central line placement",
+    " in a patient with syncope",
+    " in a patient with leg swelling",
+    " in an immunocompromised patient",
+    " after chemotherapy",
+    " in a patient with a history of cancer",
+    " in a patient with renal failure",
+    " before elective surgery",
+    " in a patient with abdominal pain",
+    " after pacemaker insertion",
+    " in a patient with a prior TB exposure",
+    " after a motor vehicle collision",
+)
 DESCRIPTORS = ("", "any ", "focal ", "visible ", "definite ", "residual ", "new ")
 PLURAL_FINDINGS = ("surgical clips", "pacemaker leads", "degenerative changes")
 """Finding names that take a plural verb and no article ("surgical clips are seen")."""

@@ -21,6 +21,7 @@ FOCAL_KINDS = ("nodule", "clips", "spots")
 def paint_order(shown: list[Shown], layout: Layout) -> list[Shown]:
     """Broad findings first, those of larger regions and larger extent before smaller ones (a zone's finding
     on top of a whole lung's), then focal findings, then lines and tubes on top: each stays visible in its box."""
+
     def key(s: Shown) -> tuple:
         kind = FINDING_BY_NAME[s.finding].kind
         x1, y1, x2, y2 = layout[s.region]
@@ -81,7 +82,9 @@ class ChestPainter:
         kind = FINDING_BY_NAME[shown.finding].kind
         if shown.region.startswith("bilateral ") and kind not in ("nodule", "clips", "line"):
             for side in ("right", "left"):  # on each lung, not across the mediastinum
-                self.finding(Shown(shown.finding, shown.region.replace("bilateral", side), shown.severity, shown.size_cm), seed)
+                self.finding(
+                    Shown(shown.finding, shown.region.replace("bilateral", side), shown.severity, shown.size_cm), seed
+                )
             return
         rng = random.Random(f"{seed}/{shown.finding}/{shown.region}")  # a finding's place does not depend on the others
         x1, y1, x2, y2 = self.box(shown.region)
@@ -91,12 +94,19 @@ class ChestPainter:
         line = max(2, self.width // 90)
         draw = self.draw
         if kind == "opacity":
-            draw.ellipse((cx - w * extent / 2, cy - h * extent / 2, cx + w * extent / 2, cy + h * extent / 2),
-                         fill=OPACITY_FILL.get(shown.finding, 140))
+            draw.ellipse(
+                (cx - w * extent / 2, cy - h * extent / 2, cx + w * extent / 2, cy + h * extent / 2),
+                fill=OPACITY_FILL.get(shown.finding, 140),
+            )
         elif kind == "nodule":  # its diameter is its size, kept inside the box
-            r = min(max(2.5, shown.size_cm / CHEST_WIDTH_CM * self.width / 2), w / 2, h / 2)  # at least a few pixels wide
+            r = min(
+                max(2.5, shown.size_cm / CHEST_WIDTH_CM * self.width / 2), w / 2, h / 2
+            )  # at least a few pixels wide
             cx, cy = rng.uniform(x1 + r, x2 - r), rng.uniform(y1 + r, y2 - r)
-            draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=self.contrasting(cx, cy, 90 if "calcified" in shown.finding else 60))
+            draw.ellipse(
+                (cx - r, cy - r, cx + r, cy + r),
+                fill=self.contrasting(cx, cy, 90 if "calcified" in shown.finding else 60),
+            )
         elif kind == "effusion":
             top = y2 - h * extent
             draw.rectangle((x1, top + h * 0.1, x2, y2), fill=175)

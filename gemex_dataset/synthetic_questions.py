@@ -46,8 +46,14 @@ class Shown:
     size_cm: float
 
 
-LEVELS = {"lung": ("upper", "mid", "lower"), "upper lung zone": ("upper",), "mid lung zone": ("mid",),
-          "lower lung zone": ("lower",), "mid-to-lower lung zone": ("mid", "lower"), "mid-to-upper lung zone": ("upper", "mid")}
+LEVELS = {
+    "lung": ("upper", "mid", "lower"),
+    "upper lung zone": ("upper",),
+    "mid lung zone": ("mid",),
+    "lower lung zone": ("lower",),
+    "mid-to-lower lung zone": ("mid", "lower"),
+    "mid-to-upper lung zone": ("upper", "mid"),
+}
 
 
 def region_cells(region: str) -> frozenset[tuple[str, ...]]:
@@ -82,8 +88,15 @@ class Findings:
     def shown(self) -> list[Shown]:
         return [s for s in self.decided.values() if s is not None]
 
-    def decide(self, finding: str, region: str, present: bool, rng: random.Random,
-               severity: str | None = None, size_cm: float | None = None) -> Shown | None:
+    def decide(
+        self,
+        finding: str,
+        region: str,
+        present: bool,
+        rng: random.Random,
+        severity: str | None = None,
+        size_cm: float | None = None,
+    ) -> Shown | None:
         """Whether `finding` shows in `region`: as decided before; else present where it shows in a part of
         the region, absent where it was said absent from a region holding this one, otherwise as asked
         (never on a healthy image)."""
@@ -94,8 +107,11 @@ class Findings:
                 present = True
             if any(s is None and within(region, r) for r, s in same):
                 present = False
-            self.decided[key] = Shown(finding, region, severity or rng.choice(SEVERITIES),
-                                      size_cm or rng.choice(SIZES_CM)) if present and not self.healthy else None
+            self.decided[key] = (
+                Shown(finding, region, severity or rng.choice(SEVERITIES), size_cm or rng.choice(SIZES_CM))
+                if present and not self.healthy
+                else None
+            )
         return self.decided[key]
 
     def at(self, region: str) -> list[Shown]:
@@ -159,7 +175,13 @@ def shows(region: str, negated: bool = False) -> str:
 def _phrase(rng: random.Random, core: str) -> str:
     """The question: the image named once (an opening or a closing, or neither) and a clinical setting."""
     where = rng.random()
-    text = (rng.choice(LEADS) if where < 0.45 else "") + core + (rng.choice(TAILS) if where > 0.6 else "") + rng.choice(CONTEXTS) + "?"
+    text = (
+        (rng.choice(LEADS) if where < 0.45 else "")
+        + core
+        + (rng.choice(TAILS) if where > 0.6 else "")
+        + rng.choice(CONTEXTS)
+        + "?"
+    )
     return text[0].upper() + text[1:]
 
 
@@ -174,28 +196,73 @@ def _letters(options: list[str]) -> list[str]:
 
 
 EVIDENCE = {
-    "opacity": ("increased density over {extent} of it", "airspace density over {extent} of it",
-                "patchy opacity over {extent} of it"),
-    "nodule": ("a round {size} cm density with sharp margins", "a well-defined {size} cm nodule", "a discrete {size} cm rounded opacity"),
-    "effusion": ("blunting of the costophrenic angle with a meniscus", "dependent fluid density with a meniscus",
-                 "a layering density filling {extent} of the base"),
-    "pneumothorax": ("a visceral pleural line with no lung markings beyond it", "a lucent rim without vessels at the apex",
-                     "a thin pleural line and absent markings above it"),
-    "line": ("a linear radiopaque device along its expected course", "a tubular radiopaque line in the expected position",
-             "a thin dense line projecting over it"),
+    "opacity": (
+        "increased density over {extent} of it",
+        "airspace density over {extent} of it",
+        "patchy opacity over {extent} of it",
+    ),
+    "nodule": (
+        "a round {size} cm density with sharp margins",
+        "a well-defined {size} cm nodule",
+        "a discrete {size} cm rounded opacity",
+    ),
+    "effusion": (
+        "blunting of the costophrenic angle with a meniscus",
+        "dependent fluid density with a meniscus",
+        "a layering density filling {extent} of the base",
+    ),
+    "pneumothorax": (
+        "a visceral pleural line with no lung markings beyond it",
+        "a lucent rim without vessels at the apex",
+        "a thin pleural line and absent markings above it",
+    ),
+    "line": (
+        "a linear radiopaque device along its expected course",
+        "a tubular radiopaque line in the expected position",
+        "a thin dense line projecting over it",
+    ),
     "clips": ("small metallic densities", "several radiopaque clips", "clustered metallic clips"),
     "heart": ("a cardiac silhouette wider than expected", "an enlarged cardiac silhouette", "a broadened heart shadow"),
     "hilum": ("prominent, dense hilar shadows", "enlarged hilar contours", "bulky hilar opacities"),
-    "dome": ("a dome higher than the other side", "an elevated diaphragmatic contour", "a raised hemidiaphragm outline"),
-    "spots": ("bright marginal densities along the vertebrae", "osteophytes at several levels", "endplate sclerosis and spurring"),
-    "widening": ("a mediastinal shadow wider than normal", "a broadened superior mediastinum", "widening of the mediastinal contour"),
+    "dome": (
+        "a dome higher than the other side",
+        "an elevated diaphragmatic contour",
+        "a raised hemidiaphragm outline",
+    ),
+    "spots": (
+        "bright marginal densities along the vertebrae",
+        "osteophytes at several levels",
+        "endplate sclerosis and spurring",
+    ),
+    "widening": (
+        "a mediastinal shadow wider than normal",
+        "a broadened superior mediastinum",
+        "widening of the mediastinal contour",
+    ),
 }
 """chosen: plausible. What a reader sees of each drawn kind; {extent} and {size} from the finding itself."""
 EXTENT_WORDS = {"mild": "about a third", "moderate": "over half", "severe": "nearly all"}
-NORMAL = ("it is clear", "its contour is normal", "its density is as expected", "nothing abnormal projects over it",
-          "it looks unremarkable", "no focal change is seen there", "it appears within normal limits")
+NORMAL = (
+    "it is clear",
+    "its contour is normal",
+    "its density is as expected",
+    "nothing abnormal projects over it",
+    "it looks unremarkable",
+    "no focal change is seen there",
+    "it appears within normal limits",
+)
 """chosen: plausible. What a reason says of a region without the finding asked about."""
-CLOSINGS = ("", "", "", "", "", "", ", in keeping with {implication}", ", suggesting {implication}", ", typical of {implication}")
+CLOSINGS = (
+    "",
+    "",
+    "",
+    "",
+    "",
+    "",
+    ", in keeping with {implication}",
+    ", suggesting {implication}",
+    ", typical of {implication}",
+)
 
 
 def evidence(rng: random.Random, shown: Shown) -> str:
@@ -212,9 +279,13 @@ def _fit(text: str, extra: str) -> str:
 def present_reason(rng: random.Random, shown: Shown, region: str) -> str:
     """Why a question's answer says `shown` is there: what the film shows of it in `region`, and what it suggests."""
     f = FINDING_BY_NAME[shown.finding]
-    opening = rng.choice((f"{shows(region).capitalize()} {described(shown)}",
-                          f"{described(shown).capitalize()} {'are' if plural(shown.finding) else 'is'} seen in the {region}",
-                          f"There {'are' if plural(shown.finding) else 'is'} {described(shown)} in the {region}"))
+    opening = rng.choice(
+        (
+            f"{shows(region).capitalize()} {described(shown)}",
+            f"{described(shown).capitalize()} {'are' if plural(shown.finding) else 'is'} seen in the {region}",
+            f"There {'are' if plural(shown.finding) else 'is'} {described(shown)} in the {region}",
+        )
+    )
     text = f"{opening}: {evidence(rng, shown)}"
     return _fit(text, rng.choice(CLOSINGS).format(implication=f.implication))
 
@@ -222,9 +293,13 @@ def present_reason(rng: random.Random, shown: Shown, region: str) -> str:
 def absent_reason(rng: random.Random, finding: str, region: str, severity: str | None = None) -> str:
     """Why a question's answer says `finding` (of `severity`, if given) is not in `region`."""
     what = f"{severity} {finding}" if severity else finding
-    text = rng.choice((f"{shows(region, negated=True).capitalize()} {what}; {rng.choice(NORMAL)}",
-                       f"No {what} {'are' if plural(finding) else 'is'} seen in the {region}, where {rng.choice(NORMAL)}",
-                       f"There is no sign of {what} in the {region}: {rng.choice(NORMAL)}"))
+    text = rng.choice(
+        (
+            f"{shows(region, negated=True).capitalize()} {what}; {rng.choice(NORMAL)}",
+            f"No {what} {'are' if plural(finding) else 'is'} seen in the {region}, where {rng.choice(NORMAL)}",
+            f"There is no sign of {what} in the {region}: {rng.choice(NORMAL)}",
+        )
+    )
     return _fit(text, rng.choice(("", "", " here")))
 
 
@@ -268,7 +343,11 @@ class QuestionWriter:
 
     def _target(self, ctype: str) -> Shown | None:
         """A finding the question is about, present on an image that has findings (one with a size for `size`)."""
-        fitting = [s for s in self.findings.shown if (ctype != "severity" or graded(s.finding)) and (ctype != "size" or s.finding in SIZED)]
+        fitting = [
+            s
+            for s in self.findings.shown
+            if (ctype != "severity" or graded(s.finding)) and (ctype != "size" or s.finding in SIZED)
+        ]
         if fitting and self.rng.random() < ASK_AGAIN_SHARE:
             return self.rng.choice(fitting)
         for _ in range(20):  # a finding said absent nearby cannot show: ask about another
@@ -288,32 +367,85 @@ class QuestionWriter:
         shown = self._target(ctype)
         if shown is None or ctype == "abnormality":
             region = shown.region if shown else pick_region(rng)
-            question = _phrase(rng, rng.choice(("what abnormality is seen in the {r}", "what is observed in the {r}",
-                                                f"what {does(region)} the {{r}} show", "which finding is present in the {r}",
-                                                "what can be seen in the {r}", "what finding involves the {r}",
-                                                "describe any abnormality of the {r}")).format(r=region))
+            question = _phrase(
+                rng,
+                rng.choice(
+                    (
+                        "what abnormality is seen in the {r}",
+                        "what is observed in the {r}",
+                        f"what {does(region)} the {{r}} show",
+                        "which finding is present in the {r}",
+                        "what can be seen in the {r}",
+                        "what finding involves the {r}",
+                        "describe any abnormality of the {r}",
+                    )
+                ).format(r=region),
+            )
             answer = described(shown).capitalize() + "."
             ctype = "abnormality"
         else:
             region, f = shown.region, FINDING_BY_NAME[shown.finding]
             question, answer = {
-                "location": (rng.choice((f"where {be(f.name)} the {f.name} located", f"in which region {be(f.name)} the {f.name} seen",
-                                         f"where in the chest {be(f.name)} the {f.name}")), f"In the {region}."),
-                "severity": (rng.choice((f"how severe {be(f.name)} the {f.name} in the {region}",
-                                         f"what is the severity of the {f.name} in the {region}",
-                                         f"how would you grade the {f.name} in the {region}")), f"{shown.severity.capitalize()}."),
-                "disease": (rng.choice((f"what condition could the {f.name} in the {region} indicate",
-                                        f"what disease might the {f.name} in the {region} point to",
-                                        f"what underlying condition fits the {f.name} in the {region}")), f"{f.disease.capitalize()}."),
-                "size": (rng.choice((f"what is the size of the {f.name} in the {region}", f"how large is the {f.name} in the {region}",
-                                     f"what does the {f.name} in the {region} measure")), f"About {shown.size_cm} cm."),
-                "implication": (rng.choice((f"what {does(f.name)} the {f.name} in the {region} suggest",
-                                            f"what is the significance of the {f.name} in the {region}",
-                                            f"what {does(f.name)} the {f.name} in the {region} imply")), f"{f.implication.capitalize()}."),
+                "location": (
+                    rng.choice(
+                        (
+                            f"where {be(f.name)} the {f.name} located",
+                            f"in which region {be(f.name)} the {f.name} seen",
+                            f"where in the chest {be(f.name)} the {f.name}",
+                        )
+                    ),
+                    f"In the {region}.",
+                ),
+                "severity": (
+                    rng.choice(
+                        (
+                            f"how severe {be(f.name)} the {f.name} in the {region}",
+                            f"what is the severity of the {f.name} in the {region}",
+                            f"how would you grade the {f.name} in the {region}",
+                        )
+                    ),
+                    f"{shown.severity.capitalize()}.",
+                ),
+                "disease": (
+                    rng.choice(
+                        (
+                            f"what condition could the {f.name} in the {region} indicate",
+                            f"what disease might the {f.name} in the {region} point to",
+                            f"what underlying condition fits the {f.name} in the {region}",
+                        )
+                    ),
+                    f"{f.disease.capitalize()}.",
+                ),
+                "size": (
+                    rng.choice(
+                        (
+                            f"what is the size of the {f.name} in the {region}",
+                            f"how large is the {f.name} in the {region}",
+                            f"what does the {f.name} in the {region} measure",
+                        )
+                    ),
+                    f"About {shown.size_cm} cm.",
+                ),
+                "implication": (
+                    rng.choice(
+                        (
+                            f"what {does(f.name)} the {f.name} in the {region} suggest",
+                            f"what is the significance of the {f.name} in the {region}",
+                            f"what {does(f.name)} the {f.name} in the {region} imply",
+                        )
+                    ),
+                    f"{f.implication.capitalize()}.",
+                ),
             }[ctype]
             question = _phrase(rng, question)
         reason = present_reason(rng, shown, region) if shown else self._clear_reason(region)
-        return {"question": question, "type": ctype, "answer": answer, "reason": reason, "regions": _boxes(rng, [region])}
+        return {
+            "question": question,
+            "type": ctype,
+            "answer": answer,
+            "reason": reason,
+            "regions": _boxes(rng, [region]),
+        }
 
     def closed_ended(self) -> dict:
         rng, ctype = self.rng, content_type(self.rng, "closed_ended")
@@ -321,25 +453,45 @@ class QuestionWriter:
         wanted = self._present(CLOSED_ASK_PRESENT / (1 - HEALTHY_SHARE))
         if ctype == "severity":
             severity = rng.choice(SEVERITIES)
-            shown = self.findings.decide(finding, region, wanted, rng,
-                                         severity=severity if wanted else rng.choice([s for s in SEVERITIES if s != severity]))
+            shown = self.findings.decide(
+                finding,
+                region,
+                wanted,
+                rng,
+                severity=severity if wanted else rng.choice([s for s in SEVERITIES if s != severity]),
+            )
             yes = shown is not None and shown.severity == severity
-            core = rng.choice((f"{be(finding)} there {severity} {finding} in the {region}",
-                               f"{does(region)} the {region} show {severity} {finding}",
-                               f"{be(finding)} the {finding} in the {region} {severity}"))
+            core = rng.choice(
+                (
+                    f"{be(finding)} there {severity} {finding} in the {region}",
+                    f"{does(region)} the {region} show {severity} {finding}",
+                    f"{be(finding)} the {finding} in the {region} {severity}",
+                )
+            )
         else:
             shown = self.findings.decide(finding, region, wanted, rng)
             yes = shown is not None
-            core = rng.choice((f"{be(finding)} there {{d}}{{f}} in the {{r}}", f"{does(region)} the {{r}} show {{d}}{{f}}",
-                               f"{be(finding)} {{d}}{{f}} seen in the {{r}}", "can {d}{f} be identified in the {r}",
-                               "is there evidence of {d}{f} in the {r}", f"{be(finding)} {{d}}{{f}} present in the {{r}}")
-                              ).format(d=rng.choice(DESCRIPTORS), f=finding, r=region)
+            core = rng.choice(
+                (
+                    f"{be(finding)} there {{d}}{{f}} in the {{r}}",
+                    f"{does(region)} the {{r}} show {{d}}{{f}}",
+                    f"{be(finding)} {{d}}{{f}} seen in the {{r}}",
+                    "can {d}{f} be identified in the {r}",
+                    "is there evidence of {d}{f} in the {r}",
+                    f"{be(finding)} {{d}}{{f}} present in the {{r}}",
+                )
+            ).format(d=rng.choice(DESCRIPTORS), f=finding, r=region)
         if shown is not None:  # yes, or a severity question answered no by the grade the film shows
             reason = present_reason(rng, shown, region)
         else:
             reason = absent_reason(rng, finding, region, severity if ctype == "severity" else None)
-        return {"question": _phrase(rng, core), "type": ctype, "answer": "Yes." if yes else "No.",
-                "reason": reason, "regions": _boxes(rng, [region])}
+        return {
+            "question": _phrase(rng, core),
+            "type": ctype,
+            "answer": "Yes." if yes else "No.",
+            "reason": reason,
+            "regions": _boxes(rng, [region]),
+        }
 
     def single_choice(self) -> dict:
         rng, ctype = self.rng, content_type(self.rng, "single_choice")
@@ -351,9 +503,15 @@ class QuestionWriter:
             shown = self.findings.at(region)[0] if present else None
             others = set(present[1:])
             options, answer = _options(rng, correct, [f for f in [*findings_at(region), "normal"] if f not in others])
-            core = rng.choice(("what is observed in the {r}", f"what abnormality {does(region)} the {{r}} show",
-                               "which finding is seen in the {r}", "which of these best describes the {r}",
-                               "what is the main finding in the {r}")).format(r=region)
+            core = rng.choice(
+                (
+                    "what is observed in the {r}",
+                    f"what abnormality {does(region)} the {{r}} show",
+                    "which finding is seen in the {r}",
+                    "which of these best describes the {r}",
+                    "what is the main finding in the {r}",
+                )
+            ).format(r=region)
             ctype = "abnormality"
         else:
             region, f = shown.region, FINDING_BY_NAME[shown.finding]
@@ -361,25 +519,47 @@ class QuestionWriter:
                 ctype = "severity" if graded(f.name) else "implication"
             if ctype == "location":
                 options, answer = _options(rng, region, list(f.regions))
-                core = rng.choice((f"where {be(f.name)} the {f.name} located", f"which region {does(f.name)} the {f.name} involve"))
+                core = rng.choice(
+                    (f"where {be(f.name)} the {f.name} located", f"which region {does(f.name)} the {f.name} involve")
+                )
             elif ctype == "severity":
                 options, answer = _options(rng, shown.severity, [*SEVERITIES, "none"])
-                core = rng.choice((f"how severe {be(f.name)} the {f.name} in the {region}", f"what grade {be(f.name)} the {f.name} in the {region}"))
+                core = rng.choice(
+                    (
+                        f"how severe {be(f.name)} the {f.name} in the {region}",
+                        f"what grade {be(f.name)} the {f.name} in the {region}",
+                    )
+                )
             elif ctype == "size":
                 options, answer = _options(rng, f"{shown.size_cm} cm", [f"{s} cm" for s in SIZES_CM])
-                core = rng.choice((f"what is the size of the {f.name} in the {region}", f"how large is the {f.name} in the {region}"))
+                core = rng.choice(
+                    (f"what is the size of the {f.name} in the {region}", f"how large is the {f.name} in the {region}")
+                )
             else:
                 attribute = "disease" if ctype == "disease" else "implication"
                 pool = [getattr(FINDING_BY_NAME[n], attribute) for n in findings_at(region)]
                 pool += [getattr(g, attribute) for g in FINDINGS if g.name not in findings_at(region)]
-                options, answer = _options(rng, getattr(f, attribute), pool[:max(4, len(findings_at(region)))])
-                core = rng.choice((f"which condition best explains the finding in the {region}",
-                                   f"what diagnosis does the finding in the {region} favour") if ctype == "disease"
-                                  else (f"what does the finding in the {region} most likely indicate",
-                                        f"what is the finding in the {region} most likely a sign of"))
+                options, answer = _options(rng, getattr(f, attribute), pool[: max(4, len(findings_at(region)))])
+                core = rng.choice(
+                    (
+                        f"which condition best explains the finding in the {region}",
+                        f"what diagnosis does the finding in the {region} favour",
+                    )
+                    if ctype == "disease"
+                    else (
+                        f"what does the finding in the {region} most likely indicate",
+                        f"what is the finding in the {region} most likely a sign of",
+                    )
+                )
         reason = present_reason(rng, shown, region) if shown else self._clear_reason(region)
-        return {"question": _phrase(rng, core), "choices": _letters(options), "type": ctype, "answer": answer,
-                "reason": reason, "regions": _boxes(rng, [region])}
+        return {
+            "question": _phrase(rng, core),
+            "choices": _letters(options),
+            "type": ctype,
+            "answer": answer,
+            "reason": reason,
+            "regions": _boxes(rng, [region]),
+        }
 
     def multi_choice(self) -> dict:
         """2-4 correct options; tried again in the rare case earlier questions left none true."""
@@ -398,10 +578,18 @@ class QuestionWriter:
         if ctype == "location":
             finding = rng.choice([f for f in FINDINGS if len(f.regions) >= 4])
             regions = rng.sample(finding.regions, k=4)
-            truths = [self.findings.decide(finding.name, r, i in correct, rng) is not None for i, r in enumerate(regions)]
+            truths = [
+                self.findings.decide(finding.name, r, i in correct, rng) is not None for i, r in enumerate(regions)
+            ]
             options = regions
-            core = rng.choice(("which regions show {d}{f}", "where {is_} {d}{f} seen", "which areas contain {d}{f}",
-                               "in which regions {is_} there {d}{f}")).format(d=rng.choice(DESCRIPTORS), f=finding.name, is_=be(finding.name))
+            core = rng.choice(
+                (
+                    "which regions show {d}{f}",
+                    "where {is_} {d}{f} seen",
+                    "which areas contain {d}{f}",
+                    "in which regions {is_} there {d}{f}",
+                )
+            ).format(d=rng.choice(DESCRIPTORS), f=finding.name, is_=be(finding.name))
             grounded = [r for r, t in zip(regions, truths) if t] or regions[:1]
         else:
             pairs: list[tuple[str, str]] = []
@@ -418,13 +606,26 @@ class QuestionWriter:
                 options.append(f"no {finding} in the {region}" if negated else f"{finding} in the {region}")
                 if truths[-1] and not negated:  # an absence is not boxed (public samples: one box for three)
                     grounded.append(region)
-            core = rng.choice(("which findings are present", "which statements are correct",
-                               "which of these are true", "which descriptions are correct",
-                               "what abnormalities are present", "which of the following are shown",
-                               "which options match the appearance", "which of these findings can be confirmed"))
+            core = rng.choice(
+                (
+                    "which findings are present",
+                    "which statements are correct",
+                    "which of these are true",
+                    "which descriptions are correct",
+                    "what abnormalities are present",
+                    "which of the following are shown",
+                    "which options match the appearance",
+                    "which of these findings can be confirmed",
+                )
+            )
             if ctype == "disease":
-                core = rng.choice(("which findings support a diagnosis", "which findings point to an underlying disease",
-                                   "which findings would explain the symptoms"))
+                core = rng.choice(
+                    (
+                        "which findings support a diagnosis",
+                        "which findings point to an underlying disease",
+                        "which findings would explain the symptoms",
+                    )
+                )
             named = list(dict.fromkeys(region for _, region in pairs))
             if rng.random() < 0.7:  # the regions every option is about, true or not
                 core += " in the " + _and(named[:3]) + (" and elsewhere" if len(named) > 3 else "")
@@ -435,20 +636,32 @@ class QuestionWriter:
             reason = "None of the options matches what this film shows, on a careful look at each region named."
         elif ctype == "location":
             text = f"{finding.name.capitalize()} {be(finding.name)} seen in the {_and(true)}"
-            reason = _fit(text, f", not in the {_and([o for o, t in zip(options, truths) if not t])}" if len(true) < 4 else "")
+            reason = _fit(
+                text, f", not in the {_and([o for o, t in zip(options, truths) if not t])}" if len(true) < 4 else ""
+            )
         else:
             shown_ = [o for o in true if not o.startswith("no ")]
             missing = [o.removeprefix("no ") for o in true if o.startswith("no ")]
-            text = rng.choice(("The film shows ", "The image shows ", "This CXR shows ", "Seen here: ")) + _and(shown_) if shown_ else \
-                "There is " + " and ".join(f"no {o}" for o in missing)
+            text = (
+                rng.choice(("The film shows ", "The image shows ", "This CXR shows ", "Seen here: ")) + _and(shown_)
+                if shown_
+                else "There is " + " and ".join(f"no {o}" for o in missing)
+            )
             extra = f"; there is no {_and(missing)}" if shown_ and missing else ""
             if len(text) > 149:
-                text = f"Options {_and(letters)} match the film, which shows {shown_[0] if shown_ else 'no ' + missing[0]}"
+                text = (
+                    f"Options {_and(letters)} match the film, which shows {shown_[0] if shown_ else 'no ' + missing[0]}"
+                )
             reason = _fit(text, extra)
-        return {"question": _phrase(rng, core), "choices": _letters(options), "type": ctype, "answer": letters,
-                "reason": reason, "regions": grounded[:4]}
+        return {
+            "question": _phrase(rng, core),
+            "choices": _letters(options),
+            "type": ctype,
+            "answer": letters,
+            "reason": reason,
+            "regions": grounded[:4],
+        }
 
 
 def healthy(rng: random.Random) -> bool:
     return rng.random() < HEALTHY_SHARE
-

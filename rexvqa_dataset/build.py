@@ -72,21 +72,32 @@ class RexvqaBuild(DatasetBuild):
         """`ImagePath`s start with `../deid_png/`: they may leave the metadata folder, not the release."""
         if self.settings.image_mode == "none":
             return None
-        return ImageSource(self.settings, allowed_root=Path(self.settings.images).absolute().parent, provenance=self.provenance)
+        return ImageSource(
+            self.settings, allowed_root=Path(self.settings.images).absolute().parent, provenance=self.provenance
+        )
 
     def conversation_layout(self) -> ConversationLayout | None:
         """`sft_per_study`: a study's questions as one conversation with all its images (builds with images only,
         unless `--no-conversations`)."""
         if "messages" not in self.features or self.settings.no_conversations:
             return None
-        return ConversationLayout(PER_STUDY_CONFIG, "study_id", per_study_features(self.settings.image_mode), TURN_COLUMNS,
-                                  group_columns=study_columns, group_id=lambda row: f"{row['split']}/{row['study_id']}",
-                                  seed=self.settings.turn_seed, text_tokens=self.settings.conversation_tokens)
+        return ConversationLayout(
+            PER_STUDY_CONFIG,
+            "study_id",
+            per_study_features(self.settings.image_mode),
+            TURN_COLUMNS,
+            group_columns=study_columns,
+            group_id=lambda row: f"{row['split']}/{row['study_id']}",
+            seed=self.settings.turn_seed,
+            text_tokens=self.settings.conversation_tokens,
+        )
 
     def stage(self, staging: Staging) -> None:
         files = find_source_files(Path(self.settings.source), self.settings.split)
         if not files:
-            raise BuildError(f"no ReXVQA files under {self.settings.source} (expected metadata/{{train,valid,test}}_vqa_data.json)")
+            raise BuildError(
+                f"no ReXVQA files under {self.settings.source} (expected metadata/{{train,valid,test}}_vqa_data.json)"
+            )
         earlier: dict[str, set[str]] = {}  # file -> the question ids read from it
         for path, split in files:
             self.provenance.annotation_file(path)
@@ -100,7 +111,11 @@ class RexvqaBuild(DatasetBuild):
                         self.reject(item)
                     elif isinstance(item, pa.Table):
                         repeated = self.repeated_ids(item["question_id"].to_pylist(), str(path), earlier)
-                        self.stage_questions(staging, split, item.filter(pa.array(~np.isin(np.arange(count), repeated))) if repeated else item)
+                        self.stage_questions(
+                            staging,
+                            split,
+                            item.filter(pa.array(~np.isin(np.arange(count), repeated))) if repeated else item,
+                        )
                     elif not self.repeated_ids([item.question_id], item.file, earlier):
                         self.stage_question(staging, item)
             earlier[str(path)] = seen
@@ -117,7 +132,9 @@ class RexvqaBuild(DatasetBuild):
             if first is not None:
                 repeated.append(k)
                 self.reject(Reject(file, question_id, "question_id", "duplicate_question_id"))
-                self.report.notices[f"question ids also in {Path(first).name} rejected as duplicate_question_id (first kept)"] += 1
+                self.report.notices[
+                    f"question ids also in {Path(first).name} rejected as duplicate_question_id (first kept)"
+                ] += 1
         return repeated
 
     def stage_questions(self, staging: Staging, split: str, table: pa.Table) -> None:
@@ -151,8 +168,10 @@ class RexvqaBuild(DatasetBuild):
         for row in rows:
             groups.setdefault(row["study_id"], []).append(row)
         rows.clear()  # a study's rows get its image bytes: hold them only until the study is written
-        paths_of = {study: list(dict.fromkeys(p for row in study_rows for p in row["image_paths"]))
-                    for study, study_rows in groups.items()}
+        paths_of = {
+            study: list(dict.fromkeys(p for row in study_rows for p in row["image_paths"]))
+            for study, study_rows in groups.items()
+        }
         loaded = self.images.load_ahead(p for paths in paths_of.values() for p in paths)
         for study, paths in paths_of.items():
             yield groups.pop(study), {path: next(loaded) for path in paths}
@@ -163,11 +182,15 @@ class RexvqaBuild(DatasetBuild):
         for row in rows:
             file = row.pop("_file")
             loaded = [(path, images[path]) for path in row["image_paths"]]
-            escaped = next((img for _, img in loaded if isinstance(img, ImageError) and img.reason == "path_escape"), None)
+            escaped = next(
+                (img for _, img in loaded if isinstance(img, ImageError) and img.reason == "path_escape"), None
+            )
             usable = [(path, img) for path, img in loaded if isinstance(img, StoredImage)]
             if escaped or not usable:
                 error = escaped or loaded[0][1]
-                what = "an image path escapes the release folder" if escaped else "none of the study's images can be read"
+                what = (
+                    "an image path escapes the release folder" if escaped else "none of the study's images can be read"
+                )
                 self.reject(Reject(file, row["question_id"], "ImagePath", f"{what}: {error.problem}: {error.path}"))
                 continue
             missing = [path for path, img in loaded if isinstance(img, ImageError)]
@@ -178,8 +201,12 @@ class RexvqaBuild(DatasetBuild):
                 missing_images=missing,
                 image_widths=[img.width for _, img in usable],
                 image_heights=[img.height for _, img in usable],
-                images=[{"bytes": img.bytes, "path": path} if self.settings.image_mode == "embed" else {"bytes": None, "path": img.path}
-                        for path, img in usable],
+                images=[
+                    {"bytes": img.bytes, "path": path}
+                    if self.settings.image_mode == "embed"
+                    else {"bytes": None, "path": img.path}
+                    for path, img in usable
+                ],
             )
             row["messages"] = to_messages(row)
             out.append(row)
@@ -217,7 +244,9 @@ class RexvqaBuild(DatasetBuild):
         position = np.r_[np.flatnonzero(whole), [row["_position"] for row in final]].astype(np.int64)
         return merged.take(pa.array(np.argsort(position, kind="stable"))), used
 
-    def attach_loaded(self, rows: pa.Table, loaded: list[StoredImage | ImageError], image_of_item: np.ndarray) -> pa.Table:
+    def attach_loaded(
+        self, rows: pa.Table, loaded: list[StoredImage | ImageError], image_of_item: np.ndarray
+    ) -> pa.Table:
         """The image columns of rows whose every image loaded: the rows' k-th path (flattened) is `loaded[image_of_item[k]]`."""
         counts = pc.list_value_length(rows["image_paths"]).to_numpy()
         stored = [image if isinstance(image, StoredImage) else None for image in loaded]
@@ -225,12 +254,16 @@ class RexvqaBuild(DatasetBuild):
         def per_image(values: list, type_: pa.DataType) -> pa.Array:
             return pa.ListArray.from_arrays(offsets(counts), pa.array(values, type_).take(pa.array(image_of_item)))
 
-        rows = (rows.append_column("missing_images", empty_lists(len(counts)))
-                .append_column("image_widths", per_image([image and image.width for image in stored], pa.int32()))
-                .append_column("image_heights", per_image([image and image.height for image in stored], pa.int32())))
+        rows = (
+            rows.append_column("missing_images", empty_lists(len(counts)))
+            .append_column("image_widths", per_image([image and image.width for image in stored], pa.int32()))
+            .append_column("image_heights", per_image([image and image.height for image in stored], pa.int32()))
+        )
         if self.settings.image_mode == "reference":
             references = [image and {"bytes": None, "path": image.path} for image in stored]
-            rows = rows.append_column("images", per_image(references, self.features.arrow_schema.field("images").type.value_type))
+            rows = rows.append_column(
+                "images", per_image(references, self.features.arrow_schema.field("images").type.value_type)
+            )
         if "messages" in self.features:
             rows = rows.append_column("messages", messages_array(rows, counts))
         return rows
@@ -244,7 +277,9 @@ class RexvqaBuild(DatasetBuild):
                     bar.update(table.num_rows)
                     for rows, loaded in self.studies(table.to_pylist()):
                         final = self.study_rows(rows, loaded)
-                        used = {p for row in final for p in row["image_paths"] if isinstance(loaded.get(p), StoredImage)}
+                        used = {
+                            p for row in final for p in row["image_paths"] if isinstance(loaded.get(p), StoredImage)
+                        }
                         images.update(used)
                         shards.add_image_rows(final, sum(len(loaded[p].bytes or b"") for p in used))
             else:
@@ -259,23 +294,51 @@ class RexvqaBuild(DatasetBuild):
         self.report.images[split] = len(images)
 
     def write_card(self, out: Path) -> None:
-        filters = {config: [["task_name", "==", k]] for k, config in enumerate(TASK_CONFIGS)} | {OTHER_TASK: [["task_name", "==", -1]]}
-        configs, infos = build_configs(out, filters, self.features, self.report.shards, sft="messages" in self.features,
-                                       conversations=self.conversation_layout())
+        filters = {config: [["task_name", "==", k]] for k, config in enumerate(TASK_CONFIGS)} | {
+            OTHER_TASK: [["task_name", "==", -1]]
+        }
+        configs, infos = build_configs(
+            out,
+            filters,
+            self.features,
+            self.report.shards,
+            sft="messages" in self.features,
+            conversations=self.conversation_layout(),
+        )
         synthetic = self.provenance.synthetic
-        data = release_card_data(configs, infos, name="ReXVQA", synthetic=synthetic,
-                                 licence=("rexgradient-160k-research-use", "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K"),
-                                 tags=["multiple-choice", "rexgradient"], rows=self.report.rows_written,
-                                 gated_prompt=GATED_PROMPT, gated_fields=GATED_FIELDS)
+        data = release_card_data(
+            configs,
+            infos,
+            name="ReXVQA",
+            synthetic=synthetic,
+            licence=("rexgradient-160k-research-use", "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K"),
+            tags=["multiple-choice", "rexgradient"],
+            rows=self.report.rows_written,
+            gated_prompt=GATED_PROMPT,
+            gated_fields=GATED_FIELDS,
+        )
         splits = list(self.report.images)
         counts = {s: {c: self.report.rows.get(f"{s}/{c}", 0) for c in CONFIGS} for s in splits}
         totals = {c: sum(counts[s][c] for s in splits) for c in CONFIGS}
-        card = render_card("rexvqa.md", data, synthetic=synthetic, settings=self.settings.to_dict(), shared_shards=self.settings.shared_shards, counts=counts,
-                           totals=totals, tasks=dict(zip(CONFIGS, [*TASKS, "other (unknown task)"])),
-                           images=dict(self.report.images), report=self.report, columns=list(self.features), column_docs=COLUMN_DOCS, sft="sft" in configs,
-                           conversation=self.conversation_card(configs), conversation_column_docs=PER_STUDY_COLUMN_DOCS,
-                           categories=self.category_counts(out),
-                           missing_images=sum(n for k, n in self.report.notices.items() if k.startswith("images ")))
+        card = render_card(
+            "rexvqa.md",
+            data,
+            synthetic=synthetic,
+            settings=self.settings.to_dict(),
+            shared_shards=self.settings.shared_shards,
+            counts=counts,
+            totals=totals,
+            tasks=dict(zip(CONFIGS, [*TASKS, "other (unknown task)"])),
+            images=dict(self.report.images),
+            report=self.report,
+            columns=list(self.features),
+            column_docs=COLUMN_DOCS,
+            sft="sft" in configs,
+            conversation=self.conversation_card(configs),
+            conversation_column_docs=PER_STUDY_COLUMN_DOCS,
+            categories=self.category_counts(out),
+            missing_images=sum(n for k, n in self.report.notices.items() if k.startswith("images ")),
+        )
         (out / "README.md").write_text(card, encoding="utf-8")
 
     @staticmethod
@@ -302,8 +365,12 @@ def unique_paths(table: pa.Table) -> pa.Array:
 def without_images(table: pa.Table) -> pa.Table:
     """Rows of an `--image-mode none` build: no image read, so none missing and no sizes."""
     sizes = pa.nulls(table.num_rows, pa.list_(pa.int32()))
-    return (table.drop_columns(["_file"]).append_column("missing_images", empty_lists(table.num_rows))
-            .append_column("image_widths", sizes).append_column("image_heights", sizes))
+    return (
+        table.drop_columns(["_file"])
+        .append_column("missing_images", empty_lists(table.num_rows))
+        .append_column("image_widths", sizes)
+        .append_column("image_heights", sizes)
+    )
 
 
 OPTION_HELP = {
@@ -311,12 +378,12 @@ OPTION_HELP = {
     "images": "the folder image paths are relative to (default: the metadata folder)",
     "split": "the split of every file read (default: from the file names, train/valid/test_vqa_data.json)",
     "shard_layout": "by-config (auto, the default): a shard set per task, what the Hub's viewer shows; an embedded "
-                    "image is in each of its tasks' files and in sft_per_study's (local Parquet about 3.3x the distinct image and "
-                    "text bytes, 2.3x with --no-conversations; the Hub stores each image about once). shared: one set per "
-                    "split, configs select rows by a Parquet filter (about 1.9x: each image once, and once more in "
-                    "sft_per_study; 0.95x with --no-conversations); not for the Hub: its viewer ignores filters",
+    "image is in each of its tasks' files and in sft_per_study's (local Parquet about 3.3x the distinct image and "
+    "text bytes, 2.3x with --no-conversations; the Hub stores each image about once). shared: one set per "
+    "split, configs select rows by a Parquet filter (about 1.9x: each image once, and once more in "
+    "sft_per_study; 0.95x with --no-conversations); not for the Hub: its viewer ignores filters",
     "no_conversations": "write no sft_per_study config: with --image-mode embed its own files hold every image once more, "
-                        "which doubles the shared layout's local bytes",
+    "which doubles the shared layout's local bytes",
 }
 """How a ReXVQA build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
 

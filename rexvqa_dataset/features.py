@@ -135,11 +135,29 @@ def features(image_mode: str) -> Features:
 
 PER_STUDY_CONFIG = "sft_per_study"
 """The config of one conversation per study (`builders.assembly.conversations`)."""
-STUDY_COLUMNS: tuple[str, ...] = ("images", "image_paths", "view_positions", "missing_images", "image_widths", "image_heights",
-                                  "study_id", "patient_id", "split")
+STUDY_COLUMNS: tuple[str, ...] = (
+    "images",
+    "image_paths",
+    "view_positions",
+    "missing_images",
+    "image_widths",
+    "image_heights",
+    "study_id",
+    "patient_id",
+    "split",
+)
 """The study's columns in `sft_per_study`: its images (those of all its questions, in order of first appearance) and ids."""
-TURN_COLUMNS: tuple[str, ...] = ("question", "options", "answer", "answer_index", "explanation", "task_name", "task_name_raw",
-                                 "category", "subcategory")
+TURN_COLUMNS: tuple[str, ...] = (
+    "question",
+    "options",
+    "answer",
+    "answer_index",
+    "explanation",
+    "task_name",
+    "task_name_raw",
+    "category",
+    "subcategory",
+)
 """Per question, what its turn is made of: the `turns` structs of `sft_per_study`, typed as in `features`."""
 
 PER_STUDY_COLUMN_DOCS = conversation_column_docs(COLUMN_DOCS, STUDY_COLUMNS, TURN_COLUMNS, "study", "study_id") | {

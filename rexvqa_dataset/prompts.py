@@ -67,8 +67,12 @@ def to_messages(
 
 def messages_array(rows: pa.Table, image_counts: np.ndarray) -> pa.Array:
     """`to_messages` of every row at once (with the answer); row i has `image_counts[i]` images."""
-    question = pc.binary_join_element_wise(rows["question"].combine_chunks(), " <choices>: ", format_choices_array(rows["options"].combine_chunks()), "")
-    target = [target_text({"answer": answer, "answer_index": index, "explanation": explanation})
-              for answer, index, explanation in zip(*(rows[c].to_pylist() for c in ("answer", "answer_index", "explanation")))]
+    question = pc.binary_join_element_wise(
+        rows["question"].combine_chunks(), " <choices>: ", format_choices_array(rows["options"].combine_chunks()), ""
+    )
+    target = [
+        target_text({"answer": answer, "answer_index": index, "explanation": explanation})
+        for answer, index, explanation in zip(*(rows[c].to_pylist() for c in ("answer", "answer_index", "explanation")))
+    ]
     instruction = pa.repeat(INSTRUCTION, len(question))
     return chat_messages_array(instruction, question, image_counts, pa.array(target, pa.string()))

@@ -32,9 +32,21 @@ from rexvqa_dataset.rows import NAMED_KEYS, REPORT_FIELDS, TEXT_FIELDS, YEARS_PE
 
 BATCH_RECORDS = 8192
 LIST_KEYS = ("options", "ImagePath", "ImageViewPosition", "ImageModality")
-RAW_TYPES: dict[str, pa.DataType] = {key: pa.string() for key in (*TEXT_FIELDS, *REPORT_FIELDS, "correct_answer", "task_name")}
+RAW_TYPES: dict[str, pa.DataType] = {
+    key: pa.string() for key in (*TEXT_FIELDS, *REPORT_FIELDS, "correct_answer", "task_name")
+}
 RAW_TYPES |= {key: pa.list_(pa.string()) for key in LIST_KEYS} | {"validation_code": pa.int64()}
-REQUIRED = ("question", "options", "correct_answer", "correct_answer_explanation", "task_name", "category", "subcategory", "study_id", "ImagePath")
+REQUIRED = (
+    "question",
+    "options",
+    "correct_answer",
+    "correct_answer_explanation",
+    "task_name",
+    "category",
+    "subcategory",
+    "study_id",
+    "ImagePath",
+)
 VIEWS_KEPT = "_views_kept_in_extra"
 """A column of the yielded tables (not staged): rows whose views went to `extra`, for the build report's notice."""
 _RAW_VALUES = itemgetter(*RAW_TYPES)
@@ -44,7 +56,9 @@ OPTION_PREFIXES = pa.array([f"{letter}. " for letter in LETTERS])
 _AGE_RE2 = r"^(?P<number>\d{3})(?P<unit>[DWMY])$"
 
 
-def read(path: Path, split: str, batch_records: int = BATCH_RECORDS, seen: set[str] | None = None) -> Iterator[pa.Table | RawRecord | Reject]:
+def read(
+    path: Path, split: str, batch_records: int = BATCH_RECORDS, seen: set[str] | None = None
+) -> Iterator[pa.Table | RawRecord | Reject]:
     """The questions of one `*_vqa_data.json` file in file order: staged rows as tables, the rest as `reader.read_file` gives them.
 
     `seen` (empty) is filled with the file's question ids, for the caller to find them in later files.
@@ -69,8 +83,11 @@ def _plain(record: dict) -> bool:
 
     Arrow would read a string as a list of its characters, and a float as a truncated integer.
     """
-    return (record.keys() >= NAMED_KEYS and all(type(record[key]) is list for key in LIST_KEYS)
-            and (record["validation_code"] is None or type(record["validation_code"]) is int))
+    return (
+        record.keys() >= NAMED_KEYS
+        and all(type(record[key]) is list for key in LIST_KEYS)
+        and (record["validation_code"] is None or type(record["validation_code"]) is int)
+    )
 
 
 def _in_file_order(file: str, split: str, pending: list) -> Iterator[pa.Table | RawRecord | Reject]:
@@ -84,11 +101,18 @@ def _in_file_order(file: str, split: str, pending: list) -> Iterator[pa.Table | 
     ids, bad_ids = _column([question_id for question_id, _ in candidates], pa.string())
     clean = clean_rows(columns) & ~unconvertible & ~bad_ids
     views_kept = views_not_one_per_image(columns)
-    extra, bad_extra = _column([_extra(record, keep_views) if ok else None
-                                for (_, record), ok, keep_views in zip(candidates, clean.tolist(), views_kept.tolist())], pa.string())
+    extra, bad_extra = _column(
+        [
+            _extra(record, keep_views) if ok else None
+            for (_, record), ok, keep_views in zip(candidates, clean.tolist(), views_kept.tolist())
+        ],
+        pa.string(),
+    )
     clean &= ~bad_extra & valid(extra)
     keep = pa.array(clean)
-    staged = staged_rows({key: column.filter(keep) for key, column in columns.items()}, ids.filter(keep), extra.filter(keep), split, file)
+    staged = staged_rows(
+        {key: column.filter(keep) for key, column in columns.items()}, ids.filter(keep), extra.filter(keep), split, file
+    )
     staged = staged.append_column(VIEWS_KEPT, pa.array(views_kept[clean]))
     for k, ok in zip(at, clean.tolist()):
         if not ok:
@@ -140,7 +164,9 @@ def raw_columns(records: list[dict]) -> tuple[dict[str, pa.Array], np.ndarray]:
 
 def views_not_one_per_image(columns: dict[str, pa.Array]) -> np.ndarray:
     """Rows whose `ImageViewPosition` is not one view per `ImagePath`: stored aligned, and kept as released in `extra`."""
-    return ~true(pc.equal(pc.list_value_length(columns["ImageViewPosition"]), pc.list_value_length(columns["ImagePath"])))
+    return ~true(
+        pc.equal(pc.list_value_length(columns["ImageViewPosition"]), pc.list_value_length(columns["ImagePath"]))
+    )
 
 
 def _extra(record: dict, keep_views: bool) -> str | None:
@@ -201,28 +227,31 @@ def staged_rows(columns: dict[str, pa.Array], ids: pa.Array, extra: pa.Array, sp
     """The staged columns of rows that passed `clean_rows`, as `question_row` makes them."""
     n = len(ids)
     options = columns["options"]
-    texts = pa.ListArray.from_arrays(pa.array(np.arange(n + 1, dtype=np.int32) * len(LETTERS)),
-                                     pc.utf8_slice_codeunits(pc.list_flatten(options), 3))
+    texts = pa.ListArray.from_arrays(
+        pa.array(np.arange(n + 1, dtype=np.int32) * len(LETTERS)), pc.utf8_slice_codeunits(pc.list_flatten(options), 3)
+    )
     age = pc.extract_regex(columns["PatientAge"], _AGE_RE2)
     years_per_unit = pc.index_in(pc.struct_field(age, "unit"), pa.array(list(YEARS_PER_UNIT)))
     factor = np.array(list(YEARS_PER_UNIT.values()))[pc.fill_null(years_per_unit, 0).to_numpy()]
     number = pc.cast(pc.struct_field(age, "number"), pa.int64()).to_numpy(zero_copy_only=False)
     years = pa.array(number * factor, mask=~valid(age))
 
-    return pa.table({
-        "question_id": ids,
-        "image_paths": columns["ImagePath"],
-        "view_positions": _aligned_views(columns["ImageViewPosition"], columns["ImagePath"]),
-        "options": texts,
-        "answer": columns["correct_answer"],
-        "answer_index": pc.index_in(columns["correct_answer"], pa.array(list(LETTERS))),
-        "task_name": pc.index_in(columns["task_name"], pa.array(TASKS)),
-        "task_name_raw": columns["task_name"],
-        "patient_age_years": years,
-        "image_modality": columns["ImageModality"],
-        "validation_code": columns["validation_code"],
-        "split": pa.repeat(split, n),
-        **{column: columns[key] for key, column in (TEXT_FIELDS | REPORT_FIELDS).items()},
-        "extra": extra,
-        "_file": pa.repeat(file, n),
-    })
+    return pa.table(
+        {
+            "question_id": ids,
+            "image_paths": columns["ImagePath"],
+            "view_positions": _aligned_views(columns["ImageViewPosition"], columns["ImagePath"]),
+            "options": texts,
+            "answer": columns["correct_answer"],
+            "answer_index": pc.index_in(columns["correct_answer"], pa.array(list(LETTERS))),
+            "task_name": pc.index_in(columns["task_name"], pa.array(TASKS)),
+            "task_name_raw": columns["task_name"],
+            "patient_age_years": years,
+            "image_modality": columns["ImageModality"],
+            "validation_code": columns["validation_code"],
+            "split": pa.repeat(split, n),
+            **{column: columns[key] for key, column in (TEXT_FIELDS | REPORT_FIELDS).items()},
+            "extra": extra,
+            "_file": pa.repeat(file, n),
+        }
+    )

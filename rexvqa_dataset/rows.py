@@ -23,15 +23,38 @@ from rexvqa_dataset.reader import RawRecord
 ABSENT_KEY = "cxr_vqa:absent"
 """In `extra`: named keys the record did not have, so that `raw_record` leaves them out."""
 
-REPORT_FIELDS = {"Indication": "indication", "Comparison": "comparison", "Findings": "findings", "Impression": "impression"}
+REPORT_FIELDS = {
+    "Indication": "indication",
+    "Comparison": "comparison",
+    "Findings": "findings",
+    "Impression": "impression",
+}
 TEXT_FIELDS = {
-    "question": "question", "correct_answer_explanation": "explanation", "category": "category",
-    "subcategory": "subcategory", "study_id": "study_id", "PatientAge": "patient_age", "PatientSex": "patient_sex",
-    "PatientID": "patient_id", "AccessionNumber": "accession_number", "StudyInstanceUid": "study_instance_uid",
+    "question": "question",
+    "correct_answer_explanation": "explanation",
+    "category": "category",
+    "subcategory": "subcategory",
+    "study_id": "study_id",
+    "PatientAge": "patient_age",
+    "PatientSex": "patient_sex",
+    "PatientID": "patient_id",
+    "AccessionNumber": "accession_number",
+    "StudyInstanceUid": "study_instance_uid",
     "StudyDate": "study_date",
 }
-NAMED_KEYS = frozenset([*TEXT_FIELDS, *REPORT_FIELDS, "options", "correct_answer", "task_name", "ImagePath",
-                        "ImageViewPosition", "ImageModality", "validation_code"])
+NAMED_KEYS = frozenset(
+    [
+        *TEXT_FIELDS,
+        *REPORT_FIELDS,
+        "options",
+        "correct_answer",
+        "task_name",
+        "ImagePath",
+        "ImageViewPosition",
+        "ImageModality",
+        "validation_code",
+    ]
+)
 """The raw keys the schema names; every other key goes to `extra`."""
 
 _OPTION = re.compile(r"^(?P<letter>[A-D])\. (?P<text>[\s\S]*)$")
@@ -88,7 +111,12 @@ def _text_list(value: object) -> list[str | None]:
 
 def _validation_code(value: object) -> int | None:
     """The code as an int32 column holds it, else None (the value is then kept as released in `extra`)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value != int(value):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or value != int(value)
+    ):
         return None
     return int(value) if -(2**31) <= value < 2**31 else None
 
@@ -162,7 +190,11 @@ def _surely_same(raw: object, rebuilt: object) -> bool:
 
 def record_differences(record: dict, rebuilt: dict) -> dict:
     """What `extra` must hold for `rebuilt` (the record as the columns give it back) to become `record`."""
-    extra = {key: value for key, value in record.items() if key not in rebuilt or (not _surely_same(value, rebuilt[key]) and not same_value(value, rebuilt[key]))}
+    extra = {
+        key: value
+        for key, value in record.items()
+        if key not in rebuilt or (not _surely_same(value, rebuilt[key]) and not same_value(value, rebuilt[key]))
+    }
     absent = [key for key in rebuilt if key not in record]
     if absent:
         extra[ABSENT_KEY] = absent
@@ -208,9 +240,16 @@ def raw_record(row: dict) -> dict:
         "PatientSex": row["patient_sex"],
     }
     record.update({key: row[column] if row[column] is not None else math.nan for key, column in REPORT_FIELDS.items()})
-    record.update({"PatientID": row["patient_id"], "AccessionNumber": row["accession_number"],
-                   "StudyInstanceUid": row["study_instance_uid"], "StudyDate": row["study_date"],
-                   "ImageModality": row["image_modality"], "validation_code": row["validation_code"]})
+    record.update(
+        {
+            "PatientID": row["patient_id"],
+            "AccessionNumber": row["accession_number"],
+            "StudyInstanceUid": row["study_instance_uid"],
+            "StudyDate": row["study_date"],
+            "ImageModality": row["image_modality"],
+            "validation_code": row["validation_code"],
+        }
+    )
     extra = json.loads(row["extra"]) if row["extra"] not in (None, "", "{}") else {}
     for key in extra.pop(ABSENT_KEY, []):
         record.pop(key, None)
@@ -234,8 +273,13 @@ def study_columns(rows: list[dict]) -> dict:
             images.setdefault(item[0], item[1:])
     kept = list(images.values())
     return {
-        "images": [image for image, *_ in kept], "image_paths": list(released),
-        "view_positions": [view for _, view, _, _ in kept], "missing_images": [p for p in missing if p not in images],
-        "image_widths": [width for *_, width, _ in kept], "image_heights": [height for *_, height in kept],
-        "study_id": first["study_id"], "patient_id": first["patient_id"], "split": first["split"],
+        "images": [image for image, *_ in kept],
+        "image_paths": list(released),
+        "view_positions": [view for _, view, _, _ in kept],
+        "missing_images": [p for p in missing if p not in images],
+        "image_widths": [width for *_, width, _ in kept],
+        "image_heights": [height for *_, height in kept],
+        "study_id": first["study_id"],
+        "patient_id": first["patient_id"],
+        "split": first["split"],
     }

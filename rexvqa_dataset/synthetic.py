@@ -62,8 +62,17 @@ from rexvqa_dataset.synthetic_profile import (
     FindingKind,
 )
 
-__all__ = ["PUBLIC_QUESTIONS", "PUBLIC_STUDIES", "QUESTIONS_PER_STUDY", "SyntheticRelease", "SyntheticStudy",
-           "generate", "make_study", "split_sizes", "write_split"]
+__all__ = [
+    "PUBLIC_QUESTIONS",
+    "PUBLIC_STUDIES",
+    "QUESTIONS_PER_STUDY",
+    "SyntheticRelease",
+    "SyntheticStudy",
+    "generate",
+    "make_study",
+    "split_sizes",
+    "write_split",
+]
 
 SYNTHETIC_NOTE = """# Synthetic ReXVQA release
 
@@ -79,24 +88,51 @@ a model reads chest radiographs.
 
 PRESENCE, LOCATION, NEGATION, DIFFERENTIAL, GEOMETRIC = TASKS
 QUESTIONS = {
-    PRESENCE: ("Which of the following findings is present{where}?", "Which finding can be seen{where}?",
-               "Which of these abnormalities is visible{where}?", "Which of the following is demonstrated{where}?",
-               "What abnormality is identified{where}?", "Which of the following findings does the study show{where}?"),
-    LOCATION: ("Where is the {finding} located{where}?", "In which lung zone is the {finding} seen{where}?",
-               "What is the location of the {finding}{where}?", "Which zone does the {finding} project over{where}?",
-               "Where does the {finding} lie{where}?"),
-    NEGATION: ("Which of the following findings is NOT present{where}?", "Which finding is NOT seen{where}?",
-               "All of the following are visible{where} EXCEPT:", "Which of these is absent{where}?",
-               "Which of the following can be excluded{where}?"),
-    DIFFERENTIAL: ("What is the most likely diagnosis given the imaging findings{where}?",
-                   "Which diagnosis best explains the findings{where}?", "Which condition is most likely{where}?",
-                   "What is the leading diagnosis based on the findings{where}?", "Which diagnosis do the findings{where} favor?"),
-    GEOMETRIC: ("What is the size of the {finding}{where}?", "How large is the {finding}{where}?",
-                "How would you grade the extent of the {finding}{where}?", "What is the extent of the {finding}{where}?"),
+    PRESENCE: (
+        "Which of the following findings is present{where}?",
+        "Which finding can be seen{where}?",
+        "Which of these abnormalities is visible{where}?",
+        "Which of the following is demonstrated{where}?",
+        "What abnormality is identified{where}?",
+        "Which of the following findings does the study show{where}?",
+    ),
+    LOCATION: (
+        "Where is the {finding} located{where}?",
+        "In which lung zone is the {finding} seen{where}?",
+        "What is the location of the {finding}{where}?",
+        "Which zone does the {finding} project over{where}?",
+        "Where does the {finding} lie{where}?",
+    ),
+    NEGATION: (
+        "Which of the following findings is NOT present{where}?",
+        "Which finding is NOT seen{where}?",
+        "All of the following are visible{where} EXCEPT:",
+        "Which of these is absent{where}?",
+        "Which of the following can be excluded{where}?",
+    ),
+    DIFFERENTIAL: (
+        "What is the most likely diagnosis given the imaging findings{where}?",
+        "Which diagnosis best explains the findings{where}?",
+        "Which condition is most likely{where}?",
+        "What is the leading diagnosis based on the findings{where}?",
+        "Which diagnosis do the findings{where} favor?",
+    ),
+    GEOMETRIC: (
+        "What is the size of the {finding}{where}?",
+        "How large is the {finding}{where}?",
+        "How would you grade the extent of the {finding}{where}?",
+        "What is the extent of the {finding}{where}?",
+    ),
 }
 """chosen: plausible. Several wordings per task; none names or hints at the answer. `{where}` names the
 images where no opening sentence does; `{finding}` is the finding asked about."""
-WHERE = (" on this chest radiograph", " on this chest X-ray", " on the radiograph", " on these images", " in this study")
+WHERE = (
+    " on this chest radiograph",
+    " on this chest X-ray",
+    " on the radiograph",
+    " on these images",
+    " in this study",
+)
 VIEW_NAMES = {"PA": "PA", "AP": "AP", "LATERAL": "lateral", "LL": "left lateral"}
 AGE_UNITS = {"Y": "year", "M": "month", "W": "week", "D": "day"}
 
@@ -136,7 +172,11 @@ def question_wording(rng: random.Random, task: str, study: dict) -> str:
         opening = f"On the {_views_phrase(study['ImageViewPosition'] or [None] * len(study['ImagePath']))} of {_patient(study)}"
         opening += f" with {complaint}, " if complaint else ", "
         return opening + core[0].lower() + core[1:].replace("{where}", "")
-    first = f"{_capital(_patient(study))} presents with {complaint}." if complaint else f"{_capital(_patient(study))} is referred for imaging."
+    first = (
+        f"{_capital(_patient(study))} presents with {complaint}."
+        if complaint
+        else f"{_capital(_patient(study))} is referred for imaging."
+    )
     return first + " " + core.replace("{where}", rng.choice(WHERE))
 
 
@@ -153,8 +193,10 @@ ASKABLE: dict[str, Callable[[FindingKind], bool]] = {
 def _chance_askable(task: str) -> float:
     """The chance that a study has a finding a `task` question can be about (negation: three findings, always)."""
     eligible = sum(ASKABLE[task](kind) for kind in FINDINGS)
-    return sum(weight * (1 - math.comb(len(FINDINGS) - eligible, count) / math.comb(len(FINDINGS), count))
-               for count, weight in FINDINGS_PER_STUDY.items())
+    return sum(
+        weight * (1 - math.comb(len(FINDINGS) - eligible, count) / math.comb(len(FINDINGS), count))
+        for count, weight in FINDINGS_PER_STUDY.items()
+    )
 
 
 def task_weights(shares: dict[str, float]) -> dict[str, float]:
@@ -256,7 +298,11 @@ def _ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dic
     present = [f.kind for f in findings]
     absent = [kind for kind in FINDINGS if kind not in present]
     if task in (PRESENCE, NEGATION):
-        right, wrong = (rng.choice(present), rng.sample(absent, 3)) if task == PRESENCE else (rng.choice(absent), rng.sample(present, 3))
+        right, wrong = (
+            (rng.choice(present), rng.sample(absent, 3))
+            if task == PRESENCE
+            else (rng.choice(absent), rng.sample(present, 3))
+        )
         kinds = _shuffled(rng, right, wrong)
         options, answer = [_capital(k.name) for k in kinds], kinds.index(right)
         if task == PRESENCE:
@@ -270,16 +316,34 @@ def _ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dic
         choices = _shuffled(rng, about.kind.diagnosis, rng.sample(others, 3))
         filed_under = rng.choice(choices)
         filed = next(k for k in FINDINGS if k.diagnosis == filed_under)
-        return Question(task, wording, choices, choices.index(about.kind.diagnosis),
-                        f"{about.phrase()[:-1]}, which points to {about.kind.diagnosis.lower()}.", filed)
+        return Question(
+            task,
+            wording,
+            choices,
+            choices.index(about.kind.diagnosis),
+            f"{about.phrase()[:-1]}, which points to {about.kind.diagnosis.lower()}.",
+            filed,
+        )
     if task == LOCATION:
         choices = _shuffled(rng, about.place, rng.sample([z for z in LUNG_ZONES if z != about.place], 3))
-        return Question(task, wording.format(finding=about.kind.name), [_capital(z) for z in choices], choices.index(about.place),
-                        f"The {about.kind.name} projects over the {about.place}.", about.kind)
+        return Question(
+            task,
+            wording.format(finding=about.kind.name),
+            [_capital(z) for z in choices],
+            choices.index(about.place),
+            f"The {about.kind.name} projects over the {about.place}.",
+            about.kind,
+        )
     size = SIZES[about.size]
     choices = _shuffled(rng, size, [s for s in SIZES if s != size])
-    return Question(task, wording.format(finding=about.kind.name), choices, choices.index(size),
-                    f"The {about.kind.name} is {size.lower()} in extent.", about.kind)
+    return Question(
+        task,
+        wording.format(finding=about.kind.name),
+        choices,
+        choices.index(size),
+        f"The {about.kind.name} is {size.lower()} in extent.",
+        about.kind,
+    )
 
 
 def _shuffled(rng: random.Random, right: object, wrong: list) -> list:
@@ -300,7 +364,9 @@ class SyntheticStudy:
     findings: list[StudyFinding]
 
 
-def make_study(seed: int, index: int, split: str, downscale: int, weights: dict[str, float] = TASK_WEIGHTS) -> SyntheticStudy:
+def make_study(
+    seed: int, index: int, split: str, downscale: int, weights: dict[str, float] = TASK_WEIGHTS
+) -> SyntheticStudy:
     """Study `index` of the release: its questions (id -> record), the images they name and the findings those show.
 
     `weights`: of each task (`task_weights`); the paper's shares unless a release asks for others.
@@ -312,38 +378,56 @@ def make_study(seed: int, index: int, split: str, downscale: int, weights: dict[
     images, paths = [], []
     for _ in range(count):
         long_side, short_side = (rng.randint(*RELEASE_SIDES) // downscale for _ in range(2))
-        width, height = sorted((long_side, short_side)) if rng.random() < 0.8 else sorted((long_side, short_side), reverse=True)
+        width, height = (
+            sorted((long_side, short_side)) if rng.random() < 0.8 else sorted((long_side, short_side), reverse=True)
+        )
         relative = f"deid_png/{patient}/{accession}/studies/{study_uid}/series/{_uid(rng)}/instances/{_uid(rng)}.png"
         images.append((relative, width, height, rng.randrange(2**32)))
         paths.append(f"../{relative}")
     findings = _findings(rng)
     study = {
-        "study_id": f"{patient}_{accession}", "ImagePath": paths, "ImageViewPosition": _views(rng, count),
-        "PatientAge": _age(rng), "PatientSex": rng.choice("MF"),
-        "Indication": _nan_or(rng, rng.choice(("Cough.", "Shortness of breath.", "Fever, rule out pneumonia.", "Chest pain.")), 0.15),
+        "study_id": f"{patient}_{accession}",
+        "ImagePath": paths,
+        "ImageViewPosition": _views(rng, count),
+        "PatientAge": _age(rng),
+        "PatientSex": rng.choice("MF"),
+        "Indication": _nan_or(
+            rng, rng.choice(("Cough.", "Shortness of breath.", "Fever, rule out pneumonia.", "Chest pain.")), 0.15
+        ),
         "Comparison": _nan_or(rng, "None.", 0.5),
         "Findings": _nan_or(rng, " ".join(f.phrase() for f in findings) + " No other acute abnormality.", 0.05),
         "Impression": _nan_or(rng, findings[0].phrase(), 0.05),
-        "PatientID": patient, "AccessionNumber": accession, "StudyInstanceUid": study_uid,
+        "PatientID": patient,
+        "AccessionNumber": accession,
+        "StudyInstanceUid": study_uid,
         "StudyDate": f"20{rng.randint(10, 23)}{rng.randint(1, 12):02d}{rng.randint(1, 28):02d}",
-        "ImageModality": ["DX" if rng.random() < 0.7 else "CR"] * count, "validation_code": rng.randint(0, 1),
-        "class": "abnormal", "Manufacturer": rng.choice(("Carestream", "Fujifilm", "GE Healthcare", None)),
-        "ImageShape": [[h * downscale, w * downscale] for _, w, h, _ in images], "ImageBodyPart": ["CHEST"] * count,
+        "ImageModality": ["DX" if rng.random() < 0.7 else "CR"] * count,
+        "validation_code": rng.randint(0, 1),
+        "class": "abnormal",
+        "Manufacturer": rng.choice(("Carestream", "Fujifilm", "GE Healthcare", None)),
+        "ImageShape": [[h * downscale, w * downscale] for _, w, h, _ in images],
+        "ImageBodyPart": ["CHEST"] * count,
     }
     records = {}
     for _q in range(max(1, round(rng.gauss(QUESTIONS_PER_STUDY, 1.2)))):
         asked = _ask(rng, _task(rng, findings, weights), findings, study)
-        record = {"question": asked.question, "options": [f"{'ABCD'[k]}. {t}" for k, t in enumerate(asked.options)],
-                  "correct_answer": "ABCD"[asked.answer], "correct_answer_explanation": asked.explanation, "task_name": asked.task,
-                  "category": NEGATION_CATEGORY if asked.task == NEGATION else asked.topic.category,
-                  "subcategory": asked.topic.subcategory}
+        record = {
+            "question": asked.question,
+            "options": [f"{'ABCD'[k]}. {t}" for k, t in enumerate(asked.options)],
+            "correct_answer": "ABCD"[asked.answer],
+            "correct_answer_explanation": asked.explanation,
+            "task_name": asked.task,
+            "category": NEGATION_CATEGORY if asked.task == NEGATION else asked.topic.category,
+            "subcategory": asked.topic.subcategory,
+        }
         record.update(study)
         records[f"{split}_{rng.getrandbits(48):012x}"] = record
     return SyntheticStudy(records, images, findings)
 
 
-def _studies(seed: int, first: int, count: int, split: str, downscale: int,
-             weights: dict[str, float] = TASK_WEIGHTS) -> Iterator[SyntheticStudy]:
+def _studies(
+    seed: int, first: int, count: int, split: str, downscale: int, weights: dict[str, float] = TASK_WEIGHTS
+) -> Iterator[SyntheticStudy]:
     for index in range(first, first + count):
         yield make_study(seed, index, split, downscale, weights)
 
@@ -357,7 +441,9 @@ def _write_images(seed: int, downscale: int, root: str, chunk: Chunk) -> int:
             path.parent.mkdir(parents=True, exist_ok=True)
             tag = PngInfo()
             tag.add_text(IMAGE_TAG_KEY, image_tag(path.name))
-            Image.fromarray(chest_pixels(random.Random(pixel_seed), width, height, study.findings)).save(path, "PNG", pnginfo=tag)
+            Image.fromarray(chest_pixels(random.Random(pixel_seed), width, height, study.findings)).save(
+                path, "PNG", pnginfo=tag
+            )
     return chunk.count
 
 
@@ -382,8 +468,15 @@ def write_split(path: Path, studies: Iterator[SyntheticStudy], progress: tqdm | 
     return written
 
 
-def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4, num_proc: int = 1,
-             images: bool = True, task_shares: dict[str, float] = TASK_SHARES) -> SyntheticRelease:
+def generate(
+    out: Path,
+    num_studies: int = 20,
+    seed: int = 0,
+    downscale: int = 4,
+    num_proc: int = 1,
+    images: bool = True,
+    task_shares: dict[str, float] = TASK_SHARES,
+) -> SyntheticRelease:
     """Write a synthetic release of `num_studies` studies (the public release: 160,000) to `out`.
 
     About `QUESTIONS_PER_STUDY` (4.09) questions per study, so `PUBLIC_STUDIES` gives
@@ -402,7 +495,15 @@ def generate(out: Path, num_studies: int = 20, seed: int = 0, downscale: int = 4
         manifest.add(path)
         return written
 
-    questions = write_release(out, note=SYNTHETIC_NOTE, made_by="cxr-vqa synthesize rexvqa", sizes=sizes,
-                              write_annotations=annotations, chunk_size=64, num_proc=num_proc, item_unit="study",
-                              write_images=partial(_write_images, seed, downscale, str(out)) if images else None)
+    questions = write_release(
+        out,
+        note=SYNTHETIC_NOTE,
+        made_by="cxr-vqa synthesize rexvqa",
+        sizes=sizes,
+        write_annotations=annotations,
+        chunk_size=64,
+        num_proc=num_proc,
+        item_unit="study",
+        write_images=partial(_write_images, seed, downscale, str(out)) if images else None,
+    )
     return SyntheticRelease(out, sizes, questions)

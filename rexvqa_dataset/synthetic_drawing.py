@@ -67,7 +67,9 @@ class Chest:
         return self.cy + self.lung_height * self.h
 
     def lung_mask(self, side: str) -> np.ndarray:
-        return ((self.x - self.lung_x(side)) / (self.w * 0.16)) ** 2 + ((self.y - self.cy) / (self.h * self.lung_height)) ** 2 < 1
+        return ((self.x - self.lung_x(side)) / (self.w * 0.16)) ** 2 + (
+            (self.y - self.cy) / (self.h * self.lung_height)
+        ) ** 2 < 1
 
     def zone_centre(self, zone: str) -> tuple[float, float]:
         side = zone.split()[0]
@@ -82,7 +84,9 @@ class Chest:
         spine_x = self.cx + self.spine_bend * np.sin(np.pi * y / h)
         body += 700 * (np.abs(x - spine_x) < w * 0.035)
         body += 900 * ((np.abs(x - self.cx) < w * self.mediastinum_width) & (y < self.cy - 0.05 * h))
-        heart = ((x - self.cx - 0.04 * w) / (w * self.heart_width)) ** 2 + ((y - self.cy - 0.14 * h) / (h * 0.11)) ** 2 < 1
+        heart = ((x - self.cx - 0.04 * w) / (w * self.heart_width)) ** 2 + (
+            (y - self.cy - 0.14 * h) / (h * 0.11)
+        ) ** 2 < 1
         body = np.where(heart, np.maximum(body, 2300), body)
         body -= 700 * ((np.abs(x - self.trachea_x) < w * 0.018) & (y < self.cy - 0.12 * h))
         return body
@@ -91,8 +95,10 @@ class Chest:
 
     def window(self, x0: float, y0: float, reach: float) -> tuple[slice, slice]:
         """The rows and columns within `reach` of (x0, y0): shapes are drawn there, not over the whole image."""
-        return (slice(max(0, int(y0 - reach)), max(0, int(y0 + reach) + 2)),
-                slice(max(0, int(x0 - reach)), max(0, int(x0 + reach) + 2)))
+        return (
+            slice(max(0, int(y0 - reach)), max(0, int(y0 + reach) + 2)),
+            slice(max(0, int(x0 - reach)), max(0, int(x0 + reach) + 2)),
+        )
 
     def disc(self, x0: float, y0: float, r: float, amount: float) -> None:
         near = self.window(x0, y0, r)
@@ -212,7 +218,9 @@ def _pneumothorax(c: Chest, f: StudyFinding) -> None:
 
 def _pleural(c: Chest, f: StudyFinding) -> None:
     lateral = -1 if f.place == "right" else 1
-    edge = (np.abs((c.x - c.lung_x(f.place)) / (c.w * 0.16)) > 0.78 - 0.05 * f.size) & ((c.x - c.lung_x(f.place)) * lateral > 0)
+    edge = (np.abs((c.x - c.lung_x(f.place)) / (c.w * 0.16)) > 0.78 - 0.05 * f.size) & (
+        (c.x - c.lung_x(f.place)) * lateral > 0
+    )
     c.pixels += 600 * (c.lung_mask(f.place) & edge)
 
 
@@ -273,11 +281,25 @@ def _endotracheal(c: Chest, f: StudyFinding) -> None:
 
 
 def _central_line(c: Chest, f: StudyFinding) -> None:
-    c.line([(c.cx + 0.3 * c.w, c.cy - 0.3 * c.h), (c.cx + 0.08 * c.w, c.cy - 0.24 * c.h), (c.cx - 0.03 * c.w, c.cy - 0.08 * c.h)], 1600)
+    c.line(
+        [
+            (c.cx + 0.3 * c.w, c.cy - 0.3 * c.h),
+            (c.cx + 0.08 * c.w, c.cy - 0.24 * c.h),
+            (c.cx - 0.03 * c.w, c.cy - 0.08 * c.h),
+        ],
+        1600,
+    )
 
 
 def _nasogastric(c: Chest, f: StudyFinding) -> None:
-    c.line([(c.cx - 0.01 * c.w, 0), (c.cx - 0.01 * c.w, c.lung_bottom()), (c.cx + 0.12 * c.w, c.lung_bottom() + 0.08 * c.h)], 1600)
+    c.line(
+        [
+            (c.cx - 0.01 * c.w, 0),
+            (c.cx - 0.01 * c.w, c.lung_bottom()),
+            (c.cx + 0.12 * c.w, c.lung_bottom() + 0.08 * c.h),
+        ],
+        1600,
+    )
 
 
 def _pacemaker(c: Chest, f: StudyFinding) -> None:
@@ -290,7 +312,11 @@ def _pacemaker(c: Chest, f: StudyFinding) -> None:
 def _sternotomy(c: Chest, f: StudyFinding) -> None:
     for k in range(5):
         y0 = c.cy - 0.15 * c.h + k * 0.06 * c.h
-        c.line([(c.cx - 2, y0 - 2), (c.cx + 2, y0 - 2), (c.cx + 2, y0 + 2), (c.cx - 2, y0 + 2), (c.cx - 2, y0 - 2)], 2000, 1)
+        c.line(
+            [(c.cx - 2, y0 - 2), (c.cx + 2, y0 - 2), (c.cx + 2, y0 + 2), (c.cx - 2, y0 + 2), (c.cx - 2, y0 - 2)],
+            2000,
+            1,
+        )
 
 
 def _in_anatomy(c: Chest, f: StudyFinding) -> None:
@@ -298,15 +324,41 @@ def _in_anatomy(c: Chest, f: StudyFinding) -> None:
 
 
 DRAWINGS: dict[str, Callable[[Chest, StudyFinding], None]] = {
-    "opacity": _opacity, "haze": _haze, "band": _band, "nodule": _nodule, "mass": _mass, "cavity": _cavity,
-    "calcification": _calcification, "reticular": _reticular, "bulla": _bulla, "fracture": _fracture, "clips": _clips,
-    "miliary": _miliary, "effusion": _effusion, "pneumothorax": _pneumothorax, "pleural": _pleural,
-    "diaphragm": _diaphragm, "hilar": _hilar, "chest_tube": _chest_tube, "subcutaneous": _subcutaneous,
-    "edema": _edema, "free_air": _free_air, "hernia": _hernia, "aorta": _aorta, "spine": _spine,
-    "endotracheal": _endotracheal, "central_line": _central_line, "nasogastric": _nasogastric,
-    "pacemaker": _pacemaker, "sternotomy": _sternotomy,
-    "heart": _in_anatomy, "mediastinum": _in_anatomy, "hyperinflation": _in_anatomy, "low_volumes": _in_anatomy,
-    "trachea": _in_anatomy, "scoliosis": _in_anatomy,
+    "opacity": _opacity,
+    "haze": _haze,
+    "band": _band,
+    "nodule": _nodule,
+    "mass": _mass,
+    "cavity": _cavity,
+    "calcification": _calcification,
+    "reticular": _reticular,
+    "bulla": _bulla,
+    "fracture": _fracture,
+    "clips": _clips,
+    "miliary": _miliary,
+    "effusion": _effusion,
+    "pneumothorax": _pneumothorax,
+    "pleural": _pleural,
+    "diaphragm": _diaphragm,
+    "hilar": _hilar,
+    "chest_tube": _chest_tube,
+    "subcutaneous": _subcutaneous,
+    "edema": _edema,
+    "free_air": _free_air,
+    "hernia": _hernia,
+    "aorta": _aorta,
+    "spine": _spine,
+    "endotracheal": _endotracheal,
+    "central_line": _central_line,
+    "nasogastric": _nasogastric,
+    "pacemaker": _pacemaker,
+    "sternotomy": _sternotomy,
+    "heart": _in_anatomy,
+    "mediastinum": _in_anatomy,
+    "hyperinflation": _in_anatomy,
+    "low_volumes": _in_anatomy,
+    "trachea": _in_anatomy,
+    "scoliosis": _in_anatomy,
 }
 """How each `FindingKind.drawing` is drawn; every kind of `synthetic_profile.FINDINGS` has one."""
 
@@ -317,4 +369,3 @@ def chest_pixels(rng: random.Random, width: int, height: int, findings: list[Stu
     for finding in findings:
         DRAWINGS[finding.kind.drawing](chest, finding)
     return chest.finish()
-

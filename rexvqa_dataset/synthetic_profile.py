@@ -23,9 +23,11 @@ QUESTIONS_PER_STUDY = PUBLIC_QUESTIONS / PUBLIC_STUDIES
 TASK_SHARES = dict(zip(TASKS, (0.361, 0.061, 0.365, 0.209, 0.004)))
 """paper: share of each task among the questions (presence, location, negation, differential, geometric)."""
 
-SPLIT_SHARES = {"train": 1 - 2 * PUBLIC_TEST_QUESTIONS / PUBLIC_QUESTIONS,
-                "valid": PUBLIC_TEST_QUESTIONS / PUBLIC_QUESTIONS,
-                "test": PUBLIC_TEST_QUESTIONS / PUBLIC_QUESTIONS}
+SPLIT_SHARES = {
+    "train": 1 - 2 * PUBLIC_TEST_QUESTIONS / PUBLIC_QUESTIONS,
+    "valid": PUBLIC_TEST_QUESTIONS / PUBLIC_QUESTIONS,
+    "test": PUBLIC_TEST_QUESTIONS / PUBLIC_QUESTIONS,
+}
 """Share of studies (so of questions) per split. test: paper (40,826 of 653,834, 6.2%); valid: chosen:
 plausible, the test's size (formats.md: per-split counts not known)."""
 
@@ -54,8 +56,14 @@ RELEASE_SIDES = (600, 800)
 FINDINGS_PER_STUDY = {3: 0.45, 4: 0.4, 5: 0.15}
 """chosen: plausible. At least 3, so a negation question has three present findings beside an absent one."""
 
-LUNG_ZONES = ("right upper lung zone", "right mid lung zone", "right lower lung zone",
-              "left upper lung zone", "left mid lung zone", "left lower lung zone")
+LUNG_ZONES = (
+    "right upper lung zone",
+    "right mid lung zone",
+    "right lower lung zone",
+    "left upper lung zone",
+    "left mid lung zone",
+    "left lower lung zone",
+)
 SIDES = ("right", "left")
 SIZES = ("Small", "Moderate", "Large", "Marked")
 """chosen: plausible. The four answers of a size (geometric) question; each is drawn at its own scale."""
@@ -79,36 +87,134 @@ class FindingKind:
 
 
 FINDINGS: tuple[FindingKind, ...] = (
-    FindingKind("lobar consolidation", "Lung and Pleural Opacity", "Airspace Opacity", "opacity", "zone", True, "Bacterial pneumonia"),
-    FindingKind("ground-glass opacity", "Ground-Glass Opacity", "Hazy Opacity", "haze", "zone", True, "Viral pneumonitis"),
-    FindingKind("subsegmental atelectasis", "Atelectasis and Volume Loss", "Plate-like Atelectasis", "band", "zone", True, "Postoperative hypoventilation"),
-    FindingKind("pulmonary nodule", "Pulmonary Nodules", "Solitary Nodule", "nodule", "zone", True, "Early bronchogenic carcinoma"),
+    FindingKind(
+        "lobar consolidation",
+        "Lung and Pleural Opacity",
+        "Airspace Opacity",
+        "opacity",
+        "zone",
+        True,
+        "Bacterial pneumonia",
+    ),
+    FindingKind(
+        "ground-glass opacity", "Ground-Glass Opacity", "Hazy Opacity", "haze", "zone", True, "Viral pneumonitis"
+    ),
+    FindingKind(
+        "subsegmental atelectasis",
+        "Atelectasis and Volume Loss",
+        "Plate-like Atelectasis",
+        "band",
+        "zone",
+        True,
+        "Postoperative hypoventilation",
+    ),
+    FindingKind(
+        "pulmonary nodule",
+        "Pulmonary Nodules",
+        "Solitary Nodule",
+        "nodule",
+        "zone",
+        True,
+        "Early bronchogenic carcinoma",
+    ),
     FindingKind("lung mass", "Lung Masses", "Mass Lesion", "mass", "zone", True, "Advanced lung cancer"),
-    FindingKind("cavitary lesion", "Cavitation", "Cavitary Lesion", "cavity", "zone", True, "Reactivation tuberculosis"),
-    FindingKind("calcified granuloma", "Calcifications", "Granuloma", "calcification", "zone", False, "Healed histoplasmosis"),
-    FindingKind("reticular opacities", "Interstitial Lung Disease", "Reticular Pattern", "reticular", "zone", True, "Idiopathic pulmonary fibrosis"),
+    FindingKind(
+        "cavitary lesion", "Cavitation", "Cavitary Lesion", "cavity", "zone", True, "Reactivation tuberculosis"
+    ),
+    FindingKind(
+        "calcified granuloma", "Calcifications", "Granuloma", "calcification", "zone", False, "Healed histoplasmosis"
+    ),
+    FindingKind(
+        "reticular opacities",
+        "Interstitial Lung Disease",
+        "Reticular Pattern",
+        "reticular",
+        "zone",
+        True,
+        "Idiopathic pulmonary fibrosis",
+    ),
     FindingKind("emphysematous bulla", "Emphysema", "Bullous Disease", "bulla", "zone", True, "Bullous emphysema"),
     FindingKind("rib fracture", "Osseous Structures", "Rib Fracture", "fracture", "zone", False, "Blunt chest trauma"),
-    FindingKind("surgical clips", "Surgical Material", "Surgical Clips", "clips", "zone", False, "Prior lung resection"),
-    FindingKind("miliary nodules", "Miliary Pattern", "Diffuse Micronodules", "miliary", "", False, "Miliary tuberculosis"),
+    FindingKind(
+        "surgical clips", "Surgical Material", "Surgical Clips", "clips", "zone", False, "Prior lung resection"
+    ),
+    FindingKind(
+        "miliary nodules", "Miliary Pattern", "Diffuse Micronodules", "miliary", "", False, "Miliary tuberculosis"
+    ),
     FindingKind("pleural effusion", "Pleural Effusion", "Effusion", "effusion", "side", True, "Parapneumonic effusion"),
-    FindingKind("pneumothorax", "Pneumothorax", "Pneumothorax", "pneumothorax", "side", True, "Spontaneous pneumothorax"),
-    FindingKind("pleural thickening", "Pleural Abnormalities", "Pleural Thickening", "pleural", "side", True, "Asbestos-related pleural disease"),
-    FindingKind("elevated hemidiaphragm", "Diaphragm", "Diaphragmatic Elevation", "diaphragm", "side", True, "Phrenic nerve palsy"),
-    FindingKind("hilar enlargement", "Hilar Structures", "Hilar Prominence", "hilar", "side", True, "Pulmonary sarcoidosis"),
+    FindingKind(
+        "pneumothorax", "Pneumothorax", "Pneumothorax", "pneumothorax", "side", True, "Spontaneous pneumothorax"
+    ),
+    FindingKind(
+        "pleural thickening",
+        "Pleural Abnormalities",
+        "Pleural Thickening",
+        "pleural",
+        "side",
+        True,
+        "Asbestos-related pleural disease",
+    ),
+    FindingKind(
+        "elevated hemidiaphragm",
+        "Diaphragm",
+        "Diaphragmatic Elevation",
+        "diaphragm",
+        "side",
+        True,
+        "Phrenic nerve palsy",
+    ),
+    FindingKind(
+        "hilar enlargement", "Hilar Structures", "Hilar Prominence", "hilar", "side", True, "Pulmonary sarcoidosis"
+    ),
     FindingKind("chest tube", "Thoracostomy Tubes", "Pleural Drain", "chest_tube", "side", False),
-    FindingKind("subcutaneous emphysema", "Soft Tissues", "Subcutaneous Gas", "subcutaneous", "side", True, "Chest wall air leak"),
+    FindingKind(
+        "subcutaneous emphysema",
+        "Soft Tissues",
+        "Subcutaneous Gas",
+        "subcutaneous",
+        "side",
+        True,
+        "Chest wall air leak",
+    ),
     FindingKind("cardiomegaly", "Cardiac Silhouette", "Cardiomegaly", "heart", "", True, "Dilated cardiomyopathy"),
-    FindingKind("widened mediastinum", "Cardiac and Mediastinal", "Mediastinal Widening", "mediastinum", "", True, "Mediastinal lymphoma"),
-    FindingKind("pulmonary edema", "Pulmonary Vasculature", "Interstitial Edema", "edema", "", True, "Congestive heart failure"),
-    FindingKind("hyperinflation", "Lung Volumes", "Hyperinflation", "hyperinflation", "", False, "Chronic obstructive pulmonary disease"),
+    FindingKind(
+        "widened mediastinum",
+        "Cardiac and Mediastinal",
+        "Mediastinal Widening",
+        "mediastinum",
+        "",
+        True,
+        "Mediastinal lymphoma",
+    ),
+    FindingKind(
+        "pulmonary edema", "Pulmonary Vasculature", "Interstitial Edema", "edema", "", True, "Congestive heart failure"
+    ),
+    FindingKind(
+        "hyperinflation",
+        "Lung Volumes",
+        "Hyperinflation",
+        "hyperinflation",
+        "",
+        False,
+        "Chronic obstructive pulmonary disease",
+    ),
     FindingKind("low lung volumes", "Exam/Patient Information", "Inspiratory Effort", "low_volumes", "", False),
     FindingKind("pneumoperitoneum", "Upper Abdomen", "Free Air", "free_air", "", True, "Perforated hollow viscus"),
-    FindingKind("hiatal hernia", "Gastrointestinal", "Hiatal Hernia", "hernia", "", True, "Gastroesophageal reflux disease"),
-    FindingKind("aortic knob calcification", "Aorta", "Aortic Calcification", "aorta", "", False, "Aortic atherosclerosis"),
-    FindingKind("tracheal deviation", "Airway", "Tracheal Shift", "trachea", "", False, "Mass effect from a thyroid goiter"),
-    FindingKind("thoracic scoliosis", "Thoracic Cage", "Spinal Curvature", "scoliosis", "", False, "Idiopathic scoliosis"),
-    FindingKind("degenerative spine changes", "Spine", "Degenerative Changes", "spine", "", False, "Thoracic spondylosis"),
+    FindingKind(
+        "hiatal hernia", "Gastrointestinal", "Hiatal Hernia", "hernia", "", True, "Gastroesophageal reflux disease"
+    ),
+    FindingKind(
+        "aortic knob calcification", "Aorta", "Aortic Calcification", "aorta", "", False, "Aortic atherosclerosis"
+    ),
+    FindingKind(
+        "tracheal deviation", "Airway", "Tracheal Shift", "trachea", "", False, "Mass effect from a thyroid goiter"
+    ),
+    FindingKind(
+        "thoracic scoliosis", "Thoracic Cage", "Spinal Curvature", "scoliosis", "", False, "Idiopathic scoliosis"
+    ),
+    FindingKind(
+        "degenerative spine changes", "Spine", "Degenerative Changes", "spine", "", False, "Thoracic spondylosis"
+    ),
     FindingKind("endotracheal tube", "Devices and Lines", "Airway Device", "endotracheal", "", False),
     FindingKind("central venous catheter", "Vascular Access", "Central Line", "central_line", "", False),
     FindingKind("nasogastric tube", "Enteric Tubes", "Feeding Tube", "nasogastric", "", False),

@@ -8,7 +8,9 @@ os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
 
 
 def pytest_addoption(parser):
-    parser.addoption("--samples", default=None, help="the real public samples folder (../shared/samples) for the conformance tests")
+    parser.addoption(
+        "--samples", default=None, help="the real public samples folder (../shared/samples) for the conformance tests"
+    )
 
 
 @pytest.fixture(scope="session")
@@ -36,7 +38,11 @@ def gemex_embed(gemex_release, tmp_path_factory):
     from gemex_dataset.build import build_gemex
 
     out = tmp_path_factory.mktemp("gemex-built") / "gemex"
-    report = build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root, image_mode="embed"))
+    report = build_gemex(
+        BuildSettings(
+            source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root, image_mode="embed"
+        )
+    )
     return out, report
 
 
@@ -48,8 +54,16 @@ def gemex_embed_112(gemex_release, tmp_path_factory) -> Path:
     from gemex_dataset.build import build_gemex
 
     out = tmp_path_factory.mktemp("gemex-112") / "gemex"
-    build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root,
-                              image_mode="embed", image_size=112, conversation_tokens=300))
+    build_gemex(
+        BuildSettings(
+            source=gemex_release.root / "per_type",
+            out=out,
+            images=gemex_release.image_root,
+            image_mode="embed",
+            image_size=112,
+            conversation_tokens=300,
+        )
+    )
     return out
 
 

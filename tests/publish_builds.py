@@ -39,7 +39,9 @@ def built(kind: str, root: Path) -> Path:
         origin, mode = kind.rsplit("-", 1)
         raw = _release(root, synthetic=origin == "synthetic")
         out = root / kind
-        build_gemex(BuildSettings(source=raw / "per_type", out=out, images=raw / "files", image_mode=mode, overwrite=True))
+        build_gemex(
+            BuildSettings(source=raw / "per_type", out=out, images=raw / "files", image_mode=mode, overwrite=True)
+        )
         _cache[kind] = out
     return _cache[kind]
 

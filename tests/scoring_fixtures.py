@@ -9,7 +9,32 @@ from builders.box_frame import frame224_to_pixels, letterbox
 from gemex_dataset.features import QUESTION_TYPES
 from rexvqa_dataset.features import TASKS
 
-WORDS = ["opacity", "effusion", "heart", "lung", "base", "left", "right", "apex", "mediastinum", "enlarged", "clear", "blunted", "angle", "consolidation", "edema", "atelectasis", "pneumothorax", "normal", "size", "stable", "mild", "moderate", "small", "large"]
+WORDS = [
+    "opacity",
+    "effusion",
+    "heart",
+    "lung",
+    "base",
+    "left",
+    "right",
+    "apex",
+    "mediastinum",
+    "enlarged",
+    "clear",
+    "blunted",
+    "angle",
+    "consolidation",
+    "edema",
+    "atelectasis",
+    "pneumothorax",
+    "normal",
+    "size",
+    "stable",
+    "mild",
+    "moderate",
+    "small",
+    "large",
+]
 IMAGE_SIZES = ((2544, 3056), (3056, 2544), (2000, 2000), (1024, 1280))
 CATEGORIES = ("Lung and Pleural Opacity", "Negation", "Cardiac", "Exam/Patient Information")
 

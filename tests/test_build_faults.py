@@ -22,8 +22,19 @@ import pytest
 
 
 def build_args(release, out: Path, *extra: str) -> list[str]:
-    return ["build", "gemex", "--source", str(release.root / "per_type"), "--images", str(release.image_root), "--out", str(out),
-            "--image-mode", "embed", *extra]
+    return [
+        "build",
+        "gemex",
+        "--source",
+        str(release.root / "per_type"),
+        "--images",
+        str(release.image_root),
+        "--out",
+        str(out),
+        "--image-mode",
+        "embed",
+        *extra,
+    ]
 
 
 def build_command(release, out: Path, *extra: str) -> list[str]:
@@ -44,6 +55,7 @@ def cxr_vqa(capsys, caplog):
         status = main(argv)
         warnings = "".join(f"{record.getMessage()}\n" for record in caplog.records if record.levelno >= logging.WARNING)
         return status, warnings + capsys.readouterr().err
+
     return run
 
 
@@ -68,10 +80,12 @@ def as_from_a_terminal(preexec_fn=None):
     A test run started in the background of a non-interactive shell inherits SIGINT ignored, and
     Python keeps an ignored SIGINT ignored, so the build would never see the interrupt under test.
     """
+
     def prepare() -> None:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         if preexec_fn is not None:
             preexec_fn()
+
     return prepare
 
 
@@ -79,8 +93,15 @@ def start(release, out: Path, stop_at: str | None = None, *extra: str, preexec_f
     env = quiet_env()
     if stop_at:
         env["CXR_VQA_STOP_AT"] = stop_at
-    return subprocess.Popen(build_command(release, out, *extra), env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, preexec_fn=as_from_a_terminal(preexec_fn), **popen)
+    return subprocess.Popen(
+        build_command(release, out, *extra),
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=as_from_a_terminal(preexec_fn),
+        **popen,
+    )
 
 
 def wait_until_stopped(process: subprocess.Popen) -> None:
@@ -102,11 +123,17 @@ def finish(process: subprocess.Popen) -> tuple[int, str]:
 
 
 def build(release, out: Path, *extra: str) -> subprocess.CompletedProcess:
-    return subprocess.run(build_command(release, out, *extra), env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
+    return subprocess.run(
+        build_command(release, out, *extra), env=quiet_env(), capture_output=True, text=True, timeout=300, check=False
+    )
 
 
 def looks_like_a_dataset(folder: Path) -> bool:
-    return (folder / "README.md").exists() or (folder / "build_report.json").exists() or any(folder.glob("data/**/*.parquet"))
+    return (
+        (folder / "README.md").exists()
+        or (folder / "build_report.json").exists()
+        or any(folder.glob("data/**/*.parquet"))
+    )
 
 
 @pytest.mark.parametrize("point", ["reading", "shards", "card"])
@@ -139,7 +166,11 @@ def test_a_build_killed_while_renaming_gives_back_the_previous_output(gemex_rele
     process.kill()
     process.wait()
     assert not looks_like_a_dataset(out)
-    assert {p.name for p in tmp_path.iterdir()} == {".gemex.lock", f".gemex.partial-{process.pid}", f".gemex.previous-{process.pid}"}
+    assert {p.name for p in tmp_path.iterdir()} == {
+        ".gemex.lock",
+        f".gemex.partial-{process.pid}",
+        f".gemex.previous-{process.pid}",
+    }
 
     status, stderr = build_here(cxr_vqa, gemex_release, out)
     assert status == 1 and "already exists" in stderr
@@ -161,8 +192,12 @@ def test_a_second_build_into_the_same_out_fails_at_once_naming_the_first(gemex_r
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
 
 
-@pytest.mark.parametrize("signum, status, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")])
-def test_sigint_and_sigterm_end_with_one_line_and_remove_the_partial_folder(gemex_release, tmp_path, signum, status, word):
+@pytest.mark.parametrize(
+    "signum, status, word", [(signal.SIGINT, 130, "interrupted"), (signal.SIGTERM, 143, "terminated")]
+)
+def test_sigint_and_sigterm_end_with_one_line_and_remove_the_partial_folder(
+    gemex_release, tmp_path, signum, status, word
+):
     out = tmp_path / "gemex"
     process = start(gemex_release, out, "shards")
     wait_until_stopped(process)
@@ -210,16 +245,21 @@ def test_a_file_size_limit_ends_the_build_cleanly_and_keeps_the_previous_output(
 
 def test_a_full_tmpfs_ends_the_build_cleanly_and_keeps_the_previous_output(gemex_release, tmp_path):
     """A 640 KiB tmpfs in a private mount namespace: room for an annotations-only build, not for the images."""
-    if shutil.which("unshare") is None or subprocess.run(["unshare", "-rm", "true"], capture_output=True, check=False).returncode:
+    if (
+        shutil.which("unshare") is None
+        or subprocess.run(["unshare", "-rm", "true"], capture_output=True, check=False).returncode
+    ):
         pytest.skip("no user/mount namespaces here to mount a small tmpfs")
     disk, results = tmp_path / "disk", tmp_path / "results"
     disk.mkdir()
     results.mkdir()
     none_build = " ".join(build_command(gemex_release, disk / "gemex", "--image-mode", "none"))
     embed_build = " ".join(build_command(gemex_release, disk / "gemex", "--overwrite"))
-    script = (f"mount -t tmpfs -o size=640k tmpfs {disk} && {none_build} >/dev/null && "
-              f"cp -r {disk}/gemex {results}/before; {embed_build} 2>{results}/stderr; echo $? >{results}/status; "
-              f"ls -A {disk} >{results}/listing; cp -r {disk}/gemex {results}/after")
+    script = (
+        f"mount -t tmpfs -o size=640k tmpfs {disk} && {none_build} >/dev/null && "
+        f"cp -r {disk}/gemex {results}/before; {embed_build} 2>{results}/stderr; echo $? >{results}/status; "
+        f"ls -A {disk} >{results}/listing; cp -r {disk}/gemex {results}/after"
+    )
     subprocess.run(["unshare", "-rm", "sh", "-c", script], env=quiet_env(), timeout=300, check=False)
     if not (results / "before").exists():
         pytest.skip("mounting a tmpfs is not permitted here")
@@ -245,7 +285,10 @@ def test_a_fifo_among_the_images_is_rejected_and_does_not_hang_the_build(gemex_r
     report = json.loads((out / "build_report.json").read_text())
     fifo_rejects = [r for r in report["rejects"] if "not a regular file (a FIFO)" in r["reason"]]
     if mode == "none":  # annotations only: the rows stay, their boxes in the 224 frame
-        assert not fifo_rejects and report["notices"]["images unreadable in --image-mode none (boxes left in the 224 frame only)"] == 1
+        assert (
+            not fifo_rejects
+            and report["notices"]["images unreadable in --image-mode none (boxes left in the 224 frame only)"] == 1
+        )
     else:
         assert fifo_rejects and all(str(victim) in r["reason"] and r["field"] == "image_path" for r in fifo_rejects)
     assert report["records_read"] == report["rows_written"] + report["rejected"]
@@ -271,8 +314,14 @@ def descendants(pid: int) -> dict[int, str]:
     while frontier:
         frontier = {child for child, parent in parents.items() if parent in frontier} - found
         found |= frontier
-    return {child: (Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
-                    if Path(f"/proc/{child}/cmdline").exists() else "") for child in found}
+    return {
+        child: (
+            Path(f"/proc/{child}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            if Path(f"/proc/{child}/cmdline").exists()
+            else ""
+        )
+        for child in found
+    }
 
 
 def running(pid: int) -> bool:
@@ -332,17 +381,24 @@ def test_a_script_without_a_main_guard_still_builds_reading_headers_on_threads(r
         "from builders.assembly.settings import BuildSettings\n"
         "from gemex_dataset.build import build_gemex\n"
         f"build_gemex(BuildSettings(source={str(release_of_thousands.root / 'per_type')!r}, out={str(out)!r}, "
-        f"images={str(release_of_thousands.image_root)!r}, image_mode='reference'))\n")
-    done = subprocess.run([sys.executable, str(script)], env=quiet_env(), capture_output=True, text=True, timeout=300, check=False)
+        f"images={str(release_of_thousands.image_root)!r}, image_mode='reference'))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], env=quiet_env(), capture_output=True, text=True, timeout=300, check=False
+    )
     assert done.returncode == 0, done.stderr
     report = json.loads((out / "build_report.json").read_text())
-    assert any(notice.startswith("image headers read on threads: the worker processes stopped") for notice in report["notices"])
+    assert any(
+        notice.startswith("image headers read on threads: the worker processes stopped") for notice in report["notices"]
+    )
     assert report["records_read"] == report["rows_written"] + report["rejected"] and report["rejected"] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["build_it.py", "gemex"]
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
-def test_a_signal_after_the_output_is_written_says_the_build_completed(gemex_release, tmp_path, signum, status, cxr_vqa):
+def test_a_signal_after_the_output_is_written_says_the_build_completed(
+    gemex_release, tmp_path, signum, status, cxr_vqa
+):
     """The output renamed into place, then Ctrl-C: one line saying so, the output whole."""
     out = tmp_path / "gemex"
     process = start(gemex_release, out, "written", "--image-mode", "none")
@@ -351,12 +407,15 @@ def test_a_signal_after_the_output_is_written_says_the_build_completed(gemex_rel
     process.send_signal(signal.SIGCONT)
     returncode, stderr = finish(process)
     assert returncode == status
-    assert messages(stderr) == [messages(stderr)[0]] and "after the build had completed" in stderr and str(out) in stderr
+    assert (
+        messages(stderr) == [messages(stderr)[0]] and "after the build had completed" in stderr and str(out) in stderr
+    )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
     assert build_here(cxr_vqa, gemex_release, out, "--image-mode", "none", "--overwrite")[0] == 0
 
 
 # -- what --out may replace -----------------------------------------------------
+
 
 def copy_release(release, dest: Path) -> Path:
     shutil.copytree(release.root, dest)
@@ -371,7 +430,9 @@ def test_overwrite_never_replaces_the_raw_release(gemex_release, tmp_path, where
     out = {"source": source, "parent": raw, "dot": Path(".")}[where]
     if where == "dot":
         monkeypatch.chdir(source)
-    status, stderr = cxr_vqa(["build", "gemex", "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"])
+    status, stderr = cxr_vqa(
+        ["build", "gemex", "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"]
+    )
     assert status == 1 and len(messages(stderr)) == 1, stderr
     assert "would replace the raw release" in stderr
     assert sorted(str(p.relative_to(raw)) for p in raw.rglob("*")) == before
@@ -424,14 +485,20 @@ def test_an_out_inside_the_source_is_not_read_back(gemex_release, tmp_path, cxr_
     status, stderr = cxr_vqa([*argv, "--overwrite"])
     assert status == 0, stderr
     again = json.loads((out / "build_report.json").read_text())
-    assert (again["records_read"], again["rejected"], again["rows"]) == (report["records_read"], report["rejected"], report["rows"])
+    assert (again["records_read"], again["rejected"], again["rows"]) == (
+        report["records_read"],
+        report["rejected"],
+        report["rows"],
+    )
     assert not any("built" in reject["file"] for reject in again["rejects"])
 
 
 def test_a_synthetic_release_built_from_its_root_stays_synthetic(gemex_release, tmp_path, cxr_vqa):
     """The root holds SYNTHETIC_MANIFEST.json: it describes the annotation files and is not one of them."""
     out = tmp_path / "gemex"
-    status, stderr = cxr_vqa(["build", "gemex", "--source", str(gemex_release.root), "--out", str(out), "--image-mode", "none"])
+    status, stderr = cxr_vqa(
+        ["build", "gemex", "--source", str(gemex_release.root), "--out", str(out), "--image-mode", "none"]
+    )
     assert status == 0, stderr
     report = json.loads((out / "build_report.json").read_text())
     assert not any("SYNTHETIC_MANIFEST" in reject["file"] for reject in report["rejects"])

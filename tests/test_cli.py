@@ -79,8 +79,20 @@ def test_demo_refuses_a_folder_of_the_users_where_its_raw_releases_go(tmp_path, 
 
 def test_build_gemex_from_the_command_line(gemex_release, tmp_path):
     out = tmp_path / "out"
-    args = ["build", "gemex", "--source", str(gemex_release.root / "per_type"), "--images", str(gemex_release.image_root),
-            "--out", str(out), "--image-mode", "embed", "--image-size", "96"]
+    args = [
+        "build",
+        "gemex",
+        "--source",
+        str(gemex_release.root / "per_type"),
+        "--images",
+        str(gemex_release.image_root),
+        "--out",
+        str(out),
+        "--image-mode",
+        "embed",
+        "--image-size",
+        "96",
+    ]
     assert main(args) == 0
     assert max(load_dataset(str(out), split="test")[0]["image"].size) == 96
 
@@ -89,7 +101,11 @@ def test_shard_layout_option(gemex_release, tmp_path):
     base = ["build", "gemex", "--source", str(gemex_release.root / "per_type"), "--image-mode", "none"]
     assert main([*base, "--out", str(tmp_path / "auto")]) == 0
     assert {p.name.split("-")[0] for p in (tmp_path / "auto").glob("data/test/*.parquet")} == {
-        "open_ended", "closed_ended", "single_choice", "multi_choice"}
+        "open_ended",
+        "closed_ended",
+        "single_choice",
+        "multi_choice",
+    }
     assert main([*base, "--out", str(tmp_path / "shared"), "--shard-layout", "shared"]) == 0
     assert [p.name for p in (tmp_path / "shared").glob("data/test/*.parquet")] == ["questions-00000-of-00001.parquet"]
     closed = load_dataset(str(tmp_path / "shared"), "closed_ended", split="test")
@@ -98,8 +114,24 @@ def test_shard_layout_option(gemex_release, tmp_path):
 
 
 def test_errors_are_one_line_and_exit_non_zero(tmp_path):
-    result = subprocess.run([sys.executable, "-m", "cxr_vqa", "build", "gemex", "--source", str(tmp_path / "nowhere"),
-                             "--out", str(tmp_path / "out"), "--image-mode", "none"], capture_output=True, text=True, check=False)
+    result = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "cxr_vqa",
+            "build",
+            "gemex",
+            "--source",
+            str(tmp_path / "nowhere"),
+            "--out",
+            str(tmp_path / "out"),
+            "--image-mode",
+            "none",
+        ],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
     assert result.returncode == 1
     assert result.stderr.strip().count("\n") == 0 and "no such file or folder" in result.stderr
 
@@ -123,9 +155,12 @@ def one_line_error(args: list[str]) -> str:
 
 def test_a_folder_that_does_not_exist_is_named_as_such(tmp_path):
     missing = str(tmp_path / "nowhere")
-    for args in (["validate", missing], ["preview", missing, "--out", str(tmp_path / "p.html")],
-                 ["publish", missing, "--repo", "org/name", "--dry-run"],
-                 ["convert", "--dataset", missing, "--out", str(tmp_path / "x.json")]):
+    for args in (
+        ["validate", missing],
+        ["preview", missing, "--out", str(tmp_path / "p.html")],
+        ["publish", missing, "--repo", "org/name", "--dry-run"],
+        ["convert", "--dataset", missing, "--out", str(tmp_path / "x.json")],
+    ):
         assert "nowhere: no such folder; name the folder a build wrote" in one_line_error(args)
 
 
@@ -141,7 +176,21 @@ def test_convert_of_a_rexvqa_build_says_what_it_converts(tmp_path):
 
 def test_convert_of_a_split_the_build_lacks_names_those_it_has(gemex_release, tmp_path):
     out = tmp_path / "gemex"
-    assert main(["build", "gemex", "--source", str(gemex_release.root / "per_type"), "--out", str(out), "--image-mode", "none"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "gemex",
+                "--source",
+                str(gemex_release.root / "per_type"),
+                "--out",
+                str(out),
+                "--image-mode",
+                "none",
+            ]
+        )
+        == 0
+    )
     error = one_line_error(["convert", "--dataset", str(out), "--split", "valid", "--out", str(tmp_path / "x.json")])
     assert "no 'valid' split (it has test, train, validation)" in error
 
@@ -150,12 +199,38 @@ def test_build_options_are_the_settings_fields_with_their_defaults():
     for dataset in ("gemex", "rexvqa"):
         args = parser().parse_args(["build", dataset, "--source", "raw", "--out", "built"])
         assert parsed_options(BuildSettings, args) == BuildSettings(source=Path("raw"), out=Path("built"))
-    args = parser().parse_args(["build", "gemex", "--source", "raw", "--out", "built", "--image-mode", "embed", "--image-size", "96",
-                                "--keep-16bit", "--shard-layout", "shared", "--turn-seed", "3", "--num-proc", "2",
-                                "--no-conversations"])
+    args = parser().parse_args(
+        [
+            "build",
+            "gemex",
+            "--source",
+            "raw",
+            "--out",
+            "built",
+            "--image-mode",
+            "embed",
+            "--image-size",
+            "96",
+            "--keep-16bit",
+            "--shard-layout",
+            "shared",
+            "--turn-seed",
+            "3",
+            "--num-proc",
+            "2",
+            "--no-conversations",
+        ]
+    )
     settings = parsed_options(BuildSettings, args)
-    assert (settings.image_mode, settings.image_size, settings.keep_16bit, settings.shard_layout, settings.turn_seed,
-            settings.num_proc, settings.no_conversations) == ("embed", 96, True, "shared", 3, 2, True)
+    assert (
+        settings.image_mode,
+        settings.image_size,
+        settings.keep_16bit,
+        settings.shard_layout,
+        settings.turn_seed,
+        settings.num_proc,
+        settings.no_conversations,
+    ) == ("embed", 96, True, "shared", 3, 2, True)
     assert all(field.metadata["help"] for field in fields(BuildSettings))
 
 
@@ -227,7 +302,10 @@ def test_every_command_that_reads_a_build_names_its_folder_first(tmp_path):
 
     release = generate(tmp_path / "raw", num_images=12, layouts=("per_type",), images=False)
     out = tmp_path / "gemex"
-    assert main(["build", "gemex", "--source", str(release.root / "per_type"), "--out", str(out), "--image-mode", "none"]) == 0
+    assert (
+        main(["build", "gemex", "--source", str(release.root / "per_type"), "--out", str(out), "--image-mode", "none"])
+        == 0
+    )
     for spelling in ([str(out)], ["--dataset", str(out)]):
         assert main(["convert", *spelling, "--out", str(tmp_path / "train.json")]) == 0
     for spelling in ([str(out)], ["gemex", "--dataset", str(out)], [str(out), "--benchmark", "gemex"]):

@@ -29,15 +29,21 @@ SPLITS = ("train", "validation", "test")
 
 
 def gemex(release, out: Path, **settings) -> Path:
-    build_gemex(BuildSettings(source=release.root / "per_type", out=out, images=release.image_root,
-                              **{"image_mode": "embed", **settings}))
+    build_gemex(
+        BuildSettings(
+            source=release.root / "per_type", out=out, images=release.image_root, **{"image_mode": "embed", **settings}
+        )
+    )
     return out
 
 
 @pytest.fixture(scope="module")
 def builds(gemex_release, rexvqa_release, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("conversations")
-    made = {"gemex": gemex(gemex_release, root / "gemex"), "gemex-reference": gemex(gemex_release, root / "ref", image_mode="reference")}
+    made = {
+        "gemex": gemex(gemex_release, root / "gemex"),
+        "gemex-reference": gemex(gemex_release, root / "ref", image_mode="reference"),
+    }
     for mode in ("embed", "reference"):
         build_rexvqa(BuildSettings(source=rexvqa_release.root, out=root / f"rexvqa-{mode}", image_mode=mode))
         made[f"rexvqa-{mode}"] = root / f"rexvqa-{mode}"
@@ -53,7 +59,12 @@ def text(message: dict) -> str:
     return "".join(part["text"] for part in message["content"] if part["type"] == "text")
 
 
-CONVERSATION_CONFIG = {"gemex": "sft_per_image", "gemex-reference": "sft_per_image", "rexvqa-embed": "sft_per_study", "rexvqa-reference": "sft_per_study"}
+CONVERSATION_CONFIG = {
+    "gemex": "sft_per_image",
+    "gemex-reference": "sft_per_image",
+    "rexvqa-embed": "sft_per_study",
+    "rexvqa-reference": "sft_per_study",
+}
 
 
 @pytest.mark.parametrize("build", list(CONVERSATION_CONFIG))
@@ -61,7 +72,10 @@ def test_every_question_is_one_turn_with_its_sft_reply(build, builds):
     folder, config = builds[build], CONVERSATION_CONFIG[build]
     image_column = "image" if build.startswith("gemex") else "images"
     for split in SPLITS:
-        sft = {row["question_id"]: row for row in config_table(folder, "sft", split, ["question_id", "messages", image_column]).to_pylist()}
+        sft = {
+            row["question_id"]: row
+            for row in config_table(folder, "sft", split, ["question_id", "messages", image_column]).to_pylist()
+        }
         rows = config_table(folder, config, split).to_pylist()
         asked = Counter(q for row in rows for q in row["question_ids"])
         assert set(asked) == set(sft) and set(asked.values()) == {1}
@@ -74,7 +88,9 @@ def test_every_question_is_one_turn_with_its_sft_reply(build, builds):
             assert [m["role"] for m in messages] == ["system"] * len(system) + ["user", "assistant"] * len(ids)
             assert replies == [text(sft[q]["messages"][-1]) for q in ids]
             images = [sum(p["type"] == "image" for p in m["content"]) for m in users]
-            assert images == [images[0]] + [0] * (len(ids) - 1) and images[0] == (1 if image_column == "image" else len(row["images"]))
+            assert images == [images[0]] + [0] * (len(ids) - 1) and images[0] == (
+                1 if image_column == "image" else len(row["images"])
+            )
             for user, q in zip(users, ids):  # the question as sft asks it, its own instruction first where they differ
                 instruction, question = text(sft[q]["messages"][0]), text(sft[q]["messages"][1])
                 assert text(user) == (question if system else f"{instruction}\n{question}")
@@ -94,19 +110,25 @@ def test_gemex_instruction_is_a_system_turn_only_when_every_turn_shares_it(build
 
 def test_typed_turns_are_the_questions_columns(builds):
     folder = builds["gemex"]
-    default = {row["question_id"]: row for row in config_table(folder, "default", "test").drop_columns(["image"]).to_pylist()}
+    default = {
+        row["question_id"]: row for row in config_table(folder, "default", "test").drop_columns(["image"]).to_pylist()
+    }
     for row in config_table(folder, "sft_per_image", "test").drop_columns(["image"]).to_pylist():
         for q, turn in zip(row["question_ids"], row["turns"]):
             assert turn == {k: default[q][k] for k in turn}
-            assert all(row[k] == default[q][k] for k in ("image_path", "image_width", "image_height", "dicom_id", "split"))
+            assert all(
+                row[k] == default[q][k] for k in ("image_path", "image_width", "image_height", "dicom_id", "split")
+            )
 
 
 def test_turn_order_is_fixed_by_the_seed(gemex_release, builds, tmp_path):
     first = builds["gemex"]
     again = gemex(gemex_release, tmp_path / "again")
     other = gemex(gemex_release, tmp_path / "other", turn_seed=1)
-    ids = {name: config_table(folder, "sft_per_image", "train", ["question_ids"])["question_ids"].to_pylist()
-           for name, folder in (("first", first), ("again", again), ("other", other))}
+    ids = {
+        name: config_table(folder, "sft_per_image", "train", ["question_ids"])["question_ids"].to_pylist()
+        for name, folder in (("first", first), ("again", again), ("other", other))
+    }
     assert ids["first"] == ids["again"]
     assert ids["first"] != ids["other"]
     assert sorted(map(sorted, ids["first"])) == sorted(map(sorted, ids["other"]))
@@ -132,7 +154,11 @@ def test_one_turn_too_long_for_a_row_goes_alone_and_the_others_fill_the_fewest_r
     per_row, limit = 120, 8192
     rows = balanced_parts(costs, per_row, limit)
     assert sorted(k for row in rows for k in row) == list(range(turns))
-    assert [long] in rows and all(row == sorted(row) for row in rows) and [row[0] for row in rows] == sorted(row[0] for row in rows)
+    assert (
+        [long] in rows
+        and all(row == sorted(row) for row in rows)
+        and [row[0] for row in rows] == sorted(row[0] for row in rows)
+    )
     rest = [row for row in rows if row != [long]]
     assert all(per_row + sum(costs[k] for k in row) <= limit for row in rest)
     others = [c for k, c in enumerate(costs) if k != long]
@@ -157,7 +183,9 @@ def test_long_conversations_are_cut_into_rows_of_the_same_image(gemex_release, t
         parts = sorted(int(r["conversation_id"].rsplit("/", 1)[1]) for r in rows if r["image_path"] == path)
         assert parts == list(range(count))
     whole = config_table(gemex(gemex_release, tmp_path / "whole"), "sft_per_image", "train", ["question_ids"])
-    assert sorted(q for row in rows for q in row["question_ids"]) == sorted(q for ids in whole["question_ids"].to_pylist() for q in ids)
+    assert sorted(q for row in rows for q in row["question_ids"]) == sorted(
+        q for ids in whole["question_ids"].to_pylist() for q in ids
+    )
 
 
 def test_a_question_with_a_9000_character_reason_has_a_row_alone_and_its_image_one_more(gemex_release, tmp_path):
@@ -174,11 +202,16 @@ def test_a_question_with_a_9000_character_reason_has_a_row_alone_and_its_image_o
     default = config_table(out, "default", "train", ["question_id", "image_path", "reason"]).to_pylist()
     asked = [q for q in default if q["image_path"] == image.removeprefix("files/")]
     [long_id] = [q["question_id"] for q in asked if len(q["reason"]) == 9000]
-    rows = [row for row in config_table(out, "sft_per_image", "train", ["image_path", "question_ids"]).to_pylist()
-            if row["image_path"] == image.removeprefix("files/")]
+    rows = [
+        row
+        for row in config_table(out, "sft_per_image", "train", ["image_path", "question_ids"]).to_pylist()
+        if row["image_path"] == image.removeprefix("files/")
+    ]
     assert len(asked) > 3
     assert sorted((len(row["question_ids"]), set(row["question_ids"])) for row in rows) == [
-        (1, {long_id}), (len(asked) - 1, {q["question_id"] for q in asked} - {long_id})]
+        (1, {long_id}),
+        (len(asked) - 1, {q["question_id"] for q in asked} - {long_id}),
+    ]
 
 
 @pytest.mark.parametrize("build", ["gemex", "rexvqa-embed"])
@@ -194,8 +227,10 @@ def test_own_shard_set_in_card_report_and_validate(build, builds):
     shards = sorted(str(p.relative_to(folder)) for p in folder.glob(f"data/*/{config}-*.parquet"))
     assert shards and all(len(report["shards"][s]) == 64 for s in shards)
     assert {f"{s}/{config}" for s in SPLITS} == set(report["conversation_rows"])
-    assert all(infos[config].splits[s].num_examples == n for s, n in
-               ((key.split("/")[0], n) for key, n in report["conversation_rows"].items()))
+    assert all(
+        infos[config].splits[s].num_examples == n
+        for s, n in ((key.split("/")[0], n) for key, n in report["conversation_rows"].items())
+    )
     card = DatasetCard.load(folder / "README.md").text
     assert f"(`{config}`)" in card and "Use `sft` for the paper's per-question setup" in card
     assert validate(folder) == []
@@ -236,9 +271,15 @@ def arrow_cache_bytes(folder: Path, config: str, cache: Path) -> int:
 def test_a_non_streaming_load_caches_each_image_once(builds, tmp_path):
     """The cache of `sft_per_image` is the distinct images once plus its text; `sft`'s holds an image per question."""
     folder = builds["gemex"]
-    table = pa.concat_tables(config_table(folder, "sft_per_image", split) for split in SPLITS)  # a load prepares every split
-    images = sum(len(image["bytes"]) for image in {row["image_path"]: row["image"] for row in
-                                                   table.select(["image_path", "image"]).to_pylist()}.values())
+    table = pa.concat_tables(
+        config_table(folder, "sft_per_image", split) for split in SPLITS
+    )  # a load prepares every split
+    images = sum(
+        len(image["bytes"])
+        for image in {
+            row["image_path"]: row["image"] for row in table.select(["image_path", "image"]).to_pylist()
+        }.values()
+    )
     text_bytes = table.drop_columns(["image"]).nbytes
     per_image = arrow_cache_bytes(folder, "sft_per_image", tmp_path / "per_image")
     per_question = arrow_cache_bytes(folder, "sft", tmp_path / "per_question")
@@ -261,7 +302,10 @@ def studies_with_odd_image_lists(release: Path) -> tuple[str, str]:
     twice, apart = [s for s, keys in by_study.items() if len(keys) >= 2 and len(records[keys[0]]["ImagePath"]) >= 2][:2]
     for key in by_study[twice]:
         record = records[key]
-        record["ImagePath"], record["ImageViewPosition"] = [record["ImagePath"][0]] * 2, [record["ImageViewPosition"][0]] * 2
+        record["ImagePath"], record["ImageViewPosition"] = (
+            [record["ImagePath"][0]] * 2,
+            [record["ImageViewPosition"][0]] * 2,
+        )
     first, second = (records[key] for key in by_study[apart][:2])
     for record, cut in ((first, slice(0, 1)), (second, slice(1, None))):
         record["ImagePath"], record["ImageViewPosition"] = record["ImagePath"][cut], record["ImageViewPosition"][cut]
@@ -307,4 +351,7 @@ def test_validate_catches_image_parts_that_are_not_the_rows_images(config, build
     BuildReport.add_files(folder / "build_report.json", {shard: sha256(path)}, {})
     problems = [p for p in validate(folder) if p.rule == "image-parts"]
     assert [p.file for p in problems] == [shard]
-    assert f"row 1 shows {len(rows[1]['images'])} image(s) in `images` but its messages hold {len(rows[1]['images']) + 1}" in problems[0].detail
+    assert (
+        f"row 1 shows {len(rows[1]['images'])} image(s) in `images` but its messages hold {len(rows[1]['images']) + 1}"
+        in problems[0].detail
+    )

@@ -27,35 +27,61 @@ from builders.json_stream import Damage, RecordStream
 
 
 def replace_with(char: str):
-    return lambda text, k: text[:k] + char + text[k + 1:]
+    return lambda text, k: text[:k] + char + text[k + 1 :]
 
 
 def insert(char: str):
     return lambda text, k: text[:k] + char + text[k:]
 
 
-KINDS = {"delete": replace_with(""), **{f"replace with {c!r}": replace_with(c) for c in '{}]",'},
-         "insert a newline": insert("\n"), "insert ']'": insert("]")}
+KINDS = {
+    "delete": replace_with(""),
+    **{f"replace with {c!r}": replace_with(c) for c in '{}]",'},
+    "insert a newline": insert("\n"),
+    "insert ']'": insert("]"),
+}
 
 
 def llava_records() -> list[dict]:
     def record(k: int, q_type: str, human: str, answer: str) -> dict:
-        return {"conversations": [{"from": "human", "value": f"<image>\n{human}"},
-                                  {"from": "gpt", "value": f"<answer> {answer} <reason> Seen at {k}. <location> [[{k}, 10, {k + 40}, 90]]"}],
-                "row_id": k, "q_type": q_type, "type_prompt": "Input a question.", "image": f"p10/p1000{k}/s5000{k}/d{k}.jpg"}
-    return [record(0, "open_ended_questions", "Where is the opacity?", "Left lung."),
-            record(1, "closed_ended_questions", "Is there an effusion?", "Yes."),
-            record(2, "single_choice_questions", "Which side? <choices>: [A: Left, B: Right]", "B"),
-            record(3, "multi_choice_questions", "Which zones? <choices>: [A: Upper, B: Lower]", "['A', 'B']")]
+        return {
+            "conversations": [
+                {"from": "human", "value": f"<image>\n{human}"},
+                {
+                    "from": "gpt",
+                    "value": f"<answer> {answer} <reason> Seen at {k}. <location> [[{k}, 10, {k + 40}, 90]]",
+                },
+            ],
+            "row_id": k,
+            "q_type": q_type,
+            "type_prompt": "Input a question.",
+            "image": f"p10/p1000{k}/s5000{k}/d{k}.jpg",
+        }
+
+    return [
+        record(0, "open_ended_questions", "Where is the opacity?", "Left lung."),
+        record(1, "closed_ended_questions", "Is there an effusion?", "Yes."),
+        record(2, "single_choice_questions", "Which side? <choices>: [A: Left, B: Right]", "B"),
+        record(3, "multi_choice_questions", "Which zones? <choices>: [A: Upper, B: Lower]", "['A', 'B']"),
+    ]
 
 
 def rexvqa_records() -> dict[str, dict]:
     def record(k: int) -> dict:
-        return {"question": f"Is there a finding {k}?", "options": ["A. Yes", "B. No", "C. Maybe", "D. Unsure"],
-                "correct_answer": "AB"[k % 2], "task_name": "Presence Assessment", "study_id": f"study_{k}",
-                "ImagePath": [f"../deid_png/p{k}/a{k}/studies/s{k}/series/x/instances/i{k}.png"],
-                "ImageViewPosition": ["PA"], "PatientAge": "058Y", "Findings": math.nan, "validation_code": k % 2,
-                "nested": {"a": {"b": k}, "c": [{"d": 1}]}}
+        return {
+            "question": f"Is there a finding {k}?",
+            "options": ["A. Yes", "B. No", "C. Maybe", "D. Unsure"],
+            "correct_answer": "AB"[k % 2],
+            "task_name": "Presence Assessment",
+            "study_id": f"study_{k}",
+            "ImagePath": [f"../deid_png/p{k}/a{k}/studies/s{k}/series/x/instances/i{k}.png"],
+            "ImageViewPosition": ["PA"],
+            "PatientAge": "058Y",
+            "Findings": math.nan,
+            "validation_code": k % 2,
+            "nested": {"a": {"b": k}, "c": [{"d": 1}]},
+        }
+
     return {f"{k:04d}_{k * 7919 % 1000:03d}": record(k) for k in range(4)}
 
 
@@ -103,7 +129,7 @@ def sweep_first_record(text: str, kind: str, originals: list[str], labels: list[
     (records kept, records not touched) over the sweep."""
     old, new = THIRD_RECORD_DAMAGE[third]
     at = text.index(old, record_text(text, 2)[0])
-    text = text[:at] + new + text[at + len(old):]
+    text = text[:at] + new + text[at + len(old) :]
     kept = untouched_total = 0
     for name, damage in KINDS.items():
         for k in range(*record_text(text, 0)):
@@ -111,10 +137,13 @@ def sweep_first_record(text: str, kind: str, originals: list[str], labels: list[
             read = [canonical(item[1]) if not isinstance(item, Damage) else None for item in items]
             untouched = [r for j, r in enumerate(originals) if j not in (0, 2)]
             missing = Counter(untouched) - Counter(read)
-            assert not missing, f"{name} at offset {k} of the first record, {third} in the third, lost {len(missing)} intact records"
-            between = items[read.index(originals[1]) + 1:read.index(originals[3])]
-            assert [d for d in between if isinstance(d, Damage) and (kind == "array" or d.record == labels[2])], \
+            assert not missing, (
+                f"{name} at offset {k} of the first record, {third} in the third, lost {len(missing)} intact records"
+            )
+            between = items[read.index(originals[1]) + 1 : read.index(originals[3])]
+            assert [d for d in between if isinstance(d, Damage) and (kind == "array" or d.record == labels[2])], (
                 f"{name} at offset {k} of the first record: the third, damaged, is in no damaged region"
+            )
             unknown = [r for r in read if r is not None and r not in originals]
             assert len(unknown) <= 1, f"{name} at offset {k} accepted {unknown}"
             kept += sum(r in originals for r in read)
@@ -146,7 +175,9 @@ def test_every_intact_record_survives_every_single_byte_damage(kind):
     text, originals, _ = release(kind)
     kept, untouched = sweep(text, kind, originals)
     assert kept >= untouched
-    print(f"{kind}: {kept} records kept over the sweep, {untouched} untouched ({len(text)} offsets x {len(KINDS)} kinds)")
+    print(
+        f"{kind}: {kept} records kept over the sweep, {untouched} untouched ({len(text)} offsets x {len(KINDS)} kinds)"
+    )
 
 
 @pytest.mark.parametrize("third", list(THIRD_RECORD_DAMAGE))
@@ -155,7 +186,9 @@ def test_damage_in_the_first_record_costs_only_it_with_the_third_damaged_too(kin
     text, originals, labels = release(kind)
     kept, untouched = sweep_first_record(text, kind, originals, labels, third)
     assert kept >= untouched
-    print(f"{kind}, {third} in the third record: {kept} records kept over the first record's sweep, {untouched} untouched")
+    print(
+        f"{kind}, {third} in the third record: {kept} records kept over the first record's sweep, {untouched} untouched"
+    )
 
 
 def release(kind: str) -> tuple[str, list[str], list[str]]:

@@ -19,7 +19,14 @@ def _gemex_dir(tmp_path, per_type=6):
     schema = features("none")
     for index, kind in enumerate(QUESTION_TYPES):
         full = [
-            {**dict.fromkeys(schema), **r, "split": "test", "regions": ["left lung"] * len(r["boxes"]), "q_id": i, "row_id": f"row_{i}"}
+            {
+                **dict.fromkeys(schema),
+                **r,
+                "split": "test",
+                "regions": ["left lung"] * len(r["boxes"]),
+                "q_id": i,
+                "row_id": f"row_{i}",
+            }
             for i, r in enumerate(rows)
             if r["question_type"] == index
         ]
@@ -60,12 +67,26 @@ def test_gemex_perfect_predictions_end_to_end(tmp_path, capsys):
     predictions = tmp_path / "pred.jsonl"
     write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
     out = tmp_path / "scores.json"
-    code = _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--out", str(out), "--text-metrics", "rougeL,bleu1"])
+    code = _run(
+        [
+            "gemex",
+            "--dataset",
+            str(folder),
+            "--predictions",
+            str(predictions),
+            "--out",
+            str(out),
+            "--text-metrics",
+            "rougeL,bleu1",
+        ]
+    )
     printed = capsys.readouterr().out
     assert code == 0
     assert "| closed_ended |" in printed and "ROUGE-L" in printed
     report = json.loads(out.read_text())
-    assert report["scores"]["all"]["A"] == pytest.approx(100) and report["scores"]["all"]["V"] == pytest.approx(100, abs=1e-3)
+    assert report["scores"]["all"]["A"] == pytest.approx(100) and report["scores"]["all"]["V"] == pytest.approx(
+        100, abs=1e-3
+    )
     assert report["settings"]["split"] == "test" and report["settings"]["box_convention"] == "pixels"
     assert report["predictions_check"]["missing"] == [] and len(report["per_question"]) == len(rows)
 
@@ -75,7 +96,9 @@ def test_gemex_bad_predictions_file_is_reported_and_strict_fails(tmp_path, capsy
     predictions = tmp_path / "pred.jsonl"
     replies = [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows[1:]]
     write_jsonl(predictions, replies + [("nope", "Yes."), replies[0]])
-    code = _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "", "--strict"])
+    code = _run(
+        ["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "", "--strict"]
+    )
     captured = capsys.readouterr()
     assert code == 1
     assert "1 question(s) of the split have no prediction" in captured.err and "'nope' (line" in captured.err
@@ -94,7 +117,22 @@ def test_rexvqa_end_to_end_with_rexrank_round_trip(tmp_path, capsys):
     predictions = tmp_path / "pred.jsonl"
     write_jsonl(predictions, [(r["question_id"], rex_scoring.reference_reply(r)) for r in rows])
     submission, out = tmp_path / "rexrank.json", tmp_path / "scores.json"
-    assert _run(["rexvqa", "--dataset", str(folder), "--predictions", str(predictions), "--write-rexrank", str(submission), "--out", str(out)]) == 0
+    assert (
+        _run(
+            [
+                "rexvqa",
+                "--dataset",
+                str(folder),
+                "--predictions",
+                str(predictions),
+                "--write-rexrank",
+                str(submission),
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     assert "| Overall | 40 | 100.00 |" in capsys.readouterr().out
     assert _run(["rexvqa", "--dataset", str(folder), "--predictions", str(submission)]) == 0
     assert "| Overall | 40 | 100.00 |" in capsys.readouterr().out
@@ -122,8 +160,15 @@ def test_evaluate_a_real_gemex_build(tmp_path, capsys, image_mode, convention):
     with_images = image_mode != "none"
     release = generate(tmp_path / "raw", num_images=3, layouts=("per_type",), images=with_images)
     folder = tmp_path / "gemex"
-    build_gemex(BuildSettings(source=release.root / "per_type", out=folder, image_mode=image_mode, split="test",
-                              images=release.image_root if with_images else None))
+    build_gemex(
+        BuildSettings(
+            source=release.root / "per_type",
+            out=folder,
+            image_mode=image_mode,
+            split="test",
+            images=release.image_root if with_images else None,
+        )
+    )
     rows = load_dataset(str(folder), split="test").to_list()
     predictions = tmp_path / "pred.jsonl"
     write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r, convention)) for r in rows])
@@ -151,8 +196,21 @@ def test_gemex_with_the_llm_judge_on_a_local_server(tmp_path, capsys):
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
         out = tmp_path / "scores.json"
-        argv = ["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "",
-                "--judge-url", url, "--judge-model", "m", "--out", str(out)]
+        argv = [
+            "gemex",
+            "--dataset",
+            str(folder),
+            "--predictions",
+            str(predictions),
+            "--text-metrics",
+            "",
+            "--judge-url",
+            url,
+            "--judge-model",
+            "m",
+            "--out",
+            str(out),
+        ]
         assert _run(argv) == 0
     finally:
         server.shutdown()
@@ -187,16 +245,51 @@ def test_hostile_predictions_end_in_one_line_or_a_written_out(tmp_path, capsys, 
     naming its line before anything is printed, and secrets in the warnings are masked."""
     folder, rows = _gemex_dir(tmp_path, per_type=2)
     predictions, out = tmp_path / "pred.jsonl", tmp_path / "scores.json"
-    write_jsonl(predictions, [(rows[0]["question_id"], "{" * 100_000 + "}"), (rows[1]["question_id"], "The answer" + "\n" * 1000 + "x")])
-    assert _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "", "--out", str(out)]) == 0
+    write_jsonl(
+        predictions,
+        [(rows[0]["question_id"], "{" * 100_000 + "}"), (rows[1]["question_id"], "The answer" + "\n" * 1000 + "x")],
+    )
+    assert (
+        _run(
+            [
+                "gemex",
+                "--dataset",
+                str(folder),
+                "--predictions",
+                str(predictions),
+                "--text-metrics",
+                "",
+                "--out",
+                str(out),
+            ]
+        )
+        == 0
+    )
     report = json.loads(out.read_text())
     assert report["per_question"][0]["failed_extraction"] or report["per_question"][0]["extracted"] is None
     capsys.readouterr()
     predictions.write_text(json.dumps({"question_id": "q\ud800", "prediction": "A"}) + "\n")
     out.unlink()
-    assert _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "", "--out", str(out)]) == 2
+    assert (
+        _run(
+            [
+                "gemex",
+                "--dataset",
+                str(folder),
+                "--predictions",
+                str(predictions),
+                "--text-metrics",
+                "",
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     captured = capsys.readouterr()
-    assert captured.out == "" and "pred.jsonl:1: question_id holds a lone surrogate" in captured.err and not out.exists()
+    assert (
+        captured.out == "" and "pred.jsonl:1: question_id holds a lone surrogate" in captured.err and not out.exists()
+    )
     monkeypatch.setenv("HF_TOKEN", "hf_pastedTokenValue0123456789")
     secrets = [("hf_pastedTokenValue0123456789", "A"), ("Bearer sk-abcdefghijklmnopqrstuv", "B")]
     write_jsonl(predictions, [(r["question_id"], "A") for r in rows] + secrets)
@@ -233,18 +326,48 @@ def _no_bertscore(monkeypatch):
 
 def test_predictions_of_another_split_stop_before_scoring_and_name_it(gemex_build, tmp_path, capsys, monkeypatch):
     _no_bertscore(monkeypatch)
-    rows = evaluate.load_split(gemex_build, "validation", ["question_id", "question_type", "answer", "reason", "boxes"], ["question_id"])
+    rows = evaluate.load_split(
+        gemex_build, "validation", ["question_id", "question_type", "answer", "reason", "boxes"], ["question_id"]
+    )
     predictions = tmp_path / "validation.jsonl"
     write_jsonl(predictions, [(r["question_id"], "<answer> Yes") for r in rows])
     out = tmp_path / "scores.json"
-    assert _run(["gemex", "--dataset", str(gemex_build), "--predictions", str(predictions), "--text-metrics", "bertscore",
-                 "--out", str(out)]) == 2
+    assert (
+        _run(
+            [
+                "gemex",
+                "--dataset",
+                str(gemex_build),
+                "--predictions",
+                str(predictions),
+                "--text-metrics",
+                "bertscore",
+                "--out",
+                str(out),
+            ]
+        )
+        == 2
+    )
     captured = capsys.readouterr()
     lines = captured.err.strip().splitlines()
     assert len(lines) == 1 and captured.out == "" and not out.exists()
     assert f"only 0 of its {len(rows)} prediction(s) match" in lines[0] and "pass --split validation" in lines[0]
-    assert _run(["gemex", "--dataset", str(gemex_build), "--split", "validation", "--predictions", str(predictions),
-                 "--text-metrics", "rougeL"]) == 0
+    assert (
+        _run(
+            [
+                "gemex",
+                "--dataset",
+                str(gemex_build),
+                "--split",
+                "validation",
+                "--predictions",
+                str(predictions),
+                "--text-metrics",
+                "rougeL",
+            ]
+        )
+        == 0
+    )
     capsys.readouterr()
 
 

@@ -58,7 +58,10 @@ SINGLE = [
 ]
 
 MULTI = [
-    ('<answer> ["A", "C"] <reason> Both regions show opacity. <location> [[1, 2, 30, 40], [50, 60, 90, 100]]', {"A", "C"}),
+    (
+        '<answer> ["A", "C"] <reason> Both regions show opacity. <location> [[1, 2, 30, 40], [50, 60, 90, 100]]',
+        {"A", "C"},
+    ),
     ("['B', 'D']", {"B", "D"}),
     ("A, B, D", {"A", "B", "D"}),
     ("The correct answers are A and C.", {"A", "C"}),
@@ -108,7 +111,10 @@ def test_answer_and_reason_drops_tags_and_boxes():
 
 
 BOX_REPLIES = [
-    ("<answer> Yes <reason> r <location> [[48, 116, 118, 135], [10, 20, 30, 40]]", [[48, 116, 118, 135], [10, 20, 30, 40]]),
+    (
+        "<answer> Yes <reason> r <location> [[48, 116, 118, 135], [10, 20, 30, 40]]",
+        [[48, 116, 118, 135], [10, 20, 30, 40]],
+    ),
     ('```json\n[{"bbox_2d": [100, 200, 300, 400], "label": "cardiac region"}]\n```\nAnswer: C', [[100, 200, 300, 400]]),
     ('{"answer": "C", "reason": "x", "boxes": [[1, 2, 3, 4]]}', [[1, 2, 3, 4]]),
     ("The opacity lies at (12.5, 30, 80, 90.5).", [[12.5, 30, 80, 90.5]]),

@@ -13,7 +13,9 @@ from rexvqa_dataset.synthetic import generate
 
 @pytest.fixture(scope="module")
 def release(tmp_path_factory) -> Path:
-    return generate(tmp_path_factory.mktemp("fidelity") / "rexvqa", num_studies=600, seed=0, downscale=16, images=False).root
+    return generate(
+        tmp_path_factory.mktemp("fidelity") / "rexvqa", num_studies=600, seed=0, downscale=16, images=False
+    ).root
 
 
 def by_name(figures) -> dict:

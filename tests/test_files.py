@@ -22,8 +22,9 @@ def cxr_vqa(*argv: str, stop_at: str | None = None) -> subprocess.Popen:
     env = {k: v for k, v in os.environ.items() if k != "CXR_VQA_STOP_AT"}
     if stop_at:
         env["CXR_VQA_STOP_AT"] = stop_at
-    return subprocess.Popen([sys.executable, "-m", "cxr_vqa.cli", *argv], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen(
+        [sys.executable, "-m", "cxr_vqa.cli", *argv], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
 
 
 def killed_at_the_rename(*argv: str) -> int:
@@ -77,7 +78,6 @@ def test_an_error_while_writing_keeps_the_old_file_and_no_temporary(tmp_path):
     assert [p.name for p in tmp_path.iterdir()] == ["results.json"]
 
 
-
 def test_a_full_disk_while_writing_a_preview_is_one_line_and_leaves_the_old_file(gemex_embed, tmp_path):
     """RLIMIT_FSIZE of 8 KiB: the kernel refuses the page's writes (EFBIG), as a full disk would."""
     import resource
@@ -87,7 +87,12 @@ def test_a_full_disk_while_writing_a_preview_is_one_line_and_leaves_the_old_file
     process = subprocess.run(
         [sys.executable, "-m", "cxr_vqa.cli", "preview", str(gemex_embed[0]), "--n", "4", "--out", str(page)],
         preexec_fn=lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (8 << 10, 8 << 10)),
-        env={k: v for k, v in os.environ.items() if k != "CXR_VQA_STOP_AT"}, capture_output=True, text=True, timeout=300, check=False)
+        env={k: v for k, v in os.environ.items() if k != "CXR_VQA_STOP_AT"},
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert process.returncode == 1
     assert process.stderr.splitlines() == [f"cxr-vqa: error: {page}: the disk is full: File too large"]
     assert page.read_text() == "<p>old</p>\n"

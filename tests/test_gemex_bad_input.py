@@ -14,9 +14,17 @@ from builders.assembly.settings import BuildSettings
 from gemex_dataset.build import build_gemex
 
 GOOD = {
-    "question": "Which findings are present?", "choices": ["A: Effusion", "B: Normal", "C: Edema", "D: Mass"],
-    "type": "finding", "answer": ["A", "C"], "reason": "Both are seen.", "visual_regions": ["bilateral lung"],
-    "visual_locations": [[43, 35, 180, 156]], "image_path": None, "ori_report": "Synthetic.", "q_id": 0, "row_id": "row_0",
+    "question": "Which findings are present?",
+    "choices": ["A: Effusion", "B: Normal", "C: Edema", "D: Mass"],
+    "type": "finding",
+    "answer": ["A", "C"],
+    "reason": "Both are seen.",
+    "visual_regions": ["bilateral lung"],
+    "visual_locations": [[43, 35, 180, 156]],
+    "image_path": None,
+    "ori_report": "Synthetic.",
+    "q_id": 0,
+    "row_id": "row_0",
 }
 
 
@@ -147,7 +155,9 @@ def test_unusable_image_rejects_its_questions(release, tmp_path, damage, reason)
 
 def test_non_utf8_file(release, tmp_path):
     root, images, image_path = release
-    (root / "test" / "multi_choice_question.jsonl").write_bytes(json.dumps(good(image_path, question="Caf\u00e9?"), ensure_ascii=False).encode("latin-1"))
+    (root / "test" / "multi_choice_question.jsonl").write_bytes(
+        json.dumps(good(image_path, question="Caf\u00e9?"), ensure_ascii=False).encode("latin-1")
+    )
     reject = only_reject(run(root, images, tmp_path), "multi_choice_question.jsonl")
     assert reject.record == "line 1" and "UTF-8" in reject.reason
 
@@ -177,10 +187,17 @@ def grouped_pairs(folder) -> list[tuple[str, str]]:
     """(image path, question) of every question of a grouped release, lines matched to CSV rows as released."""
     paths = [line.removeprefix("files/") for line in next(folder.glob("*.csv")).read_text().split("\n")[1:] if line]
     lines = [json.loads(line) for line in next(folder.glob("*.jsonl")).read_text().split("\n") if line]
-    return [(path, qa["question"]) for path, line in zip(paths, lines, strict=True) for items in line.values() for qa in items]
+    return [
+        (path, qa["question"])
+        for path, line in zip(paths, lines, strict=True)
+        for items in line.values()
+        for qa in items
+    ]
 
 
-@pytest.mark.parametrize("damage", ["newline deleted", "newline inserted in a line", "blank line inserted", "CSV row deleted"])
+@pytest.mark.parametrize(
+    "damage", ["newline deleted", "newline inserted in a line", "blank line inserted", "CSV row deleted"]
+)
 def test_grouped_lines_and_csv_rows_never_part_silently(gemex_release, tmp_path, damage):
     folder = tmp_path / "release" / "train"
     shutil.copytree(gemex_release.root / "grouped" / "train", folder)
@@ -200,13 +217,20 @@ def test_grouped_lines_and_csv_rows_never_part_silently(gemex_release, tmp_path,
     questions.write_text("\n".join(lines))
     if damage == "CSV row deleted":  # no trace of where: no line can be placed, so the build stops naming the first
         with pytest.raises(BuildError, match=r"line 1, field mimic_image_file_path: .* cannot be told"):
-            build_gemex(BuildSettings(source=tmp_path / "release", out=tmp_path / "out", image_mode="none", overwrite=True))
+            build_gemex(
+                BuildSettings(source=tmp_path / "release", out=tmp_path / "out", image_mode="none", overwrite=True)
+            )
         return
-    report = build_gemex(BuildSettings(source=tmp_path / "release", out=tmp_path / "out", image_mode="none", overwrite=True))
+    report = build_gemex(
+        BuildSettings(source=tmp_path / "release", out=tmp_path / "out", image_mode="none", overwrite=True)
+    )
     assert report.records_read == report.rows_written + report.rejected
     ds = load_dataset("parquet", data_files=str(tmp_path / "out" / "data" / "**" / "*.parquet"), split="train")
     assert {(row["image_path"], row["question"]) for row in ds} <= set(released)
-    if damage in ("blank line inserted", "newline deleted"):  # one line that is two lines run together accounts for the count
+    if damage in (
+        "blank line inserted",
+        "newline deleted",
+    ):  # one line that is two lines run together accounts for the count
         assert report.rejected == 0 and Counter((row["image_path"], row["question"]) for row in ds) == Counter(released)
         return
     parted = [r for r in report.rejects if r.field == "mimic_image_file_path"]
@@ -223,7 +247,9 @@ def grouped_copy(gemex_release, tmp_path) -> tuple[list[tuple[str, str]], Path, 
 
 
 def grouped_build(tmp_path):
-    report = build_gemex(BuildSettings(source=tmp_path / "release", out=tmp_path / "out", image_mode="none", overwrite=True))
+    report = build_gemex(
+        BuildSettings(source=tmp_path / "release", out=tmp_path / "out", image_mode="none", overwrite=True)
+    )
     assert report.records_read == report.rows_written + report.rejected
     ds = load_dataset("parquet", data_files=str(tmp_path / "out" / "data" / "**" / "*.parquet"), split="train")
     return report, Counter((row["image_path"], row["question"]) for row in ds)
@@ -242,7 +268,7 @@ def test_two_grouped_lines_run_together_cost_only_what_stays_uncertain(gemex_rel
     report, rows = grouped_build(tmp_path)
     [reject] = report.rejects
     assert reject.record == "line 3 (second of two lines run together)" and reject.field.endswith("answer")
-    assert rows == Counter(released[:sum(per_line[:3])] + released[sum(per_line[:4]):])
+    assert rows == Counter(released[: sum(per_line[:3])] + released[sum(per_line[:4]) :])
 
 
 def test_a_line_run_together_beside_another_unreadable_line_parts_from_the_first(gemex_release, tmp_path):
@@ -270,7 +296,10 @@ def test_one_dicom_file_name_under_two_subjects_gives_two_question_ids(release, 
     multi = {row["image_path"]: row["question_id"] for row in ds if row["question_type"] == 3}
     assert multi == {path: f"test/{path}/multi_choice/0", other: f"test/{other}/multi_choice/0"}
     dicom_named = [i for i, p in zip(ids, ds["image_path"]) if p not in multi]
-    assert dicom_named and all(i.split("/")[1] == p.rsplit("/", 1)[1][:-4] for i, p in zip(dicom_named, [p for p in ds["image_path"] if p not in multi]))
+    assert dicom_named and all(
+        i.split("/")[1] == p.rsplit("/", 1)[1][:-4]
+        for i, p in zip(dicom_named, [p for p in ds["image_path"] if p not in multi])
+    )
 
 
 def test_image_paths_whose_short_names_chain_give_distinct_question_and_conversation_ids(release, tmp_path):
@@ -285,12 +314,25 @@ def test_image_paths_whose_short_names_chain_give_distinct_question_and_conversa
     report = run(root, images, tmp_path)
     assert report.rejected == 0
     out = tmp_path / "out" / "data"
-    questions = pq.read_table(sorted(p for p in out.glob("test/*.parquet") if "sft_per_image" not in p.name),
-                              columns=["question_id", "image_path", "question_type"])
+    questions = pq.read_table(
+        sorted(p for p in out.glob("test/*.parquet") if "sft_per_image" not in p.name),
+        columns=["question_id", "image_path", "question_type"],
+    )
     multi = {row["image_path"]: row["question_id"] for row in questions.to_pylist() if row["question_type"] == 3}
-    assert multi == {**{name: f"test/{name}/multi_choice/0" for name in chain}, path: f"test/{path.rsplit('/', 1)[1][:-4]}/multi_choice/0"}
+    assert multi == {
+        **{name: f"test/{name}/multi_choice/0" for name in chain},
+        path: f"test/{path.rsplit('/', 1)[1][:-4]}/multi_choice/0",
+    }
     ids = questions["question_id"].to_pylist()
     assert len(ids) == len(set(ids))
-    conversations = pq.read_table(sorted(out.glob("test/sft_per_image-*.parquet")), columns=["conversation_id", "image_path"]).to_pylist()
-    assert len({row["conversation_id"] for row in conversations}) == len({row["image_path"] for row in conversations}) == len(conversations)
-    assert {row["conversation_id"] for row in conversations if row["image_path"] in chain} == {f"test/{name}/0" for name in chain}
+    conversations = pq.read_table(
+        sorted(out.glob("test/sft_per_image-*.parquet")), columns=["conversation_id", "image_path"]
+    ).to_pylist()
+    assert (
+        len({row["conversation_id"] for row in conversations})
+        == len({row["image_path"] for row in conversations})
+        == len(conversations)
+    )
+    assert {row["conversation_id"] for row in conversations if row["image_path"] in chain} == {
+        f"test/{name}/0" for name in chain
+    }

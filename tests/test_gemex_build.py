@@ -86,7 +86,9 @@ def test_embedded_images_default_to_a_shard_set_per_type(gemex_embed):
         for path in paths:
             table = pq.read_table(path, columns=["image_path", "image", "question_type"])
             assert set(table.column("question_type").to_pylist()) == {QUESTION_TYPES.index(path.name.split("-")[0])}
-            images = dict(zip(table.column("image_path").to_pylist(), (i["bytes"] for i in table.column("image").to_pylist())))
+            images = dict(
+                zip(table.column("image_path").to_pylist(), (i["bytes"] for i in table.column("image").to_pylist()))
+            )
             content = path.read_bytes()
             assert all(content.count(image) == 1 for image in images.values())
             groups.append(pq.ParquetFile(path).metadata.num_row_groups)
@@ -147,21 +149,39 @@ def test_the_three_layouts_build_the_same_questions(gemex_release, tmp_path):
     rows = {}
     for layout in ("per_type", "llava", "grouped"):
         out = tmp_path / layout
-        build(gemex_release, out, source=gemex_release.root / layout, image_mode="none", images=gemex_release.image_root)
+        build(
+            gemex_release, out, source=gemex_release.root / layout, image_mode="none", images=gemex_release.image_root
+        )
         ds = load_dataset(str(out), split="train")
         rows[layout] = {r["question_id"]: r for r in ds}
     assert rows["per_type"].keys() == rows["llava"].keys() == rows["grouped"].keys()
     for qid, row in rows["per_type"].items():
         for layout in ("llava", "grouped"):
             other = rows[layout][qid]
-            for column in ("question", "choices", "answer", "answer_letters", "reason", "boxes_224", "boxes", "image_path"):
+            for column in (
+                "question",
+                "choices",
+                "answer",
+                "answer_letters",
+                "reason",
+                "boxes_224",
+                "boxes",
+                "image_path",
+            ):
                 assert other[column] == row[column], (layout, qid, column)
         assert rows["llava"][qid]["report"] is None and rows["llava"][qid]["regions"] == []
 
 
 def test_split_comes_from_the_folder_or_the_option(gemex_release, tmp_path):
     out = tmp_path / "forced"
-    build(gemex_release, out, source=gemex_release.root / "per_type" / "test", split="valid", image_mode="none", images=None)
+    build(
+        gemex_release,
+        out,
+        source=gemex_release.root / "per_type" / "test",
+        split="valid",
+        image_mode="none",
+        images=None,
+    )
     assert list(load_dataset(str(out))) == ["validation"]
 
 
@@ -187,6 +207,7 @@ def test_failed_build_leaves_no_folder(gemex_release, tmp_path, monkeypatch):
 
 def test_a_failed_shard_write_fails_the_build_and_leaves_no_folder(gemex_release, tmp_path, monkeypatch):
     """Row groups are written on a background thread: its failure must still stop the build."""
+
     def disk_full(self, table, row_group_size=None):
         raise OSError(28, "No space left on device")
 
@@ -228,7 +249,9 @@ def test_card_documents_every_column(gemex_embed):
     assert all(f"- `{name}`: {COLUMN_DOCS[name]}" in card for name in features("embed"))
 
 
-def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_made_a_row_at_a_time(tmp_path, header_readers):
+def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_made_a_row_at_a_time(
+    tmp_path, header_readers
+):
     """Only `embed` attaches images row by row (`image_group`); the other modes attach them column-wise."""
     from gemex_dataset.prompts import to_messages
     from gemex_dataset.synthetic import generate
@@ -240,7 +263,10 @@ def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_ma
 
     def rows(mode: str) -> list[dict]:
         table = pq.read_table(question_shards(tmp_path / mode))
-        return sorted(table.drop_columns([c for c in ("image",) if c in table.column_names]).to_pylist(), key=lambda r: r["question_id"])
+        return sorted(
+            table.drop_columns([c for c in ("image",) if c in table.column_names]).to_pylist(),
+            key=lambda r: r["question_id"],
+        )
 
     embed, reference, none = rows("embed"), rows("reference"), rows("none")
     assert reference == embed and len(embed) > 50
@@ -249,7 +275,9 @@ def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_ma
     assert sorted(map(str, builds["reference"].rejects)) == sorted(map(str, builds["embed"].rejects))
     assert builds["reference"].notices == builds["embed"].notices
     lost = {row["question_id"] for row in none} - {row["question_id"] for row in embed}
-    assert lost and all(row["image_width"] is None and row["boxes"] is None for row in none if row["question_id"] in lost)
+    assert lost and all(
+        row["image_width"] is None and row["boxes"] is None for row in none if row["question_id"] in lost
+    )
     by_id = {row["question_id"]: row for row in embed}
     kept = [row for row in none if row["question_id"] not in lost]
     assert kept and all(row == {k: by_id[row["question_id"]][k] for k in row} for row in kept)

@@ -22,13 +22,17 @@ def built_rows(source, out, split=None):
 def per_type_records(folder):
     records = []
     for path in sorted(folder.rglob("*_question.jsonl")):
-        records += [json.dumps(json.loads(line)) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()]
+        records += [
+            json.dumps(json.loads(line)) for line in path.read_text(encoding="utf-8").split("\n") if line.strip()
+        ]
     return Counter(records)
 
 
 def test_per_type_round_trip_keeps_content_and_key_order(gemex_release, tmp_path):
     rows = built_rows(gemex_release.root / "per_type", tmp_path / "out")
-    assert Counter(json.dumps(raw_record(row, "per_type")) for row in rows) == per_type_records(gemex_release.root / "per_type")
+    assert Counter(json.dumps(raw_record(row, "per_type")) for row in rows) == per_type_records(
+        gemex_release.root / "per_type"
+    )
 
 
 def test_llava_round_trip(gemex_release, tmp_path):
@@ -49,8 +53,14 @@ def test_grouped_round_trip(gemex_release, tmp_path):
             for group, items in json.loads(line).items():
                 original.update(json.dumps([image, group, qa], sort_keys=True) for qa in items)
     rebuilt = Counter(
-        json.dumps([row["image_path"], LLAVA_Q_TYPES[["open_ended", "closed_ended", "single_choice", "multi_choice"][row["question_type"]]],
-                    raw_record(row, "grouped")], sort_keys=True)
+        json.dumps(
+            [
+                row["image_path"],
+                LLAVA_Q_TYPES[["open_ended", "closed_ended", "single_choice", "multi_choice"][row["question_type"]]],
+                raw_record(row, "grouped"),
+            ],
+            sort_keys=True,
+        )
         for row in rows
     )
     assert rebuilt == original
@@ -61,7 +71,9 @@ def test_convert_command_writes_the_llava_layout(gemex_release, gemex_embed, tmp
     assert main(["convert", "--dataset", str(gemex_embed[0]), "--split", "test", "--out", str(out)]) == 0
     written = json.loads(out.read_text())
     released = json.loads((gemex_release.root / "llava" / "test" / "test_conversations.json").read_text())
-    assert Counter(json.dumps(r, sort_keys=True) for r in written) == Counter(json.dumps(r, sort_keys=True) for r in released)
+    assert Counter(json.dumps(r, sort_keys=True) for r in written) == Counter(
+        json.dumps(r, sort_keys=True) for r in released
+    )
 
 
 @pytest.mark.conformance
@@ -71,5 +83,7 @@ def test_public_sample_arrives_intact(samples_dir, tmp_path):
     rows = built_rows(sample / "test", tmp_path / "test")
     assert Counter(json.dumps(raw_record(row, "per_type")) for row in rows) == per_type_records(sample / "test")
     rows = built_rows(sample / "sub_training_data.json", tmp_path / "train", split="train")
-    original = Counter(json.dumps(r, sort_keys=True) for r in json.loads((sample / "sub_training_data.json").read_text()))
+    original = Counter(
+        json.dumps(r, sort_keys=True) for r in json.loads((sample / "sub_training_data.json").read_text())
+    )
     assert Counter(json.dumps(raw_record(row, "llava"), sort_keys=True) for row in rows) == original

@@ -27,7 +27,11 @@ def test_release_has_the_three_layouts_in_split_folders(gemex_release):
     root = gemex_release.root
     for split in ("train", "valid", "test"):
         assert {p.name for p in (root / "per_type" / split).iterdir()} == {
-            "open_ended_question.jsonl", "closed_ended_question.jsonl", "single_choice_question.jsonl", "multi_choice_question.jsonl"}
+            "open_ended_question.jsonl",
+            "closed_ended_question.jsonl",
+            "single_choice_question.jsonl",
+            "multi_choice_question.jsonl",
+        }
         assert json.loads((root / "llava" / split / f"{split}_conversations.json").read_text())
         assert (root / "grouped" / split / f"{split}_images.csv").read_text().startswith("mimic_image_file_path")
     text = (root / "per_type" / "test" / "open_ended_question.jsonl").read_bytes()
@@ -54,15 +58,17 @@ def test_region_boxes_fall_on_the_drawn_anatomy(gemex_release):
     mapped boxes must show that."""
     for index in range(6):
         image = make_image(7, index, 8)
-        assert np.array_equal(np.asarray(Image.open(gemex_release.image_root / image.image_path).convert("L")).shape,
-                              (image.height, image.width))
+        assert np.array_equal(
+            np.asarray(Image.open(gemex_release.image_root / image.image_path).convert("L")).shape,
+            (image.height, image.width),
+        )
         pixels = np.asarray(draw_chest(image.layout, image.width, image.height, index), dtype=np.float32)
 
         def mean(region, image=image, pixels=pixels):
             box, _ = frame224_to_pixels(image.region_boxes[region], image.width, image.height)
             x1, y1, x2, y2 = (round(v) for v in box)
             cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 4, (y2 - y1) / 4
-            return pixels[round(cy - hh):round(cy + hh), round(cx - hw):round(cx + hw)].mean()
+            return pixels[round(cy - hh) : round(cy + hh), round(cx - hw) : round(cx + hw)].mean()
 
         assert mean("right mid lung zone") < mean("cardiac region") - 40
         assert mean("left mid lung zone") < mean("abdomen") - 40
@@ -85,12 +91,17 @@ def test_each_finding_is_painted_inside_its_region_box():
         full = np.asarray(draw_chest(image.layout, image.width, image.height, index, image.shown), dtype=np.float32)
         for shown in image.shown:
             # the same finding in an overlapping region (effusion of the bilateral lung, of the right lung) draws it too
-            rest = [s for s in image.shown if s != shown and not (s.finding == shown.finding and region_cells(s.region) & region_cells(shown.region))]
+            rest = [
+                s
+                for s in image.shown
+                if s != shown
+                and not (s.finding == shown.finding and region_cells(s.region) & region_cells(shown.region))
+            ]
             without = np.asarray(draw_chest(image.layout, image.width, image.height, index, rest), dtype=np.float32)
             change = np.abs(full - without)
             x1, y1, x2, y2 = _box(image, shown.region)
             pad = max(image.width, image.height) // 20
-            inside = change[max(0, y1 - pad):y2 + pad, max(0, x1 - pad):x2 + pad].sum()
+            inside = change[max(0, y1 - pad) : y2 + pad, max(0, x1 - pad) : x2 + pad].sum()
             assert (change > 12).sum() >= 4, f"{shown} is hidden under the image's other findings"
             if len(rest) == len(image.shown) - 1:
                 assert inside / change.sum() > 0.9, (shown, inside / change.sum())
@@ -120,9 +131,14 @@ def test_release_has_the_real_records_shapes(tmp_path):
     image, negation and size options."""
     release = generate(tmp_path / "r", num_images=160, seed=2, downscale=32, layouts=("per_type",))
     root = release.root / "per_type"
-    records = {t: [json.loads(line) for split in ("train", "valid", "test")
-                   for line in (root / split / f"{t}_question.jsonl").read_text().splitlines()]
-               for t in ("open_ended", "closed_ended", "single_choice", "multi_choice")}
+    records = {
+        t: [
+            json.loads(line)
+            for split in ("train", "valid", "test")
+            for line in (root / split / f"{t}_question.jsonl").read_text().splitlines()
+        ]
+        for t in ("open_ended", "closed_ended", "single_choice", "multi_choice")
+    }
     every = [r for rs in records.values() for r in rs]
     assert max(len(r["visual_locations"]) for r in every) == 4
     assert max(len(r["answer"]) for r in records["multi_choice"]) == 4
@@ -145,14 +161,21 @@ def test_the_build_keeps_the_real_records_shapes(tmp_path):
     from gemex_dataset.features import QUESTION_TYPES
 
     release = generate(tmp_path / "r", num_images=160, seed=2, downscale=32)
-    build_gemex(BuildSettings(source=release.root / "per_type", out=tmp_path / "gemex", image_mode="none",
-                              images=release.image_root))
-    rows = [row for path in sorted((tmp_path / "gemex").glob("data/*/*.parquet")) for row in pq.read_table(path).to_pylist()]
+    build_gemex(
+        BuildSettings(
+            source=release.root / "per_type", out=tmp_path / "gemex", image_mode="none", images=release.image_root
+        )
+    )
+    rows = [
+        row for path in sorted((tmp_path / "gemex").glob("data/*/*.parquet")) for row in pq.read_table(path).to_pylist()
+    ]
     assert len(rows) == sum(release.questions.values())
     assert max(len(r["boxes_224"]) for r in rows) == 4
     multi = QUESTION_TYPES.index("multi_choice")  # a class label in the built rows
     assert max(len(r["answer_letters"]) for r in rows if r["question_type"] == multi) == 4
-    assert any(c.endswith(" cm") for r in rows for c in r["choices"]) and any(c.startswith("No ") for r in rows for c in r["choices"])
+    assert any(c.endswith(" cm") for r in rows for c in r["choices"]) and any(
+        c.startswith("No ") for r in rows for c in r["choices"]
+    )
     test = Counter((r["image_path"], r["question_type"]) for r in rows if r["split"] == "test")
     assert max(test.values()) == 5
 
@@ -176,7 +199,7 @@ def _image_statements(image):
 
 
 def test_no_statement_contradicts_another_about_the_same_image():
-    """"The bilateral lung does not show X" never stands beside "the right upper lung zone shows X"."""
+    """ "The bilateral lung does not show X" never stands beside "the right upper lung zone shows X"."""
     checked = 0
     for index in range(150):
         image = make_image(4, index, 16)
@@ -199,9 +222,19 @@ def test_questions_and_reasons_read_right():
             reasons += [q["reason"] for q in items]
     text = "\n".join(questions + reasons)
     assert "patient aged" not in text
-    for wrong in ("a surgical clips", "a pacemaker leads", "a degenerative changes", "a endotracheal",
-                  "is any surgical clips", "is surgical clips", "is there surgical clips", "is there any surgical clips",
-                  "does the right hilar structures", "the left hilar structures shows", "is the surgical clips"):
+    for wrong in (
+        "a surgical clips",
+        "a pacemaker leads",
+        "a degenerative changes",
+        "a endotracheal",
+        "is any surgical clips",
+        "is surgical clips",
+        "is there surgical clips",
+        "is there any surgical clips",
+        "does the right hilar structures",
+        "the left hilar structures shows",
+        "is the surgical clips",
+    ):
         assert wrong not in text.lower(), wrong
     names = ("frontal view", "radiograph", "cxr", "exam", "study", "film", "image", "chest x-ray", "pa projection")
     for q in questions:

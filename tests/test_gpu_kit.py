@@ -30,13 +30,20 @@ def rows_of(out: Path) -> list[dict]:
 def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
     out, work = tmp_path / "out", tmp_path / "work"
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
-    completed = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "1", "--tiny", "--work", str(work)],
-                               env=env, capture_output=True, text=True, timeout=1200, check=False)
+    completed = subprocess.run(
+        ["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "1", "--tiny", "--work", str(work)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=1200,
+        check=False,
+    )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
     plan = kit.load_plan(tiny=True)
     profiled = [kit.train_name(s, plan["train"]["speedups"]) for s in plan["parts"]["1"] if s.get("profile")]
     assert sorted(p.name for p in out.iterdir()) == sorted(  # three files and the traces: nothing else
-        ["logs.tar.gz", "results.jsonl", "results.md", *(f"trace-{name}.json.gz" for name in profiled)])
+        ["logs.tar.gz", "results.jsonl", "results.md", *(f"trace-{name}.json.gz" for name in profiled)]
+    )
 
     rows = rows_of(out)
     assert [r for r in rows if r["status"] not in ("ok", "skipped")] == []
@@ -62,12 +69,17 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
     generation = plan["generate"]
     sweep = [r for r in bench["B.2"] if r["variant"] == "longest first" and r["dataset"] == "gemex"]
     assert [r["batch_size"] for r in sweep] == generation["batch_sizes"]
-    assert all(r["status"] == "ok" and r["questions"] == generation["questions"] and r["questions_per_s"] > 0
-               for r in bench["B.2"])
+    assert all(
+        r["status"] == "ok" and r["questions"] == generation["questions"] and r["questions_per_s"] > 0
+        for r in bench["B.2"]
+    )
     best = max(sweep, key=lambda r: r["questions_per_s"])["batch_size"]
     rest = [(r["dataset"], r["variant"], r["batch_size"]) for r in bench["B.2"] if r not in sweep]
-    assert rest == [*(("gemex", v, best) for v in generation["variants"]),
-                    ("rexvqa", "longest first", best), ("rexvqa", "split order", best)]
+    assert rest == [
+        *(("gemex", v, best) for v in generation["variants"]),
+        ("rexvqa", "longest first", best),
+        ("rexvqa", "split order", best),
+    ]
 
     loop, *evaluations = bench["B.3"]
     assert loop["status"] == "ok" and loop["steps"] == plan["loop"]["steps"] and loop["loss_falls"]
@@ -88,8 +100,18 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
         assert title in markdown
     with tarfile.open(out / "logs.tar.gz") as archive:
         names = {Path(name).name for name in archive.getnames()}
-    assert {"environment.log", "build-gemex.log", "build-rexvqa.log", "generate.log", "loop.log", "evaluate-gemex.log",
-            "scores-gemex.json", "scores-rexvqa.json", "predictions-gemex.jsonl", "ops.txt"} <= names
+    assert {
+        "environment.log",
+        "build-gemex.log",
+        "build-rexvqa.log",
+        "generate.log",
+        "loop.log",
+        "evaluate-gemex.log",
+        "scores-gemex.json",
+        "scores-rexvqa.json",
+        "predictions-gemex.jsonl",
+        "ops.txt",
+    } <= names
 
 
 def test_a_broken_step_is_recorded_and_the_next_still_runs(tmp_path):
@@ -99,7 +121,10 @@ def test_a_broken_step_is_recorded_and_the_next_still_runs(tmp_path):
     by_bench = {r["bench"]: r for r in rows}
     assert by_bench["B.2"]["status"] == "failed" and by_bench["B.2"]["error"]  # the log's last lines
     assert by_bench["no_such_step"]["status"] == "failed"
-    assert all(r["status"] == "skipped" for r in rows if r["bench"] == "B.4") and len([r for r in rows if r["bench"] == "B.4"]) == 4
+    assert (
+        all(r["status"] == "skipped" for r in rows if r["bench"] == "B.4")
+        and len([r for r in rows if r["bench"] == "B.4"]) == 4
+    )
     assert rows_of(tmp_path / "out") == rows
     assert "B.2" in (tmp_path / "out" / "results.md").read_text()
 
@@ -138,7 +163,9 @@ def test_a_build_is_reused_only_for_the_plan_it_was_made_for(tmp_path):
     again for it (the ReXVQA one, unchanged in that plan, is reused), never measured as it is."""
     plan = kit.load_plan(tiny=True)
     plan["data"] = {**plan["data"], "gemex_images": 8, "rexvqa_studies": 8}
-    rows = kit.run_part({**plan, "parts": {"d": [{"step": "data"}]}}, "d", tmp_path / "out", tmp_path / "work", tiny=True)
+    rows = kit.run_part(
+        {**plan, "parts": {"d": [{"step": "data"}]}}, "d", tmp_path / "out", tmp_path / "work", tiny=True
+    )
     assert [r["status"] for r in rows if r["bench"] == "data"] == ["ok"] * 4
     gemex = tmp_path / "work" / "built" / "gemex"
     assert kit.reuse_mismatch(gemex, kit.data_plan(plan, "gemex")) is None
@@ -150,10 +177,19 @@ def test_a_build_is_reused_only_for_the_plan_it_was_made_for(tmp_path):
     shared = {**plan, "data": {**plan["data"], "shard_layout": "shared"}}
     assert "shard_layout 'auto', the plan 'shared'" in kit.reuse_mismatch(gemex, kit.data_plan(shared, "gemex"))
 
-    rows = kit.run_part({**larger, "parts": {"d": [{"step": "data"}]}}, "d", tmp_path / "out", tmp_path / "work", tiny=True)
+    rows = kit.run_part(
+        {**larger, "parts": {"d": [{"step": "data"}]}}, "d", tmp_path / "out", tmp_path / "work", tiny=True
+    )
     data = [r for r in rows if r["bench"] == "data"]
-    assert [(r["name"], r["status"]) for r in data] == [("gemex synthesize", "ok"), ("gemex build", "ok"), ("rexvqa build", "ok")]
-    assert "scale 8, the plan 10" in data[0]["rebuilt_because"] and data[2]["note"] == "already built on this machine for this plan"
+    assert [(r["name"], r["status"]) for r in data] == [
+        ("gemex synthesize", "ok"),
+        ("gemex build", "ok"),
+        ("rexvqa build", "ok"),
+    ]
+    assert (
+        "scale 8, the plan 10" in data[0]["rebuilt_because"]
+        and data[2]["note"] == "already built on this machine for this plan"
+    )
     report = json.loads((gemex / "build_report.json").read_text())
     assert sum(report["images"].values()) == 10 and kit.reuse_mismatch(gemex, kit.data_plan(larger, "gemex")) is None
 

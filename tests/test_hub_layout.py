@@ -19,11 +19,22 @@ from rexvqa_dataset.build import build_rexvqa
 
 def build(dataset: str, source: Path, out: Path, layout: str, gemex_release=None, conversations: bool = True) -> Path:
     if dataset == "gemex":
-        build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root,
-                                  image_mode="embed", shard_layout=layout, no_conversations=not conversations))
+        build_gemex(
+            BuildSettings(
+                source=gemex_release.root / "per_type",
+                out=out,
+                images=gemex_release.image_root,
+                image_mode="embed",
+                shard_layout=layout,
+                no_conversations=not conversations,
+            )
+        )
     else:
-        build_rexvqa(BuildSettings(source=source, out=out, image_mode="embed", shard_layout=layout,
-                                   no_conversations=not conversations))
+        build_rexvqa(
+            BuildSettings(
+                source=source, out=out, image_mode="embed", shard_layout=layout, no_conversations=not conversations
+            )
+        )
     return out
 
 
@@ -36,15 +47,19 @@ def row_id(folder: Path, config: dict) -> str:
 def viewer_rows(folder: Path, config: dict) -> dict[str, list[str]]:
     """What the viewer shows per split: every row of the config's files, unfiltered."""
     column = row_id(folder, config)
-    return {split: [i for path in paths for i in pq.read_table(path, columns=[column]).column(column).to_pylist()]
-            for split, paths in config_shards(folder, config).items()}
+    return {
+        split: [i for path in paths for i in pq.read_table(path, columns=[column]).column(column).to_pylist()]
+        for split, paths in config_shards(folder, config).items()
+    }
 
 
 @pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
 def test_every_config_shows_in_the_viewer_what_load_dataset_returns(dataset, gemex_release, rexvqa_release, tmp_path):
     out = build(dataset, rexvqa_release.root, tmp_path / dataset, "auto", gemex_release)
     configs, _ = card_configs(out)
-    assert {"default", "sft", {"gemex": "sft_per_image", "rexvqa": "sft_per_study"}[dataset]} < set(configs) and len(configs) > 3
+    assert {"default", "sft", {"gemex": "sft_per_image", "rexvqa": "sft_per_study"}[dataset]} < set(configs) and len(
+        configs
+    ) > 3
     for name, config in configs.items():
         assert "filters" not in config
         for split, shown in viewer_rows(out, config).items():
@@ -77,7 +92,11 @@ def test_images_two_configs_share_lie_in_one_run_in_both_files(rexvqa_release, t
     largest config shares with the largest one must be one unbroken run in each file's row group,
     in the same order, not scattered among the studies only one of them has."""
     out = build("rexvqa", rexvqa_release.root, tmp_path / "rexvqa", "auto")
-    files = {p.name.split("-")[0]: p for p in (out / "data" / "train").glob("*.parquet") if not p.name.startswith("sft_per_study-")}
+    files = {
+        p.name.split("-")[0]: p
+        for p in (out / "data" / "train").glob("*.parquet")
+        if not p.name.startswith("sft_per_study-")
+    }
     first, second = sorted(files, key=lambda c: -pq.ParquetFile(files[c]).metadata.num_rows)[:2]
     for big, small in zip(studies_per_row_group(files[first]), studies_per_row_group(files[second])):
         shared = set(big) & set(small)
@@ -114,7 +133,10 @@ def test_shared_layout_without_conversations_stores_each_image_once(dataset, gem
     configs, infos = card_configs(out)
     assert conversation not in configs and {"default", "sft"} < set(configs)
     assert {p.rule for p in validate(out)} == {"viewer-rows"}  # the shared layout's one refusal: not for the Hub viewer
-    asked = {split: sorted(load_dataset(str(out), "default", split=split)["question_id"]) for split in infos["default"].splits}
+    asked = {
+        split: sorted(load_dataset(str(out), "default", split=split)["question_id"])
+        for split in infos["default"].splits
+    }
     typed: dict[str, list[str]] = {split: [] for split in asked}
     for name in configs:
         for split, info in infos[name].splits.items():

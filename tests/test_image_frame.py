@@ -44,9 +44,15 @@ def picture(width: int = 76, height: int = 63) -> np.ndarray:
 
 def turned_file(path: Path, upright: Image.Image, orientation: int, **save) -> Path:
     """``upright`` stored turned the other way, with the EXIF orientation that turns it back."""
-    undo = {2: Image.Transpose.FLIP_LEFT_RIGHT, 3: Image.Transpose.ROTATE_180, 4: Image.Transpose.FLIP_TOP_BOTTOM,
-            5: Image.Transpose.TRANSPOSE, 6: Image.Transpose.ROTATE_90, 7: Image.Transpose.TRANSVERSE,
-            8: Image.Transpose.ROTATE_270}[orientation]
+    undo = {
+        2: Image.Transpose.FLIP_LEFT_RIGHT,
+        3: Image.Transpose.ROTATE_180,
+        4: Image.Transpose.FLIP_TOP_BOTTOM,
+        5: Image.Transpose.TRANSPOSE,
+        6: Image.Transpose.ROTATE_90,
+        7: Image.Transpose.TRANSVERSE,
+        8: Image.Transpose.ROTATE_270,
+    }[orientation]
     exif = Image.Exif()
     exif[ORIENTATION] = orientation
     upright.transpose(undo).save(path, exif=exif, **save)
@@ -76,7 +82,9 @@ def test_every_image_mode_reads_an_image_upright(tmp_path, orientation, suffix):
     assert np.abs(np.asarray(decoded.convert("L"), dtype=np.int16) - expected).mean() <= tolerance
     assert np.array_equal(images.read_pixels(path), np.asarray(viewer(path).convert("L")))
     assert decode_image({"bytes": None, "path": str(path)}).size == upright.size
-    assert decode_image({"bytes": None, "path": str(path)}, BUDGET).size == qwen25vl_resized_size(*upright.size, **BUDGET)
+    assert decode_image({"bytes": None, "path": str(path)}, BUDGET).size == qwen25vl_resized_size(
+        *upright.size, **BUDGET
+    )
     assert images.embed_image(path, max_side=38).width == 38  # resized in the upright frame: 76 x 63 -> 38 x 32
 
 
@@ -106,7 +114,9 @@ def test_an_image_too_narrow_for_any_budget_is_refused_in_every_mode(tmp_path, w
     path = tmp_path / "narrow.png"
     Image.new("L", (width, height), 128).save(path)
     for read in (images.header_image, images.reference_image, images.embed_image):
-        with pytest.raises(images.ImageError, match=f"{width} x {height} pixels: aspect ratio .* above 200:1") as caught:
+        with pytest.raises(
+            images.ImageError, match=f"{width} x {height} pixels: aspect ratio .* above 200:1"
+        ) as caught:
             read(path)
         assert caught.value.reason == "aspect_ratio" and str(path) in str(caught.value)
     with pytest.raises(AspectRatioError, match="above 200:1"):
@@ -139,8 +149,15 @@ def test_no_resize_to_a_budget_passes_it():
 
 
 def test_evaluate_refuses_to_convert_a_box_on_an_image_too_narrow_for_the_budget():
-    row = {"question_id": "q", "question_type": "open_ended", "answer": "x", "reason": "", "boxes": [[0, 0, 1, 10]],
-           "image_width": 2, "image_height": 30_000}
+    row = {
+        "question_id": "q",
+        "question_type": "open_ended",
+        "answer": "x",
+        "reason": "",
+        "boxes": [[0, 0, 1, 10]],
+        "image_width": 2,
+        "image_height": 30_000,
+    }
     with pytest.raises(AspectRatioError, match="2 x 30000 pixels"):
         scoring.score_question(row, "<location> [[0, 0, 28, 280]]", "qwen2.5-vl", **BUDGET)
     row.update(image_width=20, image_height=4000)  # 200:1, within Qwen's limit: scored at the budget
@@ -156,8 +173,10 @@ def test_evaluate_says_which_question_has_an_image_too_narrow_for_qwen_boxes(tmp
 
     from .scoring_fixtures import gemex_rows
 
-    rows = [{**dict.fromkeys(features("none")), **row, "split": "test", "regions": [], "q_id": str(k), "row_id": f"row_{k}"}
-            for k, row in enumerate(gemex_rows(per_type=2, seed=5))]
+    rows = [
+        {**dict.fromkeys(features("none")), **row, "split": "test", "regions": [], "q_id": str(k), "row_id": f"row_{k}"}
+        for k, row in enumerate(gemex_rows(per_type=2, seed=5))
+    ]
     narrow = next(row for row in rows if row["boxes"])
     narrow.update(image_width=2, image_height=30_000)
     path = tmp_path / "gemex" / "data" / "test" / "default-00000-of-00001.parquet"
@@ -190,8 +209,12 @@ def copy_release(gemex_release, root: Path) -> Path:
 
 def rows_of_image(folder: Path, relative: str) -> list[dict]:
     configs, _ = card_configs(folder)
-    rows = [row for path in config_shards(folder, configs["default"])["train"]
-            for row in pq.read_table(path).to_pylist() if row["image_path"] == relative]
+    rows = [
+        row
+        for path in config_shards(folder, configs["default"])["train"]
+        for row in pq.read_table(path).to_pylist()
+        if row["image_path"] == relative
+    ]
     assert rows
     return rows
 
@@ -209,14 +232,22 @@ def test_a_release_with_an_image_stored_turned_builds_as_the_upright_one(gemex_r
         build_gemex(BuildSettings(source=root / "per_type", out=built[name], images=root / "files", image_mode=mode))
     assert validate(built["turned"]) == []
     keep = ("question_id", "image_width", "image_height", "boxes", "messages")
-    upright, turned = ([{k: row[k] for k in keep if k in row} for row in rows_of_image(built[name], relative)] for name in ("upright", "turned"))
+    upright, turned = (
+        [{k: row[k] for k in keep if k in row} for row in rows_of_image(built[name], relative)]
+        for name in ("upright", "turned")
+    )
     assert turned == upright and (turned[0]["image_width"], turned[0]["image_height"]) == original.size
     if mode == "none":
         return
-    loaded = [row for row in load_dataset(str(built["turned"]), "default", split="train") if row["image_path"] == relative]
+    loaded = [
+        row for row in load_dataset(str(built["turned"]), "default", split="train") if row["image_path"] == relative
+    ]
     for row in loaded:
         assert row["image"].size == (row["image_width"], row["image_height"]) == original.size
-        assert all(0 <= x1 < x2 <= row["image_width"] and 0 <= y1 < y2 <= row["image_height"] for x1, y1, x2, y2 in row["boxes"])
+        assert all(
+            0 <= x1 < x2 <= row["image_width"] and 0 <= y1 < y2 <= row["image_height"]
+            for x1, y1, x2, y2 in row["boxes"]
+        )
     shown = np.asarray(loaded[0]["image"].convert("L"), dtype=np.int16)
     assert np.abs(shown - np.asarray(original.convert("L"), dtype=np.int16)).mean() < 3
     stored = rows_of_image(built["turned"], relative)[0]["image"]
@@ -236,6 +267,11 @@ def test_a_build_rejects_an_image_too_narrow_for_any_budget(gemex_release, tmp_p
         assert all(row["image_width"] is None and row["boxes"] is None for row in rows_of_image(out, relative))
         return
     rejects = [r for r in report.rejects if relative in r.reason]
-    assert rejects and all(r.field == "image_path" and r.file.endswith(".jsonl") and r.record and
-                           "2 x 30000 pixels: aspect ratio 15,000.0:1 is above 200:1" in r.reason for r in rejects)
+    assert rejects and all(
+        r.field == "image_path"
+        and r.file.endswith(".jsonl")
+        and r.record
+        and "2 x 30000 pixels: aspect ratio 15,000.0:1 is above 200:1" in r.reason
+        for r in rejects
+    )
     assert report.records_read == report.rows_written + len(report.rejects)

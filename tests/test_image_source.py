@@ -25,7 +25,9 @@ def release(tmp_path_factory):
 
 
 def source(release, tmp_path, mode: str = "reference") -> ImageSource:
-    return ImageSource(BuildSettings(source=release.root, out=tmp_path / "out", images=release.image_root, image_mode=mode))
+    return ImageSource(
+        BuildSettings(source=release.root, out=tmp_path / "out", images=release.image_root, image_mode=mode)
+    )
 
 
 def released_paths(release) -> list[str]:

@@ -227,18 +227,14 @@ def test_percentile_window_falls_back_to_min_max_for_a_few_bright_pixels():
 def test_dicom_monochrome1_is_inverted_relative_to_monochrome2(tmp_path):
     pixels = twelve_bit()
     mono2 = read_display_pixels(write_dicom(tmp_path / "m2.dcm", pixels, bits_stored=12))
-    mono1 = read_display_pixels(
-        write_dicom(tmp_path / "m1.dcm", pixels, "MONOCHROME1", bits_stored=12)
-    )
+    mono1 = read_display_pixels(write_dicom(tmp_path / "m1.dcm", pixels, "MONOCHROME1", bits_stored=12))
     assert mono2.dtype == np.uint8 and mono2.min() == 0 and mono2.max() == 255
     assert np.array_equal(mono1, 255 - mono2)
 
 
 def test_dicom_window_from_the_file_is_used(tmp_path):
     pixels = np.tile(np.arange(0, 4096, 16, dtype=np.uint16), (4, 1))
-    path = write_dicom(
-        tmp_path / "w.dcm", pixels, bits_stored=12, WindowCenter=[2048, 1000], WindowWidth=[1025, 500]
-    )
+    path = write_dicom(tmp_path / "w.dcm", pixels, bits_stored=12, WindowCenter=[2048, 1000], WindowWidth=[1025, 500])
     eight = read_display_pixels(path).astype(int)[0]
     assert np.all(eight[pixels[0] <= 1535] == 0)
     assert np.all(eight[pixels[0] >= 2560] == 255)
@@ -250,7 +246,11 @@ def test_dicom_window_from_the_file_is_used(tmp_path):
 def test_dicom_sigmoid_window(tmp_path):
     pixels = np.tile(np.arange(0, 4096, 16, dtype=np.uint16), (2, 1))
     path = write_dicom(
-        tmp_path / "s.dcm", pixels, bits_stored=12, WindowCenter=2048, WindowWidth=1024,
+        tmp_path / "s.dcm",
+        pixels,
+        bits_stored=12,
+        WindowCenter=2048,
+        WindowWidth=1024,
         VOILUTFunction="SIGMOID",
     )
     eight = read_display_pixels(path)[0].astype(int)
@@ -260,9 +260,7 @@ def test_dicom_sigmoid_window(tmp_path):
 
 def test_dicom_rescale_applies_the_modality_lut(tmp_path):
     pixels = twelve_bit()
-    path = write_dicom(
-        tmp_path / "r.dcm", pixels, bits_stored=12, RescaleSlope=0.5, RescaleIntercept=-1024
-    )
+    path = write_dicom(tmp_path / "r.dcm", pixels, bits_stored=12, RescaleSlope=0.5, RescaleIntercept=-1024)
     np.testing.assert_allclose(read_pixels(path), pixels * 0.5 - 1024)
     np.testing.assert_array_equal(read_display_pixels(path), to_8bit(pixels * 0.5 - 1024))
 
@@ -286,9 +284,7 @@ def test_dicom_is_embedded_as_png(tmp_path):
 def test_dicom_keep_16bit_keeps_values_and_inverts_monochrome1(tmp_path):
     pixels = twelve_bit()
     mono2 = read_display_pixels(write_dicom(tmp_path / "a.dcm", pixels, bits_stored=12), True)
-    mono1 = read_display_pixels(
-        write_dicom(tmp_path / "b.dcm", pixels, "MONOCHROME1", bits_stored=12), True
-    )
+    mono1 = read_display_pixels(write_dicom(tmp_path / "b.dcm", pixels, "MONOCHROME1", bits_stored=12), True)
     np.testing.assert_array_equal(mono2, pixels)
     np.testing.assert_array_equal(mono1, int(pixels.min()) + int(pixels.max()) - pixels.astype(int))
     assert decoded(embed_image(tmp_path / "a.dcm", keep_16bit=True)).mode == "I;16"
@@ -296,16 +292,12 @@ def test_dicom_keep_16bit_keeps_values_and_inverts_monochrome1(tmp_path):
 
 def test_dicom_keep_16bit_keeps_values_under_an_identity_rescale(tmp_path):
     pixels = twelve_bit()
-    path = write_dicom(
-        tmp_path / "dx.dcm", pixels, bits_stored=12, RescaleSlope=1, RescaleIntercept=0
-    )
+    path = write_dicom(tmp_path / "dx.dcm", pixels, bits_stored=12, RescaleSlope=1, RescaleIntercept=0)
     np.testing.assert_array_equal(read_display_pixels(path, keep_16bit=True), pixels)
 
 
 def test_dicom_keep_16bit_maps_negative_values_onto_uint16(tmp_path):
-    path = write_dicom(
-        tmp_path / "ct.dcm", twelve_bit(), bits_stored=12, RescaleSlope=1, RescaleIntercept=-1024
-    )
+    path = write_dicom(tmp_path / "ct.dcm", twelve_bit(), bits_stored=12, RescaleSlope=1, RescaleIntercept=-1024)
     values = read_display_pixels(path, keep_16bit=True)
     assert values.dtype == np.uint16 and values.min() == 0 and values.max() == 65535
 
@@ -383,9 +375,7 @@ def test_image_ext_swaps_the_suffix(tmp_path):
     assert embed_image(resolve_image_path(tmp_path, relative, "dcm")).width == 80
 
 
-@pytest.mark.parametrize(
-    "relative", ["../../etc/passwd", "/etc/passwd", "p10/../../x.jpg", ".", "", "a\x00b.jpg"]
-)
+@pytest.mark.parametrize("relative", ["../../etc/passwd", "/etc/passwd", "p10/../../x.jpg", ".", "", "a\x00b.jpg"])
 def test_path_escaping_its_root_is_rejected(tmp_path, relative):
     with pytest.raises(ImageError) as caught:
         resolve_image_path(tmp_path / "files", relative)
@@ -488,9 +478,7 @@ def test_pydicom_test_files_are_local(monkeypatch):
     """get_testdata_files() lists the bundled files without downloading: its '**/*' pattern does
     not match the flat names of the downloadable ones."""
     downloads: list[str] = []
-    monkeypatch.setattr(
-        pydicom.data.data_manager, "data_path_with_download", lambda name: downloads.append(name)
-    )
+    monkeypatch.setattr(pydicom.data.data_manager, "data_path_with_download", lambda name: downloads.append(name))
     files = pydicom.data.get_testdata_files() + pydicom.data.get_charset_files()
     assert files and not downloads
     root = Path(pydicom.data.data_manager.DATA_ROOT)

@@ -77,8 +77,13 @@ def package_of(module: str) -> str:
 
 
 def crossings(graph: dict[str, set[str]], source: str, targets: tuple[str, ...]) -> list[str]:
-    return sorted(f"{module} -> {target}" for module, targets_of in graph.items() if package_of(module) == source
-                  for target in targets_of if package_of(target) in targets)
+    return sorted(
+        f"{module} -> {target}"
+        for module, targets_of in graph.items()
+        if package_of(module) == source
+        for target in targets_of
+        if package_of(target) in targets
+    )
 
 
 def test_builders_name_no_dataset_and_not_the_application(graph):
@@ -92,7 +97,9 @@ def test_a_dataset_package_stands_on_builders_alone(graph, dataset):
 
 
 def test_nothing_imports_the_application(graph):
-    assert [line for package in PACKAGES if package != "cxr_vqa" for line in crossings(graph, package, ("cxr_vqa",))] == []
+    assert [
+        line for package in PACKAGES if package != "cxr_vqa" for line in crossings(graph, package, ("cxr_vqa",))
+    ] == []
 
 
 def circles(graph: dict[str, set[str]]) -> list[list[str]]:
@@ -156,8 +163,15 @@ def test_a_real_build_loads_no_synthetic_module(dataset, gemex_release, tmp_path
 
         source = generate(tmp_path / "release", num_studies=4).root
     argv = ["build", dataset, "--source", str(source), "--out", str(tmp_path / "out"), "--image-mode", "none"]
-    result = subprocess.run([sys.executable, "-c", BUILD_AND_LIST_MODULES, *argv], capture_output=True, text=True,
-                            cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"}, check=False, timeout=300)
+    result = subprocess.run(
+        [sys.executable, "-c", BUILD_AND_LIST_MODULES, *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT), "TQDM_DISABLE": "1"},
+        check=False,
+        timeout=300,
+    )
     outcome = json.loads(result.stdout.splitlines()[-1])
     assert outcome["status"] == 0, result.stderr
     assert f"{dataset}_dataset.build" in outcome["modules"]

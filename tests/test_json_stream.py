@@ -38,7 +38,9 @@ def test_an_escape_that_is_half_a_pair_costs_its_record_and_a_whole_pair_does_no
     items = list(RecordStream(io.StringIO(text), "object"))
     assert items[0] == ("a", {"q": "\U0001f600"})
     assert isinstance(items[1], Damage) and items[1].record == "b" and items[1].reason.endswith("at $.q[1].deep")
-    assert isinstance(items[2], Damage) and items[2].record == "c\\ud801" and items[2].reason.endswith("at the record id")
+    assert (
+        isinstance(items[2], Damage) and items[2].record == "c\\ud801" and items[2].reason.endswith("at the record id")
+    )
     assert items[3] == ("d", {"q": 2})
     with pytest.raises(LineError, match=r"lone surrogate.* at \$\.question"):
         loads_line(b'{"question": "\\uDBFFx"}')
@@ -65,8 +67,10 @@ def test_array_resynchronises_at_the_next_top_level_record():
     text = '[{"c": [{"from": 1}, {"from": 2}]}, {"c": [{"from": bad}, {"from": 4}]}, {"c": [{"from": 5}, {"from": 6}]}]'
     items = list(RecordStream(io.StringIO(text), "array", block=3))
     assert isinstance(items[1], Damage) and items[1].record == "index 1"
-    assert [i for i in items if not isinstance(i, Damage)] == [("index 0", {"c": [{"from": 1}, {"from": 2}]}),
-                                                               ("index 2", {"c": [{"from": 5}, {"from": 6}]})]
+    assert [i for i in items if not isinstance(i, Damage)] == [
+        ("index 0", {"c": [{"from": 1}, {"from": 2}]}),
+        ("index 2", {"c": [{"from": 5}, {"from": 6}]}),
+    ]
 
 
 def test_text_after_the_end_and_wrong_top_level():
@@ -88,7 +92,9 @@ def rexvqa_release(tmp_path: Path) -> tuple[Path, dict[str, dict]]:
 def build_report(dataset: str, tmp_path: Path, source: Path) -> dict:
     """Build the text columns and return the report, whose counts must add up."""
     out = tmp_path / "out"
-    assert main(["build", dataset, "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"]) == 0
+    assert (
+        main(["build", dataset, "--source", str(source), "--out", str(out), "--image-mode", "none", "--overwrite"]) == 0
+    )
     report = json.loads((out / "build_report.json").read_text())
     assert report["records_read"] == report["rows_written"] + report["rejected"]
     return report
@@ -99,7 +105,7 @@ def spoil(path: Path, records: dict, key: str, old: bytes, new: bytes) -> None:
     text = json.dumps(records, indent=1, allow_nan=True).encode()
     start = text.index(json.dumps(key).encode() + b": {")
     at = text.index(old, start)
-    path.write_bytes(text[:at] + new + text[at + len(old):])
+    path.write_bytes(text[:at] + new + text[at + len(old) :])
 
 
 def test_rexvqa_bad_token_in_record_2_costs_only_record_2(tmp_path):
@@ -111,7 +117,11 @@ def test_rexvqa_bad_token_in_record_2_costs_only_record_2(tmp_path):
     total = sum(len(r) for r in files.values())
     assert report["records_read"] == total and report["rows_written"] == total - 1
     [reject] = report["rejects"]
-    assert reject["record"] == second and "malformed JSON" in reject["reason"] and reject["file"].endswith("train_vqa_data.json")
+    assert (
+        reject["record"] == second
+        and "malformed JSON" in reject["reason"]
+        and reject["file"].endswith("train_vqa_data.json")
+    )
 
 
 def test_rexvqa_bad_utf8_in_the_last_record_costs_only_it(tmp_path):
@@ -133,13 +143,17 @@ def test_rexvqa_damage_in_the_first_record_costs_only_it_though_the_third_is_dam
     records = files["train_vqa_data.json"]
     first, third = list(records)[0:3:2]
     text = json.dumps(records, indent=1, allow_nan=True)
-    text = first_and_third_spoilt(text, [text.index(json.dumps(key) + ": {") for key in (first, third)], '"question": "')
+    text = first_and_third_spoilt(
+        text, [text.index(json.dumps(key) + ": {") for key in (first, third)], '"question": "'
+    )
     (metadata / "train_vqa_data.json").write_text(text)
     report = build_report("rexvqa", tmp_path, metadata)
     total = sum(len(r) for r in files.values())
     assert report["records_read"] == total and report["rows_written"] == total - 2
     assert [(r["record"], r["reason"].split(":")[-1].strip()) for r in report["rejects"]] == [
-        (first, "Invalid \\escape"), (third, "Expecting ',' delimiter")]
+        (first, "Invalid \\escape"),
+        (third, "Expecting ',' delimiter"),
+    ]
 
 
 def first_and_third_spoilt(text: str, starts: list[int], before: str) -> str:
@@ -156,7 +170,7 @@ def test_rexvqa_truncated_file_keeps_the_records_before_the_cut(tmp_path):
     records = files["train_vqa_data.json"]
     third = list(records)[2]
     text = path.read_bytes()
-    path.write_bytes(text[:text.index(json.dumps(third).encode() + b": {") + 40])
+    path.write_bytes(text[: text.index(json.dumps(third).encode() + b": {") + 40])
     report = build_report("rexvqa", tmp_path, metadata)
     [reject] = report["rejects"]
     assert reject["record"] == third and "ends inside this record" in reject["reason"]
@@ -215,7 +229,7 @@ def llava_copy(gemex_raw, tmp_path: Path) -> tuple[Path, list[dict]]:
 def test_gemex_truncated_llava_keeps_every_record_before_the_cut(gemex_raw, tmp_path):
     path, records = llava_copy(gemex_raw, tmp_path)
     text = path.read_bytes()
-    path.write_bytes(text[:len(text) * 2 // 3])
+    path.write_bytes(text[: len(text) * 2 // 3])
     report = build_report("gemex", tmp_path, tmp_path / "release")
     [reject] = report["rejects"]
     cut_at = int(reject["record"].removeprefix("index "))
@@ -232,7 +246,10 @@ def test_gemex_llava_bad_utf8_and_bad_token_cost_their_records(gemex_raw, tmp_pa
     text = b'"row_id": '.join(row_ids[:7] + [b"oops " + row_ids[7]] + row_ids[8:])
     path.write_bytes(text)
     report = build_report("gemex", tmp_path, tmp_path / "release")
-    assert {(r["record"], r["reason"].split(" at ")[0]) for r in report["rejects"]} == {("index 2", "not valid UTF-8"), ("index 6", "malformed JSON")}
+    assert {(r["record"], r["reason"].split(" at ")[0]) for r in report["rejects"]} == {
+        ("index 2", "not valid UTF-8"),
+        ("index 6", "malformed JSON"),
+    }
     assert report["records_read"] == len(records) and report["rows_written"] == len(records) - 2
 
 
@@ -244,7 +261,9 @@ def test_gemex_llava_damage_in_the_first_record_costs_only_it_though_the_third_i
     report = build_report("gemex", tmp_path, tmp_path / "release")
     assert report["records_read"] == len(records) and report["rows_written"] == len(records) - 2
     assert [(r["record"], r["reason"].split(":")[-1].strip()) for r in report["rejects"]] == [
-        ("index 0", "Invalid \\escape"), ("index 2", "Expecting ',' delimiter")]
+        ("index 0", "Invalid \\escape"),
+        ("index 2", "Expecting ',' delimiter"),
+    ]
 
 
 def per_type_copy(gemex_raw, tmp_path: Path) -> Path:
@@ -274,15 +293,28 @@ def test_gemex_deep_nesting_and_bom(gemex_raw, tmp_path):
 
 def pretty_llava(n: int, spoilt: range = range(0)) -> tuple[list[dict], str]:
     """`n` LLaVA-like records and their file as released (`indent=1`), a bad token in the records `spoilt`."""
-    records = [{"conversations": [{"from": "human", "value": f"<image>\nq{k}"}, {"from": "gpt", "value": f"<answer> a{k}"}],
-                "row_id": k, "image": f"p10/p1/s{k}/d{k}.jpg"} for k in range(n)]
+    records = [
+        {
+            "conversations": [{"from": "human", "value": f"<image>\nq{k}"}, {"from": "gpt", "value": f"<answer> a{k}"}],
+            "row_id": k,
+            "image": f"p10/p1/s{k}/d{k}.jpg",
+        }
+        for k in range(n)
+    ]
     return records, pretty(list(enumerate(records)), "array", spoilt, '"row_id": ')
 
 
 def pretty_rexvqa(n: int, spoilt: range = range(0)) -> tuple[dict[str, dict], str]:
     """`n` ReXVQA-like records keyed by id and their file as released (`indent=1`), a bad token in the records `spoilt`."""
-    records = {f"{k:06d}_q": {"question": f"q{k}", "options": ["A. x", "B. y"], "ImagePath": [f"i{k}.png"], "nested": {"a": {"b": k}}}
-               for k in range(n)}
+    records = {
+        f"{k:06d}_q": {
+            "question": f"q{k}",
+            "options": ["A. x", "B. y"],
+            "ImagePath": [f"i{k}.png"],
+            "nested": {"a": {"b": k}},
+        }
+        for k in range(n)
+    }
     return records, pretty(list(enumerate(records.items())), "object", spoilt, '"question": ')
 
 
@@ -309,10 +341,12 @@ def test_damage_longer_than_the_block_costs_only_its_records(kind, block):
     """A damaged run crossing the read block does not end the file: the text read while trying candidates is searched too."""
     size = len(pretty_llava(1)[1] if kind == "array" else pretty_rexvqa(1)[1])
     damaged = range(20, 20 + 3 * block // size)
-    records, text = pretty_llava(damaged.stop + 20, damaged) if kind == "array" else pretty_rexvqa(damaged.stop + 20, damaged)
+    records, text = (
+        pretty_llava(damaged.stop + 20, damaged) if kind == "array" else pretty_rexvqa(damaged.stop + 20, damaged)
+    )
     values = records if kind == "array" else list(records.values())
     read, damage = read_items(text, kind, block)
-    assert [v for _, v in read] == values[:damaged.start] + values[damaged.stop:]
+    assert [v for _, v in read] == values[: damaged.start] + values[damaged.stop :]
     assert len(damage) == 1 and damage[0].record in ("index 20", "000020_q")
 
 
@@ -337,8 +371,10 @@ def test_a_record_on_one_line_that_lost_its_closing_brace_does_not_swallow_the_r
     records, _ = pretty_rexvqa(6)
     text = json.dumps(records)
     at = text.index('{"b": 3}}') + len('{"b": 3}')
-    read, damage = read_items(text[:at] + text[at + 1:], "object")
-    assert [k for k, _ in read] == [k for k in records if k != "000003_q"] and [d.record for d in damage] == ["000003_q"]
+    read, damage = read_items(text[:at] + text[at + 1 :], "object")
+    assert [k for k, _ in read] == [k for k in records if k != "000003_q"] and [d.record for d in damage] == [
+        "000003_q"
+    ]
 
 
 @pytest.mark.parametrize("kind", ["array", "object"])
@@ -347,7 +383,7 @@ def test_a_record_on_one_line_that_lost_its_closing_brace_does_not_swallow_the_r
 def test_damage_before_the_first_record_keeps_the_records(kind, at, change):
     records, text = pretty_llava(5) if kind == "array" else pretty_rexvqa(5)
     values = records if kind == "array" else list(records.values())
-    spoilt = text[:at] + text[at + 1:] if change == "delete" else text[:at] + change + text[at + 1:]
+    spoilt = text[:at] + text[at + 1 :] if change == "delete" else text[:at] + change + text[at + 1 :]
     read, damage = read_items(spoilt, kind)
     assert [v for _, v in read][-4:] == values[1:] and len(damage) <= 1
 
@@ -363,6 +399,7 @@ def test_a_file_cut_just_before_its_closing_bracket_keeps_its_last_record(kind):
 def test_resync_work_is_linear_in_the_damaged_run(indent):
     """The characters the decoder and the search go over grow as the damaged run does (they grew as its square:
     each failed parse counted the lines of everything held before it)."""
+
     def work(damaged: int) -> tuple[int, int]:
         spoilt = range(10, 10 + damaged)
         text = pretty_rexvqa(damaged + 20, spoilt)[1]
@@ -372,6 +409,7 @@ def test_resync_work_is_linear_in_the_damaged_run(indent):
         stream = RecordStream(io.StringIO(text), "object")
         assert len([i for i in stream if not isinstance(i, Damage)]) == 20
         return stream.work, len(text)
+
     (small, small_text), (large, large_text) = work(500), work(4000)
     assert large / small < 1.2 * large_text / small_text and large < 40 * large_text
 
@@ -393,8 +431,10 @@ def test_rexvqa_a_5000_digit_integer_is_one_reject_and_an_infinite_code_is_kept(
     assert (reject["record"], reject["field"]) == (second, "big") and "5000 digits" in reject["reason"]
     assert report["rows_written"] == sum(len(r) for r in files.values()) - 1
     from datasets import load_dataset
-    row = load_dataset("parquet", data_files=str(tmp_path / "out" / "data" / "test" / "*.parquet"), split="train").filter(
-        lambda r: r["question_id"] == infinite)[0]
+
+    row = load_dataset(
+        "parquet", data_files=str(tmp_path / "out" / "data" / "test" / "*.parquet"), split="train"
+    ).filter(lambda r: r["question_id"] == infinite)[0]
     assert row["validation_code"] is None and json.loads(row["extra"])["validation_code"] == math.inf
 
 
@@ -413,12 +453,16 @@ def test_gemex_huge_integers_are_one_reject_each(gemex_raw, tmp_path):
     llava.write_bytes(json.dumps(records, indent=1).encode().replace(b'"row_id": 0,', b'"row_id": ' + LONG + b",", 1))
     report = build_report("gemex", tmp_path, tmp_path / "release")
     found = {(r["file"].rsplit("/", 1)[1], r["record"], r["field"]) for r in report["rejects"]}
-    assert found == {("multi_choice_question.jsonl", "line 2", "q_id"), ("closed_ended_question.jsonl", "line 1", "q_id"),
-                     ("conversations.json", "index 0", "row_id")}
+    assert found == {
+        ("multi_choice_question.jsonl", "line 2", "q_id"),
+        ("closed_ended_question.jsonl", "line 1", "q_id"),
+        ("conversations.json", "index 0", "row_id"),
+    }
 
 
 def test_an_annotation_file_whose_name_is_not_utf8_is_one_reject_shown_escaped(gemex_raw, tmp_path):
     import os
+
     path, records = llava_copy(gemex_raw, tmp_path)
     other = os.path.join(os.fsencode(path.parent), b"more-\xff.json")
     with open(other, "wb") as f:

@@ -71,7 +71,13 @@ def test_prompt_puts_reference_first():
 
 @pytest.mark.parametrize(
     "reply, expected",
-    [("8 6\nexplanation", Judgement(8, 6)), ("7, 9", Judgement(7, 9)), ("\n 9.5 4 \n", Judgement(9.5, 4)), ("Score: 8", None), ("", None)],
+    [
+        ("8 6\nexplanation", Judgement(8, 6)),
+        ("7, 9", Judgement(7, 9)),
+        ("\n 9.5 4 \n", Judgement(9.5, 4)),
+        ("Score: 8", None),
+        ("", None),
+    ],
 )
 def test_parse_scores(reply, expected):
     assert parse_scores(reply) == expected

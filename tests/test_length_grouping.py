@@ -38,8 +38,15 @@ REXVQA_SIZE = 336
 def built(gemex_embed_112, tmp_path_factory) -> dict[str, Path]:
     root = tmp_path_factory.mktemp("grouping")
     release = generate_rexvqa(root / "release", num_studies=16, seed=5)
-    build_rexvqa(BuildSettings(source=release.root, out=root / "rexvqa", image_mode="embed", image_size=REXVQA_SIZE,
-                               conversation_tokens=CONVERSATION_TOKENS))
+    build_rexvqa(
+        BuildSettings(
+            source=release.root,
+            out=root / "rexvqa",
+            image_mode="embed",
+            image_size=REXVQA_SIZE,
+            conversation_tokens=CONVERSATION_TOKENS,
+        )
+    )
     return {"gemex": gemex_embed_112, "rexvqa": root / "rexvqa"}
 
 
@@ -48,8 +55,9 @@ def padding_share(batches) -> float:
     return 1 - sum(int(m.sum()) for m in masks) / sum(m.numel() for m in masks)
 
 
-@pytest.mark.parametrize("dataset,config", [("gemex", "sft"), ("gemex", "sft_per_image"), ("rexvqa", "sft"),
-                                            ("rexvqa", "sft_per_study")])
+@pytest.mark.parametrize(
+    "dataset,config", [("gemex", "sft"), ("gemex", "sft_per_image"), ("rexvqa", "sft"), ("rexvqa", "sft_per_study")]
+)
 def test_token_counts_without_decoding_agree_with_the_collator(built, dataset, config):
     vlm = tiny_models.tiny_qwen2_5_vl()
     settings = data.settings_for("qwen2_5_vl", vlm.processor)
@@ -80,14 +88,27 @@ def test_a_split_without_image_sizes_is_not_counted_and_generation_keeps_its_ord
 
 def test_the_recipe_groups_batches_by_length_by_default(tmp_path):
     _, training_args, _ = sft.make_parser().parse_args_and_config(
-        args=["--model_name_or_path", "unused", "--output_dir", str(tmp_path), "--rexvqa_path", "unused", "--use_cpu", "--bf16", "false"])
+        args=[
+            "--model_name_or_path",
+            "unused",
+            "--output_dir",
+            str(tmp_path),
+            "--rexvqa_path",
+            "unused",
+            "--use_cpu",
+            "--bf16",
+            "false",
+        ]
+    )
     assert training_args.train_sampling_strategy == "group_by_length"
 
 
 def trained(built: Path, tmp_path: Path, strategy: str):
     vlm = tiny_models.tiny_qwen2_5_vl()
     args = sft_config(tmp_path / strategy, max_steps=1, per_device_train_batch_size=4, train_sampling_strategy=strategy)
-    return sft.train(sft.DataArguments(rexvqa_path=str(built)), args, ModelConfig(), model=vlm.model, processor=vlm.processor)
+    return sft.train(
+        sft.DataArguments(rexvqa_path=str(built)), args, ModelConfig(), model=vlm.model, processor=vlm.processor
+    )
 
 
 def test_grouped_batches_carry_less_padding_than_random_ones(built, tmp_path):
@@ -95,8 +116,9 @@ def test_grouped_batches_carry_less_padding_than_random_ones(built, tmp_path):
     sampler = grouped._get_train_sampler()
     assert isinstance(sampler, LengthGroupedSampler)
     split = load_dataset(str(built["rexvqa"]), split="train")
-    assert sampler.lengths == data.sequence_lengths(split, data.settings_for("qwen2_5_vl", grouped.processing_class),
-                                                    grouped.processing_class)
+    assert sampler.lengths == data.sequence_lengths(
+        split, data.settings_for("qwen2_5_vl", grouped.processing_class), grouped.processing_class
+    )
     assert max(sampler.lengths) > 1.5 * min(sampler.lengths)  # studies of 1-4 images, as in the release
     random = trained(built["rexvqa"], tmp_path, "random")
     assert not isinstance(random._get_train_sampler(), LengthGroupedSampler)
@@ -116,8 +138,22 @@ def test_a_mixture_streams_in_its_own_order(built, tmp_path):
 def throughput(args: list[str], tmp_path: Path) -> dict:
     from benchmarks import train_throughput
 
-    return train_throughput.main(["--tiny", "--steps", "2", "--warmup_steps", "1", "--batch_size", "2", "--rows", "8",
-                                  "--workdir", str(tmp_path), *args])
+    return train_throughput.main(
+        [
+            "--tiny",
+            "--steps",
+            "2",
+            "--warmup_steps",
+            "1",
+            "--batch_size",
+            "2",
+            "--rows",
+            "8",
+            "--workdir",
+            str(tmp_path),
+            *args,
+        ]
+    )
 
 
 def test_throughput_benchmark_groups_and_compiles_on_cpu(tmp_path):
@@ -138,6 +174,11 @@ def test_the_token_bills_padding_figure_counts_padded_positions():
 
     assert token_bill.padding_share([100] * 50) == 0 == token_bill.padding_share([100] * 50, grouped=True)
     studies = [300 + 600 * images for images in (1, 1, 1, 2, 2, 3, 4)]  # ReXVQA-like: length set by the image count
-    random, grouped = token_bill.padding_share(studies, seeds=1), token_bill.padding_share(studies, grouped=True, seeds=1)
+    random, grouped = (
+        token_bill.padding_share(studies, seeds=1),
+        token_bill.padding_share(studies, grouped=True, seeds=1),
+    )
     assert 0.25 < random < 0.6 and grouped < 0.05
-    assert token_bill.prompt_padding([1, 3, 1, 3], batch_size=2) == pytest.approx({"split order": 1 / 3, "longest first": 0})
+    assert token_bill.prompt_padding([1, 3, 1, 3], batch_size=2) == pytest.approx(
+        {"split order": 1 / 3, "longest first": 0}
+    )

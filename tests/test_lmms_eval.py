@@ -19,7 +19,9 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("lmms_eval", reason="lmms-eval is not installed: pip install -e '.[lmms]' && pip install --no-deps lmms-eval==0.7.3")
+pytest.importorskip(
+    "lmms_eval", reason="lmms-eval is not installed: pip install -e '.[lmms]' && pip install --no-deps lmms-eval==0.7.3"
+)
 pytest.importorskip("transformers")
 
 from builders.scoring.text_metrics import installed_metrics
@@ -34,8 +36,12 @@ from training_recipes.lmms_eval_tasks import TASKS_DIR
 
 from . import tiny_models
 
-GEMEX_TASKS = {"gemex_open": "open_ended", "gemex_closed": "closed_ended", "gemex_single_choice": "single_choice",
-               "gemex_multi_choice": "multi_choice"}
+GEMEX_TASKS = {
+    "gemex_open": "open_ended",
+    "gemex_closed": "closed_ended",
+    "gemex_single_choice": "single_choice",
+    "gemex_multi_choice": "multi_choice",
+}
 REXVQA_TASKS = {f"rexvqa_{config}": task for config, task in zip(TASK_CONFIGS, TASKS)}
 TEXT_METRICS = installed_metrics()[0]
 FLOAT32 = 1e-4
@@ -48,8 +54,13 @@ def tolerance(metric: str) -> float:
 
 def image_only_process_vision_info(conversations, return_video_kwargs=False, return_video_metadata=False):
     """`qwen_vl_utils.process_vision_info` for images only: each image part's image, in order."""
-    images = [part["image"] for conversation in conversations for message in conversation
-              for part in message["content"] if part.get("type") == "image"]
+    images = [
+        part["image"]
+        for conversation in conversations
+        for message in conversation
+        for part in message["content"]
+        if part.get("type") == "image"
+    ]
     return (images or None, None, {}) if return_video_kwargs else (images or None, None)
 
 
@@ -116,7 +127,10 @@ def logged_replies(output: dict, path: Path) -> Path:
     with path.open("w") as handle:
         for samples in output["samples"].values():
             for sample in samples:
-                handle.write(json.dumps({"question_id": sample["doc"]["question_id"], "prediction": sample["filtered_resps"][0]}) + "\n")
+                handle.write(
+                    json.dumps({"question_id": sample["doc"]["question_id"], "prediction": sample["filtered_resps"][0]})
+                    + "\n"
+                )
     return path
 
 
@@ -146,10 +160,14 @@ def test_the_model_is_asked_what_the_recipes_train_on(datasets_env):
             messages = task.doc_to_messages(doc)
             expected = data.to_messages(dict(doc), kind, settings, with_answer=False)
             assert [m["role"] for m in messages] == [m["role"] for m in expected] == ["system", "user"]
-            assert [[p.get("text") for p in m["content"]] for m in messages] == [[p["text"] for p in m["content"]] for m in expected]
+            assert [[p.get("text") for p in m["content"]] for m in messages] == [
+                [p["text"] for p in m["content"]] for m in expected
+            ]
             images = [p["url"] for p in messages[1]["content"] if p["type"] == "image"]
             stored = [doc["image"]] if kind == "gemex" else doc["images"]
-            assert [image.size for image in images] == [image.size for image in stored] and all(i.mode == "RGB" for i in images)
+            assert [image.size for image in images] == [image.size for image in stored] and all(
+                i.mode == "RGB" for i in images
+            )
     assert any(len(doc["images"]) > 1 for doc in tasks["rexvqa_presence_assessment"].test_docs())  # multi-image studies
 
 
@@ -165,8 +183,15 @@ def test_gemex_scores_equal_cxr_vqa_evaluate_on_the_logged_replies(lmms, demo, d
     datasets_env.setenv("CXR_VQA_BOX_CONVENTION", box_convention)
     output = run_lmms_eval(lmms, ["gemex"])
     predictions = logged_replies(output, tmp_path / "replies.jsonl")
-    expected = cxr_vqa_evaluate("gemex", demo / "gemex", tmp_path / "scores.json", "--predictions", str(predictions),
-                                "--box-convention", box_convention)
+    expected = cxr_vqa_evaluate(
+        "gemex",
+        demo / "gemex",
+        tmp_path / "scores.json",
+        "--predictions",
+        str(predictions),
+        "--box-convention",
+        box_convention,
+    )
     results = output["results"]
     for task, question_type in GEMEX_TASKS.items():
         row = expected[question_type]
@@ -177,7 +202,9 @@ def test_gemex_scores_equal_cxr_vqa_evaluate_on_the_logged_replies(lmms, demo, d
     everything = expected["all"]
     assert sum(len(s) for s in output["samples"].values()) == everything["questions"]
     for metric in ["A", "V", *TEXT_METRICS]:  # every demo question has boxes, so V's weights are the types' sizes
-        assert results["gemex"][f"{metric},none"] == pytest.approx(everything[metric], abs=max(tolerance(metric), 1e-6)), metric
+        assert results["gemex"][f"{metric},none"] == pytest.approx(
+            everything[metric], abs=max(tolerance(metric), 1e-6)
+        ), metric
 
 
 def test_rexvqa_scores_equal_cxr_vqa_evaluate_on_the_logged_replies(lmms, demo, datasets_env, tmp_path):
@@ -208,15 +235,28 @@ def test_gemex_tasks_score_baseline_replies_as_cxr_vqa_evaluate_does(demo, datas
     datasets_env.setenv("CXR_VQA_BOX_CONVENTION", "norm1000")
     tasks = load_tasks(list(GEMEX_TASKS))
     for baseline in ("random", "majority"):
-        expected = cxr_vqa_evaluate("gemex", demo / "gemex", tmp_path / f"{baseline}.json", "--baseline", baseline,
-                                    "--box-convention", "norm1000")
-        rows = load_split(demo / "gemex", "test", gemex_scoring.COLUMNS, ())  # as evaluate reads them: same seeded draws
+        expected = cxr_vqa_evaluate(
+            "gemex",
+            demo / "gemex",
+            tmp_path / f"{baseline}.json",
+            "--baseline",
+            baseline,
+            "--box-convention",
+            "norm1000",
+        )
+        rows = load_split(
+            demo / "gemex", "test", gemex_scoring.COLUMNS, ()
+        )  # as evaluate reads them: same seeded draws
         make = gemex_scoring.random_replies if baseline == "random" else gemex_scoring.majority_replies
         replies = make(rows, box_convention="norm1000")
         for name, question_type in GEMEX_TASKS.items():
             got = score_through_task(tasks[name], replies)
             for metric, value in got.items():
-                assert value == pytest.approx(expected[question_type][metric], abs=tolerance(metric)), (baseline, name, metric)
+                assert value == pytest.approx(expected[question_type][metric], abs=tolerance(metric)), (
+                    baseline,
+                    name,
+                    metric,
+                )
         assert expected["multi_choice"]["V"] > 0 and expected["closed_ended"]["A"] > 0
 
 
@@ -225,5 +265,7 @@ def test_rexvqa_tasks_score_baseline_replies_as_cxr_vqa_evaluate_does(demo, data
     tasks = load_tasks(list(REXVQA_TASKS))
     replies = rexvqa_scoring.majority_replies(load_split(demo / "rexvqa", "test", rexvqa_scoring.COLUMNS, ()))
     for name, task_name in REXVQA_TASKS.items():
-        assert score_through_task(tasks[name], replies)["accuracy"] == pytest.approx(expected["per_task"][task_name]["accuracy"])
+        assert score_through_task(tasks[name], replies)["accuracy"] == pytest.approx(
+            expected["per_task"][task_name]["accuracy"]
+        )
     assert expected["overall"]["accuracy"] > 0

@@ -38,8 +38,15 @@ def gemex_built(gemex_embed_112) -> Path:
 def rexvqa_built(tmp_path_factory) -> Path:
     root = tmp_path_factory.mktemp("per-study")
     release = generate_rexvqa(root / "release", num_studies=12, seed=5)
-    build_rexvqa(BuildSettings(source=release.root, out=root / "rexvqa", image_mode="embed", image_size=112,
-                               conversation_tokens=CONVERSATION_TOKENS))
+    build_rexvqa(
+        BuildSettings(
+            source=release.root,
+            out=root / "rexvqa",
+            image_mode="embed",
+            image_size=112,
+            conversation_tokens=CONVERSATION_TOKENS,
+        )
+    )
     return root / "rexvqa"
 
 
@@ -47,7 +54,9 @@ BUILT = {"gemex": ("gemex_built", "sft_per_image"), "rexvqa": ("rexvqa_built", "
 
 
 def replies(messages: list[dict]) -> list[str]:
-    return ["".join(p["text"] for p in m["content"] if p["type"] == "text") for m in messages if m["role"] == "assistant"]
+    return [
+        "".join(p["text"] for p in m["content"] if p["type"] == "text") for m in messages if m["role"] == "assistant"
+    ]
 
 
 def trained_runs(labels: torch.Tensor, tokenizer) -> list[str]:
@@ -57,7 +66,7 @@ def trained_runs(labels: torch.Tensor, tokenizer) -> list[str]:
     for k, position in enumerate(positions):
         start = position if start is None else start
         if k + 1 == len(positions) or positions[k + 1] != position + 1:
-            runs.append(tokenizer.decode(labels[start:position + 1]).strip())
+            runs.append(tokenizer.decode(labels[start : position + 1]).strip())
             start = None
     return runs
 
@@ -69,7 +78,9 @@ def test_trls_sft_vlm_path_trains_on_the_conversation_config(dataset, assistant_
     fixture, config = BUILT[dataset]
     vlm = tiny_models.tiny_vlm("qwen2_5_vl")
     train = load_dataset(str(request.getfixturevalue(fixture)), config)["train"].select(range(4))
-    args = sft_config(tmp_path, max_steps=2, max_length=None, assistant_only_loss=assistant_only_loss, per_device_train_batch_size=2)
+    args = sft_config(
+        tmp_path, max_steps=2, max_length=None, assistant_only_loss=assistant_only_loss, per_device_train_batch_size=2
+    )
     trainer = SFTTrainer(model=vlm.model, processing_class=vlm.processor, train_dataset=train, args=args)
     trainer.train()
     losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
@@ -136,8 +147,13 @@ def test_recipe_trains_either_layout_for_gemex_rexvqa_and_the_mixture(gemex_buil
         "per_question": sft.DataArguments(gemex_path=str(gemex_built), layout="per_question", max_train_samples=4),
     }
     for name, data_args in runs.items():
-        trainer = sft.train(data_args, sft_config(tmp_path / name, max_steps=2, per_device_train_batch_size=2), ModelConfig(),
-                            vlm.model, vlm.processor)
+        trainer = sft.train(
+            data_args,
+            sft_config(tmp_path / name, max_steps=2, per_device_train_batch_size=2),
+            ModelConfig(),
+            vlm.model,
+            vlm.processor,
+        )
         losses = [h["loss"] for h in trainer.state.log_history if "loss" in h]
         assert trainer.state.global_step == 2 and all(torch.isfinite(torch.tensor(losses))), name
 

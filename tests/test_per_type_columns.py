@@ -138,12 +138,54 @@ def spoil(record: dict, how: str, qtype: str) -> dict | str:
     return line if line is not None else r
 
 
-SPOILS = ["choices_in_open", "choices_null", "choice_letter", "one_choice", "choice_colon", "answer_letter", "answer_repeat",
-          "answer_empty", "answer_lower", "box_three", "box_inverted", "box_far", "box_clipped", "box_halves", "box_null",
-          "corner_null", "boxes_null", "regions_short", "region_null", "region_unknown", "files_prefix", "upper_ext", "not_mimic",
-          "no_extension", "non_ascii_path", "newline_path", "row_id_newline", "q_id_string", "missing_reason", "extra_key",
-          "type_null", "empty_question", "unicode_text", "blank", "spaces", "truncated", "two_objects", "array", "null",
-          "nan_box", "infinity_box", "duplicate_key", "crlf", "bad_utf8", "surrogate", "float_q_id"]
+SPOILS = [
+    "choices_in_open",
+    "choices_null",
+    "choice_letter",
+    "one_choice",
+    "choice_colon",
+    "answer_letter",
+    "answer_repeat",
+    "answer_empty",
+    "answer_lower",
+    "box_three",
+    "box_inverted",
+    "box_far",
+    "box_clipped",
+    "box_halves",
+    "box_null",
+    "corner_null",
+    "boxes_null",
+    "regions_short",
+    "region_null",
+    "region_unknown",
+    "files_prefix",
+    "upper_ext",
+    "not_mimic",
+    "no_extension",
+    "non_ascii_path",
+    "newline_path",
+    "row_id_newline",
+    "q_id_string",
+    "missing_reason",
+    "extra_key",
+    "type_null",
+    "empty_question",
+    "unicode_text",
+    "blank",
+    "spaces",
+    "truncated",
+    "two_objects",
+    "array",
+    "null",
+    "nan_box",
+    "infinity_box",
+    "duplicate_key",
+    "crlf",
+    "bad_utf8",
+    "surrogate",
+    "float_q_id",
+]
 
 
 @pytest.fixture(scope="module")
@@ -182,7 +224,11 @@ def test_columns_give_the_record_paths_rows_rejects_and_order(spoilt_release, bl
 
 def test_only_the_lines_the_columns_cannot_vouch_for_take_the_record_path(tmp_path):
     generate(tmp_path, num_images=40, layouts=("per_type",), images=False)
-    [src] = [s for s in find_source_files(tmp_path / "per_type") if s.path.name == "single_choice_question.jsonl" and s.split == "train"]
+    [src] = [
+        s
+        for s in find_source_files(tmp_path / "per_type")
+        if s.path.name == "single_choice_question.jsonl" and s.split == "train"
+    ]
     lines = src.path.read_text(encoding="utf-8").splitlines()
     lines[5] = json.dumps(spoil(json.loads(lines[5]), "box_far", "single_choice"))
     src.path.write_text("\n".join(lines) + "\n", encoding="utf-8")

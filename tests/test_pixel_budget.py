@@ -48,7 +48,9 @@ def test_a_full_size_jpeg_decodes_at_the_budget_as_a_full_decode_resized_would()
 
 
 def test_decoding_turns_the_image_upright_before_sizing_it():
-    decoded = decode_image({"bytes": jpeg(600, 400, orientation=6), "path": None}, PixelBudget(max_pixels=28 * 28 * 64).resize_kwargs(28))
+    decoded = decode_image(
+        {"bytes": jpeg(600, 400, orientation=6), "path": None}, PixelBudget(max_pixels=28 * 28 * 64).resize_kwargs(28)
+    )
     assert decoded.size == qwen25vl_resized_size(400, 600, max_pixels=28 * 28 * 64)
 
 

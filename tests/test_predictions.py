@@ -17,7 +17,10 @@ def test_jsonl_round_trip(tmp_path):
     path = tmp_path / "p.jsonl"
     write_jsonl(path, [("q1", "<answer> Yes."), ("q2", "C\nwith a newline")])
     records = read_predictions(path)
-    assert [(r.question_id, r.prediction, r.line) for r in records] == [("q1", "<answer> Yes.", 1), ("q2", "C\nwith a newline", 2)]
+    assert [(r.question_id, r.prediction, r.line) for r in records] == [
+        ("q1", "<answer> Yes.", 1),
+        ("q2", "C\nwith a newline", 2),
+    ]
     assert detect_layout(path) == "jsonl"
 
 
@@ -56,7 +59,9 @@ def test_rexrank_layout_round_trip(tmp_path):
         "extra": json.dumps({"validation_code": 1}),
     }
     record = rexrank_record(row)
-    assert record["options"][1] == "B. Right lung" and record["correct_answer"] == "B" and record["validation_code"] == 1
+    assert (
+        record["options"][1] == "B. Right lung" and record["correct_answer"] == "B" and record["validation_code"] == 1
+    )
     path = tmp_path / "sub.json"
     write_rexrank(path, {"r1": record}, {"r1": "The answer is B."})
     assert detect_layout(path) == "rexrank"

@@ -82,9 +82,15 @@ def test_text_only_build(root, tmp_path):
 
 
 def test_rexvqa_rows_show_a_study_side_by_side(tmp_path):
-    row = {"question_id": "q1", "images": [png_row(40), png_row(200)], "view_positions": ["PA", "LATERAL"],
-           "question": "Is there an effusion?", "options": ["Yes", "No", "Maybe", "Unclear"], "answer": "A",
-           "explanation": "Blunted costophrenic angle."}
+    row = {
+        "question_id": "q1",
+        "images": [png_row(40), png_row(200)],
+        "view_positions": ["PA", "LATERAL"],
+        "question": "Is there an effusion?",
+        "options": ["Yes", "No", "Maybe", "Unclear"],
+        "answer": "A",
+        "explanation": "Blunted costophrenic angle.",
+    }
     preview = preview_row(row)
     assert [im.width for im in preview.images] == [210, 210]
     assert preview.captions == ["PA", "LATERAL"] and preview.choices[0] == "Yes" and preview.reason
@@ -100,15 +106,33 @@ def test_html_is_self_contained(root, tmp_path):
     assert "Answer:" in page and "Reason:" in page
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="chromium not installed (run .ci/install-system-deps): HTML preview not rendered")
+@pytest.mark.skipif(
+    CHROMIUM is None, reason="chromium not installed (run .ci/install-system-deps): HTML preview not rendered"
+)
 def test_html_preview_in_headless_chromium(root, tmp_path):
     page = write_preview(built("synthetic-embed", root), tmp_path / "preview.html", n=4)
     shot = tmp_path / "shot.png"
     with tempfile.TemporaryDirectory() as profile:
-        subprocess.run([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                        "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                        f"--user-data-dir={profile}", f"--screenshot={shot}", "--window-size=1200,900",
-                        page.as_uri()], check=True, capture_output=True, timeout=120)
+        subprocess.run(
+            [
+                CHROMIUM,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-quic",
+                "--no-first-run",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                f"--user-data-dir={profile}",
+                f"--screenshot={shot}",
+                "--window-size=1200,900",
+                page.as_uri(),
+            ],
+            check=True,
+            capture_output=True,
+            timeout=120,
+        )
     image = Image.open(shot)
     assert image.size == (1200, 900)
     grey = np.asarray(image.convert("L"))
@@ -144,7 +168,9 @@ def test_preview_config_needs_images(root, tmp_path):
 
 def test_cli(root, tmp_path, capsys):
     folder = copy_build("synthetic-embed", root, tmp_path / "gemex")
-    assert main(["preview", str(folder), "--n", "2", "--config", "single_choice", "--out", str(tmp_path / "p.png")]) == 0
+    assert (
+        main(["preview", str(folder), "--n", "2", "--config", "single_choice", "--out", str(tmp_path / "p.png")]) == 0
+    )
     assert Image.open(tmp_path / "p.png").width > 0
     assert main(["preview", str(folder), "--add-config", "--n", "3"]) == 0
     assert "preview" in capsys.readouterr().out

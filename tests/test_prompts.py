@@ -49,7 +49,9 @@ def rexvqa_row(**overrides):
 
 
 def test_type_prompts_are_the_released_ones_for_int_str_and_llava_names():
-    assert gemex.type_prompt(0).startswith("Input an open-ended question, and the assistant will output its answer with")
+    assert gemex.type_prompt(0).startswith(
+        "Input an open-ended question, and the assistant will output its answer with"
+    )
     assert gemex.type_prompt("closed_ended") == gemex.type_prompt(1)
     assert "(yes or no)" in gemex.type_prompt("closed_ended_questions")
     assert "(an option)" in gemex.type_prompt("single_choice")
@@ -103,7 +105,14 @@ def test_boxes_follow_the_model_family_convention():
     assert gemex.location_text(row, "qwen2.5-vl") == str([expected])
     small = qwen25vl_resized_size(1000, 500, max_pixels=56 * 56 * 4)
     assert gemex.location_text(row, "qwen2.5-vl", max_pixels=56 * 56 * 4) == str(
-        [[round(100 * small[0] / 1000), round(50 * small[1] / 500), round(500 * small[0] / 1000), round(250 * small[1] / 500)]]
+        [
+            [
+                round(100 * small[0] / 1000),
+                round(50 * small[1] / 500),
+                round(500 * small[0] / 1000),
+                round(250 * small[1] / 500),
+            ]
+        ]
     )
 
 

@@ -67,7 +67,9 @@ def test_real_records_under_a_synthetic_folder_build_as_real_and_stay_private(sa
 def test_genuine_synthetic_build_is_synthetic_and_may_go_public(tmp_path, capsys):
     release = generate(tmp_path / "release", num_images=6)
     out = tmp_path / "gemex"
-    report = build_gemex(BuildSettings(source=release.root / "per_type", out=out, images=release.image_root, image_mode="embed"))
+    report = build_gemex(
+        BuildSettings(source=release.root / "per_type", out=out, images=release.image_root, image_mode="embed")
+    )
     assert report.provenance == {"synthetic": True, "annotation_files": 12, "images": 6, "real_because": None}
     assert "synthetic" in DatasetCard.load(out / "README.md").data["tags"]
     assert all(verify_shard(p) == (True, None) for p in (out / "data").rglob("*.parquet"))
@@ -126,7 +128,9 @@ def test_real_text_under_a_synthetic_stamp_is_caught(tmp_path):
 
 def test_rexvqa_without_its_manifest_is_real(tmp_path):
     release = generate_rexvqa(tmp_path / "release", num_studies=6)
-    assert build_rexvqa(BuildSettings(source=release.root, out=tmp_path / "synthetic", image_mode="embed")).provenance["synthetic"]
+    assert build_rexvqa(BuildSettings(source=release.root, out=tmp_path / "synthetic", image_mode="embed")).provenance[
+        "synthetic"
+    ]
     (release.root / MANIFEST_NAME).unlink()
     report = build_rexvqa(BuildSettings(source=release.root, out=tmp_path / "real", image_mode="embed"))
     assert not report.provenance["synthetic"] and f"no {MANIFEST_NAME}" in report.provenance["real_because"]

@@ -66,7 +66,9 @@ class RecordingHub(BaseHTTPRequestHandler):
 
     def _record(self) -> bytes:
         body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
-        self.requests.append({"method": self.command, "path": self.path, "auth": self.headers.get("Authorization"), "body": body})
+        self.requests.append(
+            {"method": self.command, "path": self.path, "auth": self.headers.get("Authorization"), "body": body}
+        )
         return body
 
     def do_POST(self):
@@ -76,18 +78,37 @@ class RecordingHub(BaseHTTPRequestHandler):
             payload = json.loads(body)
             repo = f"{payload['organization']}/{payload['name']}"
             if repo in self.repos:
-                return self._reply(409, {"error": "You already created this dataset repo", "url": f"{endpoint}/datasets/{repo}"})
+                return self._reply(
+                    409, {"error": "You already created this dataset repo", "url": f"{endpoint}/datasets/{repo}"}
+                )
             self.repos[repo] = {"private": payload.get("visibility") == "private", "gated": False}
             return self._reply(200, {"url": f"{endpoint}/datasets/{repo}"})
         if m := re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/preupload/([^/?]+)(\?.*)?", self.path):
             files = json.loads(body)["files"]
-            return self._reply(200, {"files": [{"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in files]})
+            return self._reply(
+                200,
+                {
+                    "files": [
+                        {"path": f["path"], "uploadMode": "regular", "shouldIgnore": False, "oid": None} for f in files
+                    ]
+                },
+            )
         if m := re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/commit/([^/?]+)(\?.*)?", self.path):
             lines = [json.loads(line) for line in body.decode().splitlines() if line.strip()]
-            files = {line["value"]["path"]: base64.b64decode(line["value"]["content"]) for line in lines if line["key"] == "file"}
+            files = {
+                line["value"]["path"]: base64.b64decode(line["value"]["content"])
+                for line in lines
+                if line["key"] == "file"
+            }
             self.commits.append({"repo": m.group(1), "revision": m.group(2), "files": files})
-            return self._reply(200, {"commitUrl": f"{endpoint}/datasets/{m.group(1)}/commit/{'a' * 40}", "commitOid": "a" * 40,
-                                     "pullRequestUrl": None})
+            return self._reply(
+                200,
+                {
+                    "commitUrl": f"{endpoint}/datasets/{m.group(1)}/commit/{'a' * 40}",
+                    "commitOid": "a" * 40,
+                    "pullRequestUrl": None,
+                },
+            )
         if re.fullmatch(r"/api/datasets/([^/]+/[^/]+)/branch/([^/?]+)", self.path):
             return self._reply(200, {})
         if self.path == "/api/validate-yaml":
@@ -111,8 +132,19 @@ class RecordingHub(BaseHTTPRequestHandler):
             repo = self.repos.get(m.group(1))
             if repo is None:
                 return self._reply(404, {"error": "Repository not found"})
-            return self._reply(200, {"id": m.group(1), "sha": "b" * 40, "private": repo["private"], "gated": repo["gated"],
-                                     "siblings": [], "tags": [], "downloads": 0, "likes": 0})
+            return self._reply(
+                200,
+                {
+                    "id": m.group(1),
+                    "sha": "b" * 40,
+                    "private": repo["private"],
+                    "gated": repo["gated"],
+                    "siblings": [],
+                    "tags": [],
+                    "downloads": 0,
+                    "likes": 0,
+                },
+            )
         self._reply(404, {"error": f"not recorded: GET {self.path}"})
 
 
@@ -151,6 +183,7 @@ def refusal(folder: Path, visibility: str, confirm_public: bool = False, text_li
 
 
 # -- access rules --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("kind", ["real-embed", "real-none"])
 def test_credentialed_content_never_public(root, kind):
@@ -194,17 +227,36 @@ def test_gemex_mimic_text_goes_public_only_under_a_named_licence(root, tmp_path,
     """Question and reason text is derived from MIMIC-CXR reports."""
     folder = copy_build("real-none", root, tmp_path / "gemex")
     null_columns(folder, ("report",))
-    with pytest.raises(PublishRefused, match=r"question and reason text is derived from MIMIC-CXR reports.*--text-licence NAME"):
+    with pytest.raises(
+        PublishRefused, match=r"question and reason text is derived from MIMIC-CXR reports.*--text-licence NAME"
+    ):
         plan_publish(folder, "org/gemex", "public", confirm_public=True)
     card = DatasetCard.load(folder / "README.md")
     card.data["license"], card.data["tags"] = "cc-by-4.0", ["synthetic"]  # the card is never trusted
     card.save(folder / "README.md")
     plan = plan_publish(folder, "org/gemex", "public", confirm_public=True, text_licence="CC-BY-4.0")
     assert "--text-licence NAME" in refusal(folder, "public", confirm_public=True)
-    assert "credentialed access only" in refusal(folder, "public", True, "PhysioNet Credentialed Health Data License 1.5.0")
+    assert "credentialed access only" in refusal(
+        folder, "public", True, "PhysioNet Credentialed Health Data License 1.5.0"
+    )
     assert "needs --confirm-public" in refusal(folder, "public", text_licence="CC-BY-4.0")
     assert plan.card_fields == {"license": "other", "license_name": "CC-BY-4.0", "license_link": None}
-    assert main(["publish", str(folder), "--repo", "org/gemex", "--public", "--confirm-public", "--text-licence", "CC-BY-4.0", "--dry-run"]) == 0
+    assert (
+        main(
+            [
+                "publish",
+                str(folder),
+                "--repo",
+                "org/gemex",
+                "--public",
+                "--confirm-public",
+                "--text-licence",
+                "CC-BY-4.0",
+                "--dry-run",
+            ]
+        )
+        == 0
+    )
     assert "licence CC-BY-4.0 [set by --text-licence]" in capsys.readouterr().out
 
 
@@ -243,9 +295,15 @@ def test_real_rexvqa_is_never_public_whatever_its_columns(tmp_path):
         plan_publish(folder, "org/rexvqa", "public", confirm_public=True)
     assert "ReXVQA builds of real data" in refusal(folder, "public", True, "CC-BY-4.0")
     shard = next((folder / "data").rglob("*.parquet"))
-    strings = [f.name for f in pq.read_schema(shard) if str(f.type) == "string" and f.name not in ("question_id", "study_id", "split")]
+    strings = [
+        f.name
+        for f in pq.read_schema(shard)
+        if str(f.type) == "string" and f.name not in ("question_id", "study_id", "split")
+    ]
     null_columns(folder, tuple(strings))
-    (folder / "build_report.json").write_text(json.dumps({**json.loads((folder / "build_report.json").read_text()), "dataset": "other"}))
+    (folder / "build_report.json").write_text(
+        json.dumps({**json.loads((folder / "build_report.json").read_text()), "dataset": "other"})
+    )
     with pytest.raises(PublishRefused, match="ReXVQA builds of real data"):
         plan_publish(folder, "org/rexvqa", "public", confirm_public=True)
 
@@ -292,6 +350,7 @@ def test_unready_folder_is_refused(root, tmp_path):
 
 # -- dry run --------------------------------------------------------------------------------
 
+
 def test_dry_run_prints_the_plan_and_no_token(root, tmp_path, capsys, monkeypatch):
     monkeypatch.setenv("HF_TOKEN", TOKEN)
     folder = built("real-embed", root)
@@ -309,6 +368,7 @@ def test_cli_refusal_is_one_line(root, capsys):
 
 
 # -- against the recording Hub ------------------------------------------------------------
+
 
 def assert_uploaded(hub, plan) -> None:
     """Every planned file arrived, in publish's commits: one per config's shard set, then the card."""
@@ -344,7 +404,9 @@ def test_private_upload(private_plan, hub, capsys, caplog):
     assert json.loads(create["body"])["visibility"] == "private" and json.loads(create["body"])["type"] == "dataset"
     assert hub.repos["org/gemex"] == {"private": True, "gated": False}
     assert_uploaded(hub, plan)
-    repo_calls = [r for r in hub.requests if r["path"].startswith(("/api/repos/", "/api/datasets/", "/api/validate-yaml"))]
+    repo_calls = [
+        r for r in hub.requests if r["path"].startswith(("/api/repos/", "/api/datasets/", "/api/validate-yaml"))
+    ]
     assert len(repo_calls) >= 4 and all(r["auth"] == f"Bearer {TOKEN}" for r in repo_calls)
     captured = capsys.readouterr()
     assert TOKEN not in captured.out + captured.err + caplog.text
@@ -399,6 +461,7 @@ def test_cli_publish(root, hub, capsys):
 
 # -- what is uploaded ----------------------------------------------------------------
 
+
 def test_a_file_the_build_did_not_write_is_refused_by_name(root, tmp_path):
     folder = copy_build("synthetic-none", root, tmp_path / "gemex")
     (folder / "data" / "test" / "patient.jpg").write_bytes(b"\xff\xd8\xff\xe0 an untagged image")
@@ -426,7 +489,9 @@ def test_a_card_reading_another_builds_shards_is_refused(root, tmp_path):
     folder = copy_build("synthetic-none", root, tmp_path / "gemex")
     card = DatasetCard.load(folder / "README.md")
     for config in card.data["configs"]:
-        config["data_files"] = [{"split": e["split"], "path": [f"../real/{p}" for p in _as_list(e["path"])]} for e in config["data_files"]]
+        config["data_files"] = [
+            {"split": e["split"], "path": [f"../real/{p}" for p in _as_list(e["path"])]} for e in config["data_files"]
+        ]
     card.save(folder / "README.md")
     with pytest.raises(ValueError, match="points outside data/"):
         plan_publish(folder, "org/demo", "public", confirm_public=True)
@@ -464,6 +529,7 @@ def test_text_licence_must_allow_public_redistribution(root, tmp_path, licence):
 
 # -- links in a build folder ----------------------------------------------------------------
 
+
 def _linked_splits(folder: Path, elsewhere: Path) -> None:
     """Each `data/<split>` moved out of the folder and replaced by a link to where it went."""
     elsewhere.mkdir()
@@ -479,14 +545,18 @@ def test_a_build_whose_split_folders_are_links_is_refused(root, tmp_path, capsys
     plain = copy_build("real-none", root, tmp_path / "plain")
     command = ["--repo", "org/gemex", "--public", "--confirm-public", *licence, "--dry-run"]
     assert main(["publish", str(plain), *command]) == 1
-    assert "error: --public refused" in capsys.readouterr().err  # the same folder without links: refused for its content
+    assert (
+        "error: --public refused" in capsys.readouterr().err
+    )  # the same folder without links: refused for its content
 
     folder = copy_build("real-none", root, tmp_path / "gemex")
     _linked_splits(folder, tmp_path / "elsewhere")
     assert main(["publish", str(folder), *command]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "[link] a symbolic link" in err and "dry run" not in err
-    assert {p.rule for p in validate(folder)} == {"link"} and len(validate(folder)) == len(list((folder / "data").iterdir()))
+    assert {p.rule for p in validate(folder)} == {"link"} and len(validate(folder)) == len(
+        list((folder / "data").iterdir())
+    )
     assert main(["validate", str(folder)]) == 1
 
 

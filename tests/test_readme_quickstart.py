@@ -30,17 +30,28 @@ def test_the_quickstart_is_a_handful_of_commands_from_synthesize_to_evaluate():
     commands = quickstart_commands()
     assert 4 <= len(commands) <= 8
     assert commands[0].startswith("cxr-vqa synthesize ") and commands[-1].startswith("cxr-vqa evaluate ")
-    assert any("training_recipes.tiny_model" in c for c in commands) and any("training_recipes.sft" in c for c in commands)
+    assert any("training_recipes.tiny_model" in c for c in commands) and any(
+        "training_recipes.sft" in c for c in commands
+    )
 
 
 def test_the_quickstart_runs_as_written(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
-    for name, line in (("cxr-vqa", f'exec "{sys.executable}" -m cxr_vqa.cli "$@"'), ("python", f'exec "{sys.executable}" "$@"')):
+    for name, line in (
+        ("cxr-vqa", f'exec "{sys.executable}" -m cxr_vqa.cli "$@"'),
+        ("python", f'exec "{sys.executable}" "$@"'),
+    ):
         (bin_dir / name).write_text(f"#!/bin/sh\n{line}\n")
         (bin_dir / name).chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": str(REPO),
-           "HF_HUB_OFFLINE": "1", "HF_DATASETS_CACHE": str(tmp_path / "cache"), "TQDM_DISABLE": "1"}
+    env = {
+        **os.environ,
+        "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}",
+        "PYTHONPATH": str(REPO),
+        "HF_HUB_OFFLINE": "1",
+        "HF_DATASETS_CACHE": str(tmp_path / "cache"),
+        "TQDM_DISABLE": "1",
+    }
     work = tmp_path / "work"
     work.mkdir()
     outputs = []

@@ -101,7 +101,9 @@ def test_gemma3_instruction_goes_into_the_user_turn(gemex_dir):
         user_turn = rendered.split("<start_of_turn>user\n", 1)[1].split("<end_of_turn>")[0]
         assert type_prompt("multi_choice") in user_turn and "<start_of_turn>system" not in rendered
         assert rendered.endswith("<start_of_turn>model\n")
-    assert [m["role"] for m in data.to_messages(row, "gemex", data.settings_for("gemma3", vlm.processor, fold_system=True))] == [
+    assert [
+        m["role"] for m in data.to_messages(row, "gemex", data.settings_for("gemma3", vlm.processor, fold_system=True))
+    ] == [
         "user",
         "assistant",
     ]
@@ -111,12 +113,19 @@ def test_qwen25vl_boxes_are_in_the_processed_image_pixels(gemex_dir):
     vlm = tiny_models.tiny_vlm("qwen2_5_vl")
     settings = data.settings_for("qwen2_5_vl", vlm.processor)
     assert settings.box_convention == "qwen2.5-vl"
-    assert settings.resize_kwargs == {"factor": 28, "min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}  # the default budget
+    assert settings.resize_kwargs == {
+        "factor": 28,
+        "min_pixels": MIN_PIXELS,
+        "max_pixels": MAX_PIXELS,
+    }  # the default budget
     row = tiny_builds.load_built(gemex_dir)[0]
     example = data.to_trl_example(row, "gemex", settings)
     grid = vlm.processor.image_processor(example["images"], return_tensors="pt")["image_grid_thw"][0]
     processed_w, processed_h = int(grid[2]) * 14, int(grid[1]) * 14
-    assert example["images"][0].size == (processed_w, processed_h)  # decoded at the budget: the processor's resize is a no-op
+    assert example["images"][0].size == (
+        processed_w,
+        processed_h,
+    )  # decoded at the budget: the processor's resize is a no-op
     x1, y1, x2, y2 = row["boxes"][0]
     sx, sy = processed_w / row["image_width"], processed_h / row["image_height"]
     expected = [round(x1 * sx), round(y1 * sy), round(x2 * sx), round(y2 * sy)]
@@ -177,8 +186,22 @@ def test_lora_run_from_a_config_file_saves_reloads_and_generates(gemex_dir, tmp_
     # generation reads the adapter folder, resolves its base model, and writes the predictions file
     predictions = tmp_path / "predictions.jsonl"
     written = generate.main(
-        ["--model_name_or_path", str(out), "--dataset_path", str(gemex_dir), "--split", "train",
-         "--output_file", str(predictions), "--batch_size", "3", "--max_new_tokens", "6", "--dtype", "float32"]
+        [
+            "--model_name_or_path",
+            str(out),
+            "--dataset_path",
+            str(gemex_dir),
+            "--split",
+            "train",
+            "--output_file",
+            str(predictions),
+            "--batch_size",
+            "3",
+            "--max_new_tokens",
+            "6",
+            "--dtype",
+            "float32",
+        ]
     )
     assert written == 8
     assert_scorer_accepts(predictions, tiny_builds.load_built(gemex_dir))
@@ -222,8 +245,11 @@ def test_generation_asks_longest_prompts_first_and_pads_less(tmp_path, monkeypat
 
     monkeypatch.setattr(vlm.model, "generate", counting_padding)
     replies, padding, order = {}, {}, {}
-    for run, options in {"split order": {"sort_by_length": False}, "longest first": {},
-                         "static cache": {"cache_implementation": "static"}}.items():
+    for run, options in {
+        "split order": {"sort_by_length": False},
+        "longest first": {},
+        "static cache": {"cache_implementation": "static"},
+    }.items():
         padded.clear()
         output = tmp_path / f"{run}.jsonl"
         assert generate.generate_predictions(vlm.model, vlm.processor, split, output, 2, 4, **options) == 6
@@ -243,15 +269,20 @@ def test_gemex_and_rexvqa_mix_by_weight_and_train(gemex_dir, rexvqa_dir, tmp_pat
     gemex, rexvqa = tiny_builds.load_built(gemex_dir), tiny_builds.load_built(rexvqa_dir)
     stream = data.mix([(gemex, 1.0), (rexvqa, 3.0)], settings, seed=1, num_shards=2)
     drawn = list(stream.take(40))
-    from_rexvqa = sum(e["messages"][-1]["content"][0]["text"].startswith("<answer> ") and "effusion" in
-                      e["messages"][-2]["content"][-1]["text"] for e in drawn)
+    from_rexvqa = sum(
+        e["messages"][-1]["content"][0]["text"].startswith("<answer> ")
+        and "effusion" in e["messages"][-2]["content"][-1]["text"]
+        for e in drawn
+    )
     assert 20 <= from_rexvqa <= 38  # about 3 in 4, and GEMeX still drawn
     assert all(len(e["images"]) == sum(p["type"] == "image" for p in e["messages"][-2]["content"]) for e in drawn)
     assert all(image.mode == "RGB" for e in drawn for image in e["images"])  # 16-bit PNGs scaled to 8-bit
 
     data_args = sft.DataArguments(gemex_path=str(gemex_dir), rexvqa_path=str(rexvqa_dir), rexvqa_weight=3.0)
     trainer = sft.train(data_args, sft_config(tmp_path, max_steps=2), ModelConfig(), vlm.model, vlm.processor)
-    assert trainer.state.global_step == 2 and all(torch.isfinite(torch.tensor(h["loss"])) for h in trainer.state.log_history if "loss" in h)
+    assert trainer.state.global_step == 2 and all(
+        torch.isfinite(torch.tensor(h["loss"])) for h in trainer.state.log_history if "loss" in h
+    )
 
 
 def test_streaming_run_trains_and_caches_nothing(gemex_dir, tmp_path, monkeypatch):
@@ -278,8 +309,15 @@ def test_plain_trainer_trains_through_trls_vision_collator(gemex_dir, tmp_path):
         processor, assistant_only_loss=True, chat_template=get_training_chat_template(processor)
     )
     args = TrainingArguments(
-        output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=6, learning_rate=3e-3,
-        remove_unused_columns=False, report_to="none", use_cpu=True, logging_steps=1, save_strategy="no",
+        output_dir=str(tmp_path),
+        per_device_train_batch_size=4,
+        max_steps=6,
+        learning_rate=3e-3,
+        remove_unused_columns=False,
+        report_to="none",
+        use_cpu=True,
+        logging_steps=1,
+        save_strategy="no",
     )
     trainer = Trainer(model=model, args=args, train_dataset=train_dataset, data_collator=collator)
     trainer.train()
@@ -291,8 +329,21 @@ def test_plain_trainer_trains_through_trls_vision_collator(gemex_dir, tmp_path):
 def test_throughput_benchmark_runs_tiny_on_cpu(tmp_path, capsys):
     from benchmarks import train_throughput
 
-    result = train_throughput.main(["--tiny", "--steps", "3", "--warmup_steps", "1", "--batch_size", "2",
-                                    "--rows", "8", "--workdir", str(tmp_path)])
+    result = train_throughput.main(
+        [
+            "--tiny",
+            "--steps",
+            "3",
+            "--warmup_steps",
+            "1",
+            "--batch_size",
+            "2",
+            "--rows",
+            "8",
+            "--workdir",
+            str(tmp_path),
+        ]
+    )
     for key in ("samples_per_s", "tokens_per_s", "mfu", "peak_memory_gb", "data_wait_share"):
         assert key in result
     assert result["samples_per_s"] > 0 and 0 <= result["data_wait_share"] <= 1
@@ -309,17 +360,64 @@ def test_end_to_end_on_a_real_demo_build(tmp_path):
 
     release = generate_release(tmp_path / "raw", num_images=4)
     gemex_dir = tmp_path / "gemex"
-    build_gemex(BuildSettings(source=release.root / "per_type", out=gemex_dir, images=release.image_root,
-                              image_mode="embed", overwrite=True))
+    build_gemex(
+        BuildSettings(
+            source=release.root / "per_type",
+            out=gemex_dir,
+            images=release.image_root,
+            image_mode="embed",
+            overwrite=True,
+        )
+    )
     model_dir = tiny_models.save_tiny_vlm("gemma3", tmp_path / "base")
     out = tmp_path / "full"
-    sft.main(["--model_name_or_path", str(model_dir), "--gemex_path", str(gemex_dir), "--train_split", "train", "--max_train_samples", "8",
-              "--output_dir", str(out), "--max_steps", "2", "--per_device_train_batch_size", "4",
-              "--bf16", "false", "--use_cpu", "true", "--dtype", "float32", "--save_strategy", "no"])
+    sft.main(
+        [
+            "--model_name_or_path",
+            str(model_dir),
+            "--gemex_path",
+            str(gemex_dir),
+            "--train_split",
+            "train",
+            "--max_train_samples",
+            "8",
+            "--output_dir",
+            str(out),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--bf16",
+            "false",
+            "--use_cpu",
+            "true",
+            "--dtype",
+            "float32",
+            "--save_strategy",
+            "no",
+        ]
+    )
     predictions = tmp_path / "predictions.jsonl"
-    generate.main(["--model_name_or_path", str(out), "--dataset_path", str(gemex_dir), "--split", "train",
-                   "--output_file", str(predictions), "--max_samples", "6", "--batch_size", "3",
-                   "--max_new_tokens", "4", "--dtype", "float32"])
+    generate.main(
+        [
+            "--model_name_or_path",
+            str(out),
+            "--dataset_path",
+            str(gemex_dir),
+            "--split",
+            "train",
+            "--output_file",
+            str(predictions),
+            "--max_samples",
+            "6",
+            "--batch_size",
+            "3",
+            "--max_new_tokens",
+            "4",
+            "--dtype",
+            "float32",
+        ]
+    )
     split = tiny_builds.load_built(gemex_dir, "train").select(range(6))
     assert_scorer_accepts(predictions, split)
 
@@ -346,9 +444,17 @@ def test_a_processor_at_its_own_limit_trains_at_the_budget_and_is_scored_at_it(g
     the rounding of a 28 x 56 image's integer pixels), at the default budget they do not."""
     vlm = tiny_models.tiny_vlm("qwen2_5_vl")
     processor = at_processor_limit(vlm.processor)
-    assert grids(processor(images=[tiny_builds.load_built(gemex_dir)[0]["image"]], text=["<|image_pad|>"]))[0] == [1, 6, 4]
-    data_args = sft.DataArguments(gemex_path=str(gemex_dir), max_train_samples=4,
-                                  max_pixels=SMALL_BUDGET.max_pixels, min_pixels=SMALL_BUDGET.min_pixels)
+    assert grids(processor(images=[tiny_builds.load_built(gemex_dir)[0]["image"]], text=["<|image_pad|>"]))[0] == [
+        1,
+        6,
+        4,
+    ]
+    data_args = sft.DataArguments(
+        gemex_path=str(gemex_dir),
+        max_train_samples=4,
+        max_pixels=SMALL_BUDGET.max_pixels,
+        min_pixels=SMALL_BUDGET.min_pixels,
+    )
     trainer = sft.train(data_args, sft_config(tmp_path / "run", max_steps=1), ModelConfig(), vlm.model, processor)
     size = processor.image_processor.size
     assert (size.shortest_edge, size.longest_edge) == (SMALL_BUDGET.min_pixels, SMALL_BUDGET.max_pixels)
@@ -358,14 +464,41 @@ def test_a_processor_at_its_own_limit_trains_at_the_budget_and_is_scored_at_it(g
 
     replies = tmp_path / "replies.jsonl"
     split = tiny_builds.load_built(gemex_dir).select(range(4))
-    replies.write_text("".join(json.dumps({"question_id": row["question_id"], "prediction": e["messages"][-1]["content"][0]["text"]}) + "\n"
-                               for row, e in zip(split, examples)))
+    replies.write_text(
+        "".join(
+            json.dumps({"question_id": row["question_id"], "prediction": e["messages"][-1]["content"][0]["text"]})
+            + "\n"
+            for row, e in zip(split, examples)
+        )
+    )
     ious = {}
     for budget in (SMALL_BUDGET, PixelBudget()):
         out = tmp_path / f"scores-{budget.max_pixels}.json"
-        assert cli.main(["evaluate", "gemex", "--dataset", str(gemex_dir), "--split", "train", "--predictions", str(replies),
-                         "--box-convention", "qwen2.5-vl", "--max-pixels", str(budget.max_pixels),
-                         "--min-pixels", str(budget.min_pixels), "--text-metrics", "", "--out", str(out)]) == 0
+        assert (
+            cli.main(
+                [
+                    "evaluate",
+                    "gemex",
+                    "--dataset",
+                    str(gemex_dir),
+                    "--split",
+                    "train",
+                    "--predictions",
+                    str(replies),
+                    "--box-convention",
+                    "qwen2.5-vl",
+                    "--max-pixels",
+                    str(budget.max_pixels),
+                    "--min-pixels",
+                    str(budget.min_pixels),
+                    "--text-metrics",
+                    "",
+                    "--out",
+                    str(out),
+                ]
+            )
+            == 0
+        )
         scores = json.loads(out.read_text())
         ious[budget] = [q["iou"] for q in scores["per_question"] if q["question_id"] in set(split["question_id"])]
         assert scores["settings"]["max_pixels"] == budget.max_pixels
@@ -387,11 +520,38 @@ def test_generation_asks_at_the_budget_not_the_saved_processors_limit(gemex_dir,
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(Qwen2_5_VLForConditionalGeneration, "generate", recording_generate)
-    monkeypatch.setattr(AutoProcessor, "from_pretrained", lambda *a, **k: at_processor_limit(tiny_models.tiny_vlm("qwen2_5_vl").processor))
-    common = ["--model_name_or_path", str(model_dir), "--dataset_path", str(gemex_dir), "--split", "train",
-              "--max_samples", "2", "--batch_size", "2", "--max_new_tokens", "2", "--dtype", "float32"]
-    generate.main([*common, "--output_file", str(tmp_path / "small.jsonl"),
-                   "--max_pixels", str(SMALL_BUDGET.max_pixels), "--min_pixels", str(SMALL_BUDGET.min_pixels)])
+    monkeypatch.setattr(
+        AutoProcessor,
+        "from_pretrained",
+        lambda *a, **k: at_processor_limit(tiny_models.tiny_vlm("qwen2_5_vl").processor),
+    )
+    common = [
+        "--model_name_or_path",
+        str(model_dir),
+        "--dataset_path",
+        str(gemex_dir),
+        "--split",
+        "train",
+        "--max_samples",
+        "2",
+        "--batch_size",
+        "2",
+        "--max_new_tokens",
+        "2",
+        "--dtype",
+        "float32",
+    ]
+    generate.main(
+        [
+            *common,
+            "--output_file",
+            str(tmp_path / "small.jsonl"),
+            "--max_pixels",
+            str(SMALL_BUDGET.max_pixels),
+            "--min_pixels",
+            str(SMALL_BUDGET.min_pixels),
+        ]
+    )
     assert seen == [[1, 4, 2]] * 2
     seen.clear()
     generate.main([*common, "--output_file", str(tmp_path / "default.jsonl")])

@@ -139,7 +139,7 @@ def spoilt_text(records: dict[str, dict]) -> bytes:
             spoilt[f"{question_id} "] = record
     text = json.dumps(spoilt, indent=1, ensure_ascii=False)
     repeated = next(iter(records))
-    text = text[:-2] + f',\n {json.dumps(repeated)}: {json.dumps(records[repeated])}\n}}'  # an id twice in one file
+    text = text[:-2] + f",\n {json.dumps(repeated)}: {json.dumps(records[repeated])}\n}}"  # an id twice in one file
     text = text.replace(f'"{BROKEN}"', "NaN-").replace(SURROGATE, "\\udc80").encode("utf-8")
     return text.replace(f'"{BAD_BYTES}"'.encode(), b'"\xff\xfe"')
 

@@ -36,16 +36,29 @@ def image_path(study: str, k: int) -> str:
 
 def record(study: str, images: int = 1, **change) -> dict:
     return {
-        "question": f"Is there an effusion in {study}?", "options": ["A. Yes", "B. No", "C. Maybe", "D. Unclear"],
-        "correct_answer": "B", "correct_answer_explanation": "None seen.", "task_name": "Presence Assessment",
-        "category": "Lung and Pleural Opacity", "subcategory": "Pleural effusion", "study_id": study,
-        "ImagePath": [image_path(study, k) for k in range(images)], "ImageViewPosition": ["PA", "LATERAL", None, "AP"][:images],
-        "PatientAge": "061Y", "PatientSex": "M", "Indication": math.nan, "Comparison": math.nan,
-        "Findings": "Clear lungs.", "Impression": "Normal.", **change,
+        "question": f"Is there an effusion in {study}?",
+        "options": ["A. Yes", "B. No", "C. Maybe", "D. Unclear"],
+        "correct_answer": "B",
+        "correct_answer_explanation": "None seen.",
+        "task_name": "Presence Assessment",
+        "category": "Lung and Pleural Opacity",
+        "subcategory": "Pleural effusion",
+        "study_id": study,
+        "ImagePath": [image_path(study, k) for k in range(images)],
+        "ImageViewPosition": ["PA", "LATERAL", None, "AP"][:images],
+        "PatientAge": "061Y",
+        "PatientSex": "M",
+        "Indication": math.nan,
+        "Comparison": math.nan,
+        "Findings": "Clear lungs.",
+        "Impression": "Normal.",
+        **change,
     }
 
 
-def release(root: Path, records: dict[str, dict], split_file: str = "test_vqa_data.json", write_images: bool = True) -> Path:
+def release(
+    root: Path, records: dict[str, dict], split_file: str = "test_vqa_data.json", write_images: bool = True
+) -> Path:
     """A release folder with `records` in one split file and a 16-bit PNG for each image path."""
     metadata = root / "metadata"
     metadata.mkdir(parents=True, exist_ok=True)
@@ -176,7 +189,11 @@ def test_path_escaping_the_image_root_is_rejected(tmp_path):
     bad = record("s1", ImagePath=["../../etc/passwd"])
     root = release(tmp_path / "r", {"q1": bad, "q2": record("s2")})
     report, _ = build(root, tmp_path / "out")
-    assert report["rejected"] == 1 and "escapes" in report["rejects"][0]["reason"] and report["rejects"][0]["field"] == "ImagePath"
+    assert (
+        report["rejected"] == 1
+        and "escapes" in report["rejects"][0]["reason"]
+        and report["rejects"][0]["field"] == "ImagePath"
+    )
 
 
 def test_truncated_png_is_rejected_with_its_reason(tmp_path):
@@ -283,14 +300,33 @@ def test_dicom_images_with_image_ext_dcm_and_one_without_pixel_data(tmp_path):
 
 def test_cli_build_and_synthesize(tmp_path, capsys):
     assert main(["synthesize", "rexvqa", "--out", str(tmp_path / "raw"), "--num-studies", "3"]) == 0
-    assert main(["build", "rexvqa", "--source", str(tmp_path / "raw" / "metadata"), "--out", str(tmp_path / "out"),
-                 "--image-mode", "embed", "--image-size", "64", "--num-proc", "2"]) == 0
+    assert (
+        main(
+            [
+                "build",
+                "rexvqa",
+                "--source",
+                str(tmp_path / "raw" / "metadata"),
+                "--out",
+                str(tmp_path / "out"),
+                "--image-mode",
+                "embed",
+                "--image-size",
+                "64",
+                "--num-proc",
+                "2",
+            ]
+        )
+        == 0
+    )
     assert max(rows(tmp_path / "out")[0]["images"][0].size) == 64
     assert main(["build", "rexvqa", "--source", str(tmp_path / "missing"), "--out", str(tmp_path / "x")]) == 1
     assert "no such file or folder" in capsys.readouterr().err
 
 
-def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_made_a_row_at_a_time(tmp_path, header_readers):
+def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_made_a_row_at_a_time(
+    tmp_path, header_readers
+):
     """Only `embed` attaches images a study at a time (`study_rows`); `reference` attaches them column-wise,
     falling back to `study_rows` for the rows with an image that does not load (`none` reads no image)."""
     import pyarrow.parquet as pq
@@ -303,16 +339,25 @@ def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_ma
     (release.metadata / several["ImagePath"][1]).unlink()  # a study keeps its other images
     alone = next(r for r in records.values() if len(r["ImagePath"]) == 1)
     (release.metadata / alone["ImagePath"][0]).unlink()  # a study loses its only image
-    builds = {mode: build_rexvqa(BuildSettings(source=release.root, out=tmp_path / mode, image_mode=mode, images=release.metadata))
-              for mode in ("embed", "reference")}
+    builds = {
+        mode: build_rexvqa(
+            BuildSettings(source=release.root, out=tmp_path / mode, image_mode=mode, images=release.metadata)
+        )
+        for mode in ("embed", "reference")
+    }
 
     def rows(mode: str) -> list[dict]:
         table = pq.read_table(question_shards(tmp_path / mode))
-        return sorted(table.drop_columns([c for c in ("images",) if c in table.column_names]).to_pylist(), key=lambda r: r["question_id"])
+        return sorted(
+            table.drop_columns([c for c in ("images",) if c in table.column_names]).to_pylist(),
+            key=lambda r: r["question_id"],
+        )
 
     embed, reference = rows("embed"), rows("reference")
     assert reference == embed and len(embed) > 100
-    assert all(row["messages"] == to_messages({**row, "images": row["image_widths"]}) for row in reference)  # one part per stored image
+    assert all(
+        row["messages"] == to_messages({**row, "images": row["image_widths"]}) for row in reference
+    )  # one part per stored image
     assert any(row["missing_images"] for row in reference)
     assert builds["reference"].rejected == builds["embed"].rejected > 0
     assert sorted(map(str, builds["reference"].rejects)) == sorted(map(str, builds["embed"].rejects))

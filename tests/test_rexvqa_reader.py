@@ -23,7 +23,10 @@ BASE = {
     "category": "Lung and Pleural Opacity",
     "subcategory": "Pleural effusion",
     "study_id": "study-1",
-    "ImagePath": ["../deid_png/p/a/studies/s/series/r/instances/1.png", "../deid_png/p/a/studies/s/series/r/instances/2.png"],
+    "ImagePath": [
+        "../deid_png/p/a/studies/s/series/r/instances/1.png",
+        "../deid_png/p/a/studies/s/series/r/instances/2.png",
+    ],
     "ImageViewPosition": ["PA", "LATERAL"],
     "PatientAge": "058Y",
     "PatientSex": "F",
@@ -122,24 +125,64 @@ def test_row_columns():
     assert (row["task_name"], row["task_name_raw"]) == (0, "Presence Assessment")
     assert (row["patient_age"], row["patient_age_years"]) == ("058Y", 58.0)
     assert row["view_positions"] == ["PA", "LATERAL"]
-    assert json.loads(row["extra"]) == {"cxr_vqa:absent": ["PatientID", "AccessionNumber", "StudyInstanceUid", "StudyDate", "ImageModality", "validation_code"]}
-    assert json.loads(row_of({**BASE, "PatientID": "p", "AccessionNumber": "a", "StudyInstanceUid": "1.2", "StudyDate": "20200101",
-                              "ImageModality": ["DX"], "validation_code": 0, "class": "normal"})["extra"]) == {"class": "normal"}
+    assert json.loads(row["extra"]) == {
+        "cxr_vqa:absent": [
+            "PatientID",
+            "AccessionNumber",
+            "StudyInstanceUid",
+            "StudyDate",
+            "ImageModality",
+            "validation_code",
+        ]
+    }
+    assert json.loads(
+        row_of(
+            {
+                **BASE,
+                "PatientID": "p",
+                "AccessionNumber": "a",
+                "StudyInstanceUid": "1.2",
+                "StudyDate": "20200101",
+                "ImageModality": ["DX"],
+                "validation_code": 0,
+                "class": "normal",
+            }
+        )["extra"]
+    ) == {"class": "normal"}
 
 
-@pytest.mark.parametrize(("age", "years"), [("058Y", 58.0), ("007M", 7 / 12), ("002D", 2 / 365.25), ("003W", 21 / 365.25), ("58", None), (None, None)])
+@pytest.mark.parametrize(
+    ("age", "years"),
+    [("058Y", 58.0), ("007M", 7 / 12), ("002D", 2 / 365.25), ("003W", 21 / 365.25), ("58", None), (None, None)],
+)
 def test_age_in_years(age, years):
     assert age_in_years(age) == (pytest.approx(years) if years else None)
 
 
 def test_unknown_task_is_kept_and_noted_not_rejected():
     row, notes = question_row(RawRecord("f", "q", "train", {**BASE, "task_name": "Severity Assessment"}))
-    assert (row["task_name"], row["task_name_raw"], notes.unknown_task) == (-1, "Severity Assessment", "Severity Assessment")
+    assert (row["task_name"], row["task_name_raw"], notes.unknown_task) == (
+        -1,
+        "Severity Assessment",
+        "Severity Assessment",
+    )
 
 
 def test_tolerated_oddities_become_null_columns():
-    row, notes = question_row(RawRecord("f", "q", "train", {**BASE, "PatientAge": "58 years", "ImageViewPosition": ["PA"],
-                                                            "validation_code": "yes", "ImageModality": "DX"}))
+    row, notes = question_row(
+        RawRecord(
+            "f",
+            "q",
+            "train",
+            {
+                **BASE,
+                "PatientAge": "58 years",
+                "ImageViewPosition": ["PA"],
+                "validation_code": "yes",
+                "ImageModality": "DX",
+            },
+        )
+    )
     assert row["view_positions"] == ["PA", None]
     assert row["validation_code"] is None and row["image_modality"] == ["DX"]
     assert (row["patient_age"], row["patient_age_years"], notes.odd_ages) == ("58 years", None, ["58 years"])
@@ -153,7 +196,13 @@ def test_tolerated_oddities_become_null_columns():
     "change",
     [
         {},
-        {"class": "abnormal", "Manufacturer": None, "ImageShape": [[2500, 2048]], "ImageBodyPart": ["CHEST"], "new_key": {"a": [1, math.nan]}},
+        {
+            "class": "abnormal",
+            "Manufacturer": None,
+            "ImageShape": [[2500, 2048]],
+            "ImageBodyPart": ["CHEST"],
+            "new_key": {"a": [1, math.nan]},
+        },
         {"Comparison": None, "Indication": math.nan},
         {"ImageViewPosition": ["PA"]},
         {"ImageViewPosition": ["PA", None, "LL"]},

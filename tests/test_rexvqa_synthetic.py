@@ -26,8 +26,24 @@ from rexvqa_dataset.synthetic import (
 from rexvqa_dataset.synthetic_drawing import DRAWINGS, StudyFinding, chest_pixels
 from rexvqa_dataset.synthetic_profile import FINDINGS, ID_PATTERN, SIZES
 
-SURE = {"question", "options", "correct_answer", "correct_answer_explanation", "task_name", "category", "subcategory",
-        "study_id", "ImagePath", "ImageViewPosition", "PatientAge", "PatientSex", "Indication", "Comparison", "Findings", "Impression"}
+SURE = {
+    "question",
+    "options",
+    "correct_answer",
+    "correct_answer_explanation",
+    "task_name",
+    "category",
+    "subcategory",
+    "study_id",
+    "ImagePath",
+    "ImageViewPosition",
+    "PatientAge",
+    "PatientSex",
+    "Indication",
+    "Comparison",
+    "Findings",
+    "Impression",
+}
 LIKELY = {"PatientID", "AccessionNumber", "StudyInstanceUid", "StudyDate", "ImageModality", "validation_code"}
 UNSURE = {"class", "Manufacturer", "ImageShape", "ImageBodyPart"}
 
@@ -56,7 +72,9 @@ def test_same_seed_same_release_and_another_seed_another(release, tmp_path):
     again = generate(tmp_path / "again", num_studies=12, seed=3)
     other = generate(tmp_path / "other", num_studies=12, seed=4, images=False)
     assert digest(release.root) == digest(again.root)
-    assert (release.metadata / "train_vqa_data.json").read_bytes() != (other.metadata / "train_vqa_data.json").read_bytes()
+    assert (release.metadata / "train_vqa_data.json").read_bytes() != (
+        other.metadata / "train_vqa_data.json"
+    ).read_bytes()
 
 
 def test_a_study_depends_only_on_seed_and_index():
@@ -157,7 +175,12 @@ def test_each_finding_is_drawn_where_the_study_says(kind):
 def test_images_are_16bit_single_channel_pngs_where_the_paths_point(release):
     for record in list(records(release).values())[:10]:
         for relative in record["ImagePath"]:
-            assert relative.startswith("../deid_png/") and "/studies/" in relative and "/series/" in relative and "/instances/" in relative
+            assert (
+                relative.startswith("../deid_png/")
+                and "/studies/" in relative
+                and "/series/" in relative
+                and "/instances/" in relative
+            )
             with Image.open(release.metadata / relative) as image:
                 assert image.format == "PNG" and image.mode == "I;16"
                 assert 140 <= max(image.size) <= 200

@@ -73,7 +73,9 @@ def test_shuffled_predictions_score_far_below_perfect():
     table = score_gemex(rows, replies, metrics=FAST)["table"]
     print("shuffled:", {m: round(table["all"][m], 2) for m in ("A", "V", "rougeL", "bleu1")})
     assert table["all"]["failed_extraction"] == 0
-    assert table["all"]["A"] < 50 and table["all"]["V"] < 30 and table["all"]["rougeL"] < 50 and table["all"]["bleu1"] < 60
+    assert (
+        table["all"]["A"] < 50 and table["all"]["V"] < 30 and table["all"]["rougeL"] < 50 and table["all"]["bleu1"] < 60
+    )
 
 
 def test_missing_and_unreadable_replies_count_as_wrong():

@@ -34,7 +34,11 @@ def test_shuffled_predictions_score_far_below_perfect():
 
 def test_failed_extractions_and_missing_are_wrong_and_counted():
     rows = rexvqa_rows(4)
-    replies = {rows[0]["question_id"]: "A or B", rows[1]["question_id"]: "I am not sure", rows[2]["question_id"]: f"The answer is {rows[2]['answer']}."}
+    replies = {
+        rows[0]["question_id"]: "A or B",
+        rows[1]["question_id"]: "I am not sure",
+        rows[2]["question_id"]: f"The answer is {rows[2]['answer']}.",
+    }
     overall = score_rexvqa(rows, replies)["overall"]
     assert overall == {"questions": 4, "accuracy": 25.0, "correct": 1, "failed_extraction": 2, "missing": 1}
 

@@ -12,8 +12,12 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-SCRIPTS = sorted(str(p.relative_to(ROOT)) for pattern in ("training_recipes/*.py", "benchmarks/*.py", "benchmarks/gpu/*.py")
-                 for p in ROOT.glob(pattern) if p.name != "__init__.py")
+SCRIPTS = sorted(
+    str(p.relative_to(ROOT))
+    for pattern in ("training_recipes/*.py", "benchmarks/*.py", "benchmarks/gpu/*.py")
+    for p in ROOT.glob(pattern)
+    if p.name != "__init__.py"
+)
 
 
 @pytest.mark.parametrize("script", SCRIPTS)
@@ -21,8 +25,15 @@ def test_help_runs(script):
     path = ROOT / script
     module = ".".join(Path(script).with_suffix("").parts)
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
-    done = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, env=environment, capture_output=True, text=True,
-                          timeout=300, check=False)
+    done = subprocess.run(
+        [sys.executable, "-m", module, "--help"],
+        cwd=ROOT,
+        env=environment,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     if "__main__" in path.read_text():
         assert "usage" in done.stdout.lower(), done.stdout[-500:]

@@ -60,8 +60,23 @@ def test_evaluate_prints_no_key(echo_url, tmp_path, capsys, caplog):
     folder, rows = _gemex_dir(tmp_path, per_type=1)
     predictions = tmp_path / "pred.jsonl"
     write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
-    code = evaluate.main(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "",
-                          "--judge-url", echo_url, "--judge-model", "m", "--judge-api-key-env", "MY_JUDGE_KEY"])
+    code = evaluate.main(
+        [
+            "gemex",
+            "--dataset",
+            str(folder),
+            "--predictions",
+            str(predictions),
+            "--text-metrics",
+            "",
+            "--judge-url",
+            echo_url,
+            "--judge-model",
+            "m",
+            "--judge-api-key-env",
+            "MY_JUDGE_KEY",
+        ]
+    )
     captured = capsys.readouterr()
     shown = captured.out + captured.err + caplog.text
     assert code == 2 and "Bearer ***" in captured.err
@@ -73,7 +88,9 @@ def test_cli_error_lines_mask_tokens(monkeypatch, capsys, tmp_path):
 
     monkeypatch.setenv("HF_TOKEN", HUB_TOKEN)
     missing = tmp_path / f"build-{HUB_TOKEN}"  # a secret that reaches an error message by any road
-    assert main(["build", "gemex", "--source", str(missing), "--out", str(tmp_path / "out"), "--image-mode", "none"]) == 1
+    assert (
+        main(["build", "gemex", "--source", str(missing), "--out", str(tmp_path / "out"), "--image-mode", "none"]) == 1
+    )
     err = capsys.readouterr().err
     assert str(tmp_path) in err and HUB_TOKEN not in err and "build-***: no such file" in err
 
@@ -93,11 +110,14 @@ def test_logged_messages_are_masked(monkeypatch, caplog):
     assert HUB_TOKEN not in caplog.text and "***" in caplog.text
 
 
-@pytest.mark.parametrize("argv", [
-    ["evaluate", "gemex", "--dataset", ".", "--baseline", "Bearer sk-pastedKey0123456789abcdef"],
-    ["build", "gemex", "--source", ".", "--out", "x", "--num-proc", HUB_TOKEN],
-    ["publish", ".", "--repo", "org/x", HUB_TOKEN],  # unrecognized arguments: ...
-])
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["evaluate", "gemex", "--dataset", ".", "--baseline", "Bearer sk-pastedKey0123456789abcdef"],
+        ["build", "gemex", "--source", ".", "--out", "x", "--num-proc", HUB_TOKEN],
+        ["publish", ".", "--repo", "org/x", HUB_TOKEN],  # unrecognized arguments: ...
+    ],
+)
 def test_argument_errors_mask_what_they_echo(argv, capsys, monkeypatch):
     """Argparse echoes the bad value; a key pasted into the wrong option never reaches the screen."""
     from cxr_vqa.cli import main
@@ -144,14 +164,32 @@ def test_judge_url_credentials_never_shown(echo_url, tmp_path, capsys, caplog, w
     """A key in --judge-url (`user:password@host`, `?api_key=`) is masked in every error evaluate prints."""
     from test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
 
-    url = {"echoing server": _credentialed(echo_url), "unreachable": _credentialed("http://127.0.0.1:9/v1"),
-           "bad port": f"http://alice:{URL_PASSWORD}@127.0.0.1:port/v1?api_key={URL_KEY}",
-           "not http": f"ftp://alice:{URL_PASSWORD}@127.0.0.1/v1?api_key={URL_KEY}"}[where]
+    url = {
+        "echoing server": _credentialed(echo_url),
+        "unreachable": _credentialed("http://127.0.0.1:9/v1"),
+        "bad port": f"http://alice:{URL_PASSWORD}@127.0.0.1:port/v1?api_key={URL_KEY}",
+        "not http": f"ftp://alice:{URL_PASSWORD}@127.0.0.1/v1?api_key={URL_KEY}",
+    }[where]
     folder, rows = _gemex_dir(tmp_path, per_type=1)
     predictions = tmp_path / "pred.jsonl"
     write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
-    code = evaluate.main(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "",
-                          "--judge-url", url, "--judge-model", "m", "--judge-api-key-env", "NO_SUCH_KEY_ENV"])
+    code = evaluate.main(
+        [
+            "gemex",
+            "--dataset",
+            str(folder),
+            "--predictions",
+            str(predictions),
+            "--text-metrics",
+            "",
+            "--judge-url",
+            url,
+            "--judge-model",
+            "m",
+            "--judge-api-key-env",
+            "NO_SUCH_KEY_ENV",
+        ]
+    )
     captured = capsys.readouterr()
     assert code == 2 and captured.err.count("\n") == 1 and "***" in captured.err
     assert _shows_no_url_secret(captured.out + captured.err + caplog.text)
@@ -173,9 +211,25 @@ def test_judge_url_credentials_go_as_basic_auth_and_are_saved_masked(tmp_path, c
         predictions = tmp_path / "pred.jsonl"
         write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
         url = _credentialed(f"http://127.0.0.1:{server.server_address[1]}/v1")
-        code = evaluate.main(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "",
-                              "--judge-url", url, "--judge-model", "m", "--judge-api-key-env", "NO_SUCH_KEY_ENV",
-                              "--out", str(tmp_path / "scores.json")])
+        code = evaluate.main(
+            [
+                "gemex",
+                "--dataset",
+                str(folder),
+                "--predictions",
+                str(predictions),
+                "--text-metrics",
+                "",
+                "--judge-url",
+                url,
+                "--judge-model",
+                "m",
+                "--judge-api-key-env",
+                "NO_SUCH_KEY_ENV",
+                "--out",
+                str(tmp_path / "scores.json"),
+            ]
+        )
     finally:
         server.shutdown()
         server.server_close()
@@ -183,15 +237,24 @@ def test_judge_url_credentials_go_as_basic_auth_and_are_saved_masked(tmp_path, c
     assert code == 0 and _FakeJudge.requests
     import base64
 
-    assert {r["auth"] for r in _FakeJudge.requests} == {"Basic " + base64.b64encode(f"alice:{URL_PASSWORD}".encode()).decode()}
+    assert {r["auth"] for r in _FakeJudge.requests} == {
+        "Basic " + base64.b64encode(f"alice:{URL_PASSWORD}".encode()).decode()
+    }
     assert {r["path"] for r in _FakeJudge.requests} == {f"/v1/chat/completions?api_key={URL_KEY}"}
     saved = (tmp_path / "scores.json").read_text()
-    assert json.loads(saved)["settings"]["judge"]["url"] == f"http://***@127.0.0.1:{server.server_address[1]}/v1?api_key=***"
+    assert (
+        json.loads(saved)["settings"]["judge"]["url"]
+        == f"http://***@127.0.0.1:{server.server_address[1]}/v1?api_key=***"
+    )
     assert _shows_no_url_secret(saved + captured.out + captured.err)
 
 
 def test_url_credentials_masked_in_any_text():
-    text = ("GET https://bob:pa55word-x@hub.example/api?repo=x&token=tok123456&X-Amz-Signature=abc&keyword=kept; "
-            "see http://plain.example/v1?api-version=2024 and mail bob@example.org")
-    assert mask_secrets(text) == ("GET https://***@hub.example/api?repo=x&token=***&X-Amz-Signature=***&keyword=kept; "
-                                  "see http://plain.example/v1?api-version=2024 and mail bob@example.org")
+    text = (
+        "GET https://bob:pa55word-x@hub.example/api?repo=x&token=tok123456&X-Amz-Signature=abc&keyword=kept; "
+        "see http://plain.example/v1?api-version=2024 and mail bob@example.org"
+    )
+    assert mask_secrets(text) == (
+        "GET https://***@hub.example/api?repo=x&token=***&X-Amz-Signature=***&keyword=kept; "
+        "see http://plain.example/v1?api-version=2024 and mail bob@example.org"
+    )

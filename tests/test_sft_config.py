@@ -21,8 +21,15 @@ from . import tiny_models
 @pytest.fixture(scope="module")
 def gemex_sft(gemex_release, tmp_path_factory):
     out = tmp_path_factory.mktemp("sft") / "gemex"
-    build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, images=gemex_release.image_root,
-                              image_mode="embed", image_size=112))
+    build_gemex(
+        BuildSettings(
+            source=gemex_release.root / "per_type",
+            out=out,
+            images=gemex_release.image_root,
+            image_mode="embed",
+            image_size=112,
+        )
+    )
     return out
 
 
@@ -56,7 +63,9 @@ def test_sft_trainer_with_defaults_trains_on_the_sft_config(fixture, request, tm
     vlm = tiny_models.tiny_vlm("qwen2_5_vl")
     train = load_dataset(str(request.getfixturevalue(fixture)), "sft", split="train").select(range(8))
     # The defaults bar bf16 off a GPU: `use_cpu` is this CPU machine's setting, not the data's.
-    args = SFTConfig(output_dir=str(tmp_path), max_steps=3, max_length=None, use_cpu=True, logging_steps=1, report_to="none")
+    args = SFTConfig(
+        output_dir=str(tmp_path), max_steps=3, max_length=None, use_cpu=True, logging_steps=1, report_to="none"
+    )
     trainer = SFTTrainer(model=vlm.model, processing_class=vlm.processor, train_dataset=train, args=args)
     trainer.train()
     assert len(_losses(trainer)) == 3
@@ -65,9 +74,20 @@ def test_sft_trainer_with_defaults_trains_on_the_sft_config(fixture, request, tm
 def test_plain_trainer_with_trls_vision_collator(gemex_sft, tmp_path):
     vlm = tiny_models.tiny_vlm("qwen2_5_vl")
     train = load_dataset(str(gemex_sft), "sft", split="train").select(range(8))
-    args = TrainingArguments(output_dir=str(tmp_path), max_steps=3, logging_steps=1, report_to="none",
-                             remove_unused_columns=False, per_device_train_batch_size=4, use_cpu=True)
-    trainer = Trainer(model=vlm.model, args=args, train_dataset=train,
-                      data_collator=DataCollatorForVisionLanguageModeling(vlm.processor))
+    args = TrainingArguments(
+        output_dir=str(tmp_path),
+        max_steps=3,
+        logging_steps=1,
+        report_to="none",
+        remove_unused_columns=False,
+        per_device_train_batch_size=4,
+        use_cpu=True,
+    )
+    trainer = Trainer(
+        model=vlm.model,
+        args=args,
+        train_dataset=train,
+        data_collator=DataCollatorForVisionLanguageModeling(vlm.processor),
+    )
     trainer.train()
     assert len(_losses(trainer)) == 3

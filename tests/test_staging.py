@@ -28,9 +28,9 @@ def test_tables_and_rows_staged_together_keep_release_order_and_chunks_can_be_la
     rows = [{"image_path": f"p{rng.randrange(30):02d}.jpg", "n": i} for i in range(500)]
     for start in range(0, len(rows), 50):  # rows one at a time and tables, alternately
         if start % 100:
-            staging.add_table("train", pa.Table.from_pylist(rows[start:start + 50]).select(["n", "image_path"]))
+            staging.add_table("train", pa.Table.from_pylist(rows[start : start + 50]).select(["n", "image_path"]))
         else:
-            for row in rows[start:start + 50]:
+            for row in rows[start : start + 50]:
                 staging.add("train", row)
     chunks = list(staging.sorted_batches("train", "image_path", chunk_rows=40))
     assert [r for chunk in chunks for r in chunk.to_pylist()] == sorted(rows, key=lambda r: r["image_path"])

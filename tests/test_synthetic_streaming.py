@@ -31,10 +31,13 @@ def release_digest(root: Path) -> str:
     return digest.hexdigest()
 
 
-@pytest.mark.parametrize("name, make", [
-    ("gemex", lambda out: generate(out, num_images=12, seed=3)),
-    ("gemex2", lambda out: generate(out, num_images=7, seed=1, num_proc=2, layouts=("llava", "grouped"))),
-])
+@pytest.mark.parametrize(
+    "name, make",
+    [
+        ("gemex", lambda out: generate(out, num_images=12, seed=3)),
+        ("gemex2", lambda out: generate(out, num_images=7, seed=1, num_proc=2, layouts=("llava", "grouped"))),
+    ],
+)
 def test_gemex_releases_keep_their_pinned_bytes(tmp_path, name, make):
     assert release_digest(make(tmp_path / name).root) == PINNED_DIGESTS[name]
 

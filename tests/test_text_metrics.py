@@ -3,7 +3,12 @@ import pytest
 from builders.scoring.text_metrics import BertScorer, bleu_1, rouge_l
 
 CANDIDATES = ["The heart is enlarged.", "No pleural effusion is seen.", "", "banana bread recipe"]
-REFERENCES = ["The heart is enlarged.", "There is no pleural effusion.", "Clear lungs.", "Cardiomegaly with pulmonary edema."]
+REFERENCES = [
+    "The heart is enlarged.",
+    "There is no pleural effusion.",
+    "Clear lungs.",
+    "Cardiomegaly with pulmonary edema.",
+]
 
 
 def test_rouge_l_and_bleu_1_bounds():

@@ -27,7 +27,9 @@ NO_TORCHVISION = torchvision_problem()
 
 def run_module(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
     env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, check=False, env=env)
+    return subprocess.run(
+        [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, check=False, env=env
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,12 +50,29 @@ def test_the_script_writes_a_checkpoint_the_auto_classes_load(tmp_path):
 def test_sft_trains_on_a_cpu_with_no_precision_flags(gemex_dir, tmp_path):
     """The documented command, with none of --bf16 false / --use_cpu / --dtype: the defaults follow the machine."""
     model_dir = tiny_model.save_tiny_vlm("gemma3", tmp_path / "tiny")
-    trainer = sft.main(["--model_name_or_path", str(model_dir), "--gemex_path", str(gemex_dir), "--output_dir",
-                        str(tmp_path / "run"), "--max_steps", "2", "--per_device_train_batch_size", "4", "--save_strategy", "no"])
+    trainer = sft.main(
+        [
+            "--model_name_or_path",
+            str(model_dir),
+            "--gemex_path",
+            str(gemex_dir),
+            "--output_dir",
+            str(tmp_path / "run"),
+            "--max_steps",
+            "2",
+            "--per_device_train_batch_size",
+            "4",
+            "--save_strategy",
+            "no",
+        ]
+    )
     assert trainer.state.global_step == 2
     assert trainer.args.bf16 is bf16_available()
     if not bf16_available():
-        assert next(trainer.model.parameters()).dtype.is_floating_point and str(next(trainer.model.parameters()).dtype) == "torch.float32"
+        assert (
+            next(trainer.model.parameters()).dtype.is_floating_point
+            and str(next(trainer.model.parameters()).dtype) == "torch.float32"
+        )
 
 
 def hub_layout_qwen2_5_vl(directory: Path) -> Path:
@@ -73,7 +92,10 @@ def hub_layout_qwen2_5_vl(directory: Path) -> Path:
 def test_qwen2_5_vl_without_torchvision_stops_the_recipes_in_one_line(gemex_dir, tmp_path):
     model_dir = hub_layout_qwen2_5_vl(tmp_path / "qwen")
     for module, args in (
-        ("training_recipes.sft", ["--gemex_path", str(gemex_dir), "--output_dir", str(tmp_path / "run"), "--max_steps", "1"]),
+        (
+            "training_recipes.sft",
+            ["--gemex_path", str(gemex_dir), "--output_dir", str(tmp_path / "run"), "--max_steps", "1"],
+        ),
         ("training_recipes.generate", ["--dataset_path", str(gemex_dir), "--output_file", str(tmp_path / "p.jsonl")]),
         ("training_recipes.tiny_model", ["--family", "qwen2_5_vl", "--out", str(tmp_path / "made")]),
     ):

@@ -141,8 +141,14 @@ def test_a_shard_edited_after_the_build_fails_its_checksum(build):
     assert validate(build) == []
     path = next((build / "data" / "test").glob("*.parquet"))
     table = pq.read_table(path)
-    pq.write_table(table.set_column(table.schema.get_field_index("answer"), "answer",
-                                    pa.array(["Yes."] * table.num_rows, table.schema.field("answer").type)), path)
+    pq.write_table(
+        table.set_column(
+            table.schema.get_field_index("answer"),
+            "answer",
+            pa.array(["Yes."] * table.num_rows, table.schema.field("answer").type),
+        ),
+        path,
+    )
     problems = validate(build)
     assert rules(problems) == {(str(path.relative_to(build)), "checksum")}
     assert "changed after the build" in problems[0].detail
@@ -183,7 +189,9 @@ def test_a_repeated_question_id_is_not_ready(build):
     ids[1] = ids[0]
     pq.write_table(table.set_column(table.schema.get_field_index("question_id"), "question_id", pa.array(ids)), path)
     problems = [p for p in validate(build) if p.rule == "duplicate-id"]
-    assert len(problems) == 1 and problems[0].file == str(path.relative_to(build)) and repr(ids[0]) in problems[0].detail
+    assert (
+        len(problems) == 1 and problems[0].file == str(path.relative_to(build)) and repr(ids[0]) in problems[0].detail
+    )
 
 
 def test_a_file_the_build_did_not_write_makes_the_folder_not_ready(build):
@@ -200,8 +208,10 @@ def test_a_config_reading_outside_data_or_unlisted_files(build, tmp_path):
     (tmp_path / "elsewhere").mkdir()
     card = DatasetCard.load(build / "README.md")
     default = next(c for c in card.data["configs"] if c["config_name"] == "default")
-    default["data_files"] = [{"split": "test", "path": "../elsewhere/*.parquet"},
-                             {"split": "train", "path": "/abs/data/*.parquet"}]
+    default["data_files"] = [
+        {"split": "test", "path": "../elsewhere/*.parquet"},
+        {"split": "train", "path": "/abs/data/*.parquet"},
+    ]
     card.save(build / "README.md")
     problems = [p for p in validate(build) if p.rule == "data-files"]
     assert any("'../elsewhere/*.parquet' points outside data/" in p.detail for p in problems)
@@ -243,7 +253,9 @@ def _point_at_open_ended(card: DatasetCard) -> None:
     infos = {i["config_name"]: i for i in card.data["dataset_info"]}
     for config in card.data["configs"]:
         if config["config_name"] in ("closed_ended", "default"):
-            config["data_files"] = [{"split": e["split"], "path": f"data/{e['split']}/open_ended-*.parquet"} for e in config["data_files"]]
+            config["data_files"] = [
+                {"split": e["split"], "path": f"data/{e['split']}/open_ended-*.parquet"} for e in config["data_files"]
+            ]
             infos[config["config_name"]]["splits"] = infos["open_ended"]["splits"]
 
 

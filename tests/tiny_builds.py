@@ -94,8 +94,7 @@ def rexvqa_rows(n: int, size: int = 72) -> list[dict]:
         rows.append(
             {
                 "question_id": f"rexvqa-{i:04d}",
-                "images": [{"bytes": png_bytes(size, size, seed=100 + i, mode="I;16"), "path": None}]
-                * (1 + i % 2),
+                "images": [{"bytes": png_bytes(size, size, seed=100 + i, mode="I;16"), "path": None}] * (1 + i % 2),
                 "image_widths": [size] * (1 + i % 2),
                 "image_heights": [size] * (1 + i % 2),
                 "question": "Is there a pleural effusion?",

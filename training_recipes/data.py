@@ -33,7 +33,9 @@ from rexvqa_dataset.features import PER_STUDY_CONFIG
 TRL_FEATURES = Features(
     {
         "images": List(Image(decode=False)),
-        "messages": List({"role": Value("string"), "content": List({"type": Value("string"), "text": Value("string")})}),
+        "messages": List(
+            {"role": Value("string"), "content": List({"type": Value("string"), "text": Value("string")})}
+        ),
         "question_ids": List(Value("string")),
     }
 )
@@ -97,7 +99,9 @@ def layout_config(kind: str, layout: str, config: str | None) -> str | None:
     if layout == "per_question":
         return config
     if config not in (None, CONVERSATION_CONFIGS[kind]):
-        raise ValueError(f"{kind} config {config!r} holds one question a row; the per_image layout reads {CONVERSATION_CONFIGS[kind]!r}")
+        raise ValueError(
+            f"{kind} config {config!r} holds one question a row; the per_image layout reads {CONVERSATION_CONFIGS[kind]!r}"
+        )
     return CONVERSATION_CONFIGS[kind]
 
 
@@ -176,12 +180,17 @@ def question_ids(row: dict) -> list[str]:
 
 def to_trl_example(row: dict, kind: str, settings: ConversationSettings, with_answer: bool = True) -> dict:
     """One row as ``{"images": [PIL, ...], "messages": [...], "question_ids": [...]}``."""
-    return {"images": row_images(row, kind, settings), "messages": to_messages(row, kind, settings, with_answer),
-            "question_ids": question_ids(row)}
+    return {
+        "images": row_images(row, kind, settings),
+        "messages": to_messages(row, kind, settings, with_answer),
+        "question_ids": question_ids(row),
+    }
 
 
-IMAGE_SIZE_COLUMNS: dict[str, tuple[str, str]] = {"gemex": ("image_width", "image_height"),
-                                                   "rexvqa": ("image_widths", "image_heights")}
+IMAGE_SIZE_COLUMNS: dict[str, tuple[str, str]] = {
+    "gemex": ("image_width", "image_height"),
+    "rexvqa": ("image_widths", "image_heights"),
+}
 """The build's columns of each stored image's (width, height): image tokens are counted from them, nothing decoded."""
 
 
@@ -205,8 +214,9 @@ def image_tokens(size: tuple[int, int], settings: ConversationSettings) -> int:
     return width * height // settings.resize_kwargs.get("factor", 28) ** 2
 
 
-def sequence_lengths(dataset: Dataset, settings: ConversationSettings, processor, with_answer: bool = True,
-                     num_proc: int | None = None) -> list[int]:
+def sequence_lengths(
+    dataset: Dataset, settings: ConversationSettings, processor, with_answer: bool = True, num_proc: int | None = None
+) -> list[int]:
     """Each row's sequence length in tokens, counted without decoding an image: the conversation
     rendered by the processor's chat template and tokenized, each image's one placeholder counted as
     the tokens of its stored size at the pixel budget (`with_answer=False`: the prompt with the
@@ -216,8 +226,10 @@ def sequence_lengths(dataset: Dataset, settings: ConversationSettings, processor
     kind = dataset_kind(dataset.column_names, dataset.features)
     missing = missing_size_columns(dataset.column_names, kind)
     if missing:
-        raise ValueError(f"the {kind} split has no {' / '.join(missing)} column: its image tokens cannot be counted "
-                         "without decoding every image (rebuild it, or do without length grouping)")
+        raise ValueError(
+            f"the {kind} split has no {' / '.join(missing)} column: its image tokens cannot be counted "
+            "without decoding every image (rebuild it, or do without length grouping)"
+        )
     image_column = "image" if kind == "gemex" else "images"
     text_only = dataset.remove_columns([c for c in (image_column,) if c in dataset.column_names])
 
@@ -233,8 +245,14 @@ def sequence_lengths(dataset: Dataset, settings: ConversationSettings, processor
             lengths.append(len(ids) + (images - len(sizes) if images else 0))
         return {"length": lengths}
 
-    counted = text_only.map(count, batched=True, batch_size=1000, remove_columns=text_only.column_names,
-                            num_proc=num_proc, desc="Counting tokens")
+    counted = text_only.map(
+        count,
+        batched=True,
+        batch_size=1000,
+        remove_columns=text_only.column_names,
+        num_proc=num_proc,
+        desc="Counting tokens",
+    )
     return list(counted["length"])
 
 
@@ -259,8 +277,9 @@ def conversational(dataset: Dataset, settings: ConversationSettings, with_answer
     return dataset.with_transform(transform)
 
 
-def conversational_stream(dataset: Dataset | IterableDataset, settings: ConversationSettings,
-                          num_shards: int = STREAM_SHARDS) -> IterableDataset:
+def conversational_stream(
+    dataset: Dataset | IterableDataset, settings: ConversationSettings, num_shards: int = STREAM_SHARDS
+) -> IterableDataset:
     """The split as a stream of `images` + `messages` with the images still encoded.
 
     Images pass through as their stored bytes (decoding off), so nothing is decoded and
@@ -329,6 +348,7 @@ def shuffled_in_blocks(stream: IterableDataset, seed: int, block: int = SHUFFLE_
     `datasets` saves: a resumed stream reads the current block again (no image decoded) and goes on
     with the same rows in the same order. Rows stay as they are (images encoded) until `decode_images`.
     """
+
     def permute(rows: dict[str, list], indices: list[int]) -> dict[str, list]:
         order = np.random.default_rng([seed, indices[0]]).permutation(len(indices))
         return {column: [values[i] for i in order] for column, values in rows.items()}

@@ -49,26 +49,34 @@ class GenerateArguments:
     model_name_or_path: str = field(metadata={"help": "Fine-tuned model folder, LoRA output folder or Hub id."})
     dataset_path: str = field(metadata={"help": "Built GEMeX or ReXVQA folder (or Hub repo id)."})
     output_file: str = field(metadata={"help": "Predictions JSON Lines; appended to, and resumed from."})
-    dataset_config: str | None = field(default=None, metadata={"help": "Config to read (default: the card's default, every question)."})
+    dataset_config: str | None = field(
+        default=None, metadata={"help": "Config to read (default: the card's default, every question)."}
+    )
     split: str = field(default="test", metadata={"help": "Split to answer (train, validation or test)."})
     batch_size: int = field(default=8, metadata={"help": "Questions generated at once."})
     max_new_tokens: int = field(default=256, metadata={"help": "Most tokens of one reply."})
     max_samples: int | None = field(default=None, metadata={"help": "Only the first N questions of the split."})
     dtype: str | None = field(
-        default=None, metadata={"help": "bfloat16, float16, float32 or auto. Default: bfloat16 on a GPU that has it, else float32."}
+        default=None,
+        metadata={"help": "bfloat16, float16, float32 or auto. Default: bfloat16 on a GPU that has it, else float32."},
     )
     device: str | None = field(default=None, metadata={"help": "Default: cuda when available, else cpu."})
     box_convention: str | None = field(default=None, metadata={"help": "As in training; default from the model."})
     fold_system_prompt: bool | None = field(default=None, metadata={"help": "As in training; default: auto."})
-    max_pixels: int = field(default=MAX_PIXELS, metadata={"help": PIXEL_HELP["max_pixels"] + " Give the training run's."})
+    max_pixels: int = field(
+        default=MAX_PIXELS, metadata={"help": PIXEL_HELP["max_pixels"] + " Give the training run's."}
+    )
     min_pixels: int = field(default=MIN_PIXELS, metadata={"help": PIXEL_HELP["min_pixels"]})
     sort_by_length: bool = field(
         default=True,
-        metadata={"help": "Ask the longest prompts first, so each batch holds prompts of like length (less left "
-                          "padding; a study of 4 images beside one of 1 pads the whole batch). --no_sort_by_length: split order."},
+        metadata={
+            "help": "Ask the longest prompts first, so each batch holds prompts of like length (less left "
+            "padding; a study of 4 images beside one of 1 pads the whole batch). --no_sort_by_length: split order."
+        },
     )
     cache_implementation: str | None = field(
-        default=None, metadata={"help": "generate's KV cache: default dynamic; 'static' preallocates it (for torch.compile)."}
+        default=None,
+        metadata={"help": "generate's KV cache: default dynamic; 'static' preallocates it (for torch.compile)."},
     )
 
 
@@ -115,16 +123,25 @@ def longest_first(dataset: Dataset, todo: list[int], kind: str, settings: Conver
     rows carry no stored image sizes to count from."""
     missing = missing_size_columns(dataset.column_names, kind)
     if missing:
-        warnings.warn(f"questions asked in split order: the split has no {' / '.join(missing)} column to count "
-                      "image tokens from", stacklevel=2)
+        warnings.warn(
+            f"questions asked in split order: the split has no {' / '.join(missing)} column to count image tokens from",
+            stacklevel=2,
+        )
         return todo
     lengths = sequence_lengths(dataset.select(todo), settings, processor, with_answer=False)
     return [todo[k] for k in sorted(range(len(todo)), key=lambda k: -lengths[k])]
 
 
 @torch.inference_mode()
-def generate_batch(model, processor, rows: list[dict], kind: str, settings: ConversationSettings, max_new_tokens: int,
-                   cache_implementation: str | None = None):
+def generate_batch(
+    model,
+    processor,
+    rows: list[dict],
+    kind: str,
+    settings: ConversationSettings,
+    max_new_tokens: int,
+    cache_implementation: str | None = None,
+):
     """Raw model text for each row: greedy, left-padded, the prompt's tokens cut off."""
     conversations = []
     for row in rows:
@@ -200,7 +217,14 @@ def main(argv: list[str] | None = None) -> int:
     budget = PixelBudget(args.min_pixels, args.max_pixels)
     settings = settings_for(model.config.model_type, processor, args.box_convention, args.fold_system_prompt, budget)
     written = generate_predictions(
-        model, processor, dataset, args.output_file, args.batch_size, args.max_new_tokens, settings, args.sort_by_length,
+        model,
+        processor,
+        dataset,
+        args.output_file,
+        args.batch_size,
+        args.max_new_tokens,
+        settings,
+        args.sort_by_length,
         args.cache_implementation,
     )
     print(f"wrote {written} predictions to {args.output_file}")

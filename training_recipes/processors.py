@@ -19,8 +19,10 @@ class RecipeError(RuntimeError):
     """Something the user fixes before a recipe can run: one line, no traceback."""
 
 
-TORCHVISION_INSTALL = ("pip install torchvision from the index your torch came from, e.g. "
-                       "pip install torchvision --index-url https://download.pytorch.org/whl/cpu for a CPU torch")
+TORCHVISION_INSTALL = (
+    "pip install torchvision from the index your torch came from, e.g. "
+    "pip install torchvision --index-url https://download.pytorch.org/whl/cpu for a CPU torch"
+)
 
 
 def torchvision_problem() -> str | None:
@@ -46,13 +48,20 @@ def load_processor(model_name_or_path: str, **kwargs):
         problem = torchvision_problem()
         if problem is None and "torchvision" not in str(error).lower():
             raise
-        raise RecipeError(f"{model_name_or_path}: its processor cannot be built: {problem or 'it needs torchvision'}; "
-                          f"{TORCHVISION_INSTALL}") from None
+        raise RecipeError(
+            f"{model_name_or_path}: its processor cannot be built: {problem or 'it needs torchvision'}; "
+            f"{TORCHVISION_INSTALL}"
+        ) from None
     if getattr(processor, "image_processor", None) is None:
         problem = torchvision_problem()
-        why = f" ({problem}; Qwen-VL processors need it for their video processor: {TORCHVISION_INSTALL})" if problem else ""
-        raise RecipeError(f"{model_name_or_path}: AutoProcessor loaded only a {type(processor).__name__}, "
-                          f"no image processor{why}")
+        why = (
+            f" ({problem}; Qwen-VL processors need it for their video processor: {TORCHVISION_INSTALL})"
+            if problem
+            else ""
+        )
+        raise RecipeError(
+            f"{model_name_or_path}: AutoProcessor loaded only a {type(processor).__name__}, no image processor{why}"
+        )
     return processor
 
 

@@ -64,7 +64,9 @@ class DataArguments:
     max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N rows per dataset."})
     streaming: bool = field(
         default=False,
-        metadata={"help": "Stream the rows (nothing cached on disk; a cached load holds an image copy per question). Needs --max_steps."},
+        metadata={
+            "help": "Stream the rows (nothing cached on disk; a cached load holds an image copy per question). Needs --max_steps."
+        },
     )
     box_convention: str | None = field(
         default=None,
@@ -72,20 +74,25 @@ class DataArguments:
     )
     layout: str = field(
         default="per_question",
-        metadata={"help": "per_question: one question a row (the paper's setup; --gemex_config/--rexvqa_config pick the config). "
-                          "per_image: one conversation per image (GEMeX sft_per_image, ReXVQA sft_per_study), loss on every "
-                          "reply; each image is sent once, not once per question, and a non-streaming load caches it once."},
+        metadata={
+            "help": "per_question: one question a row (the paper's setup; --gemex_config/--rexvqa_config pick the config). "
+            "per_image: one conversation per image (GEMeX sft_per_image, ReXVQA sft_per_study), loss on every "
+            "reply; each image is sent once, not once per question, and a non-streaming load caches it once."
+        },
     )
     fold_system_prompt: bool | None = field(
         default=None,
-        metadata={"help": "Put the instruction in the user turn; by default when the chat template rejects a system turn."},
+        metadata={
+            "help": "Put the instruction in the user turn; by default when the chat template rejects a system turn."
+        },
     )
     max_pixels: int = field(default=MAX_PIXELS, metadata={"help": PIXEL_HELP["max_pixels"]})
     min_pixels: int = field(default=MIN_PIXELS, metadata={"help": PIXEL_HELP["min_pixels"]})
 
 
-def load_split(path: str, config: str | None, split: str, max_samples: int | None = None,
-               streaming: bool = False) -> Dataset | IterableDataset:
+def load_split(
+    path: str, config: str | None, split: str, max_samples: int | None = None, streaming: bool = False
+) -> Dataset | IterableDataset:
     dataset = load_dataset(path, config, split=split, streaming=streaming)
     if streaming:
         return dataset.take(max_samples) if max_samples is not None else dataset
@@ -283,16 +290,20 @@ class LengthGroupedSFTTrainer(SFTTrainer):
         reloaded = type(model).from_pretrained(resume_from_checkpoint, dtype=model.dtype, device_map="cpu")
         missing, unexpected = model.load_state_dict(reloaded.state_dict(), strict=False)
         if missing or unexpected:
-            raise SystemExit(f"{resume_from_checkpoint}: the checkpoint's weights do not fit the model "
-                             f"(missing {missing[:3]}, unexpected {unexpected[:3]})")
+            raise SystemExit(
+                f"{resume_from_checkpoint}: the checkpoint's weights do not fit the model "
+                f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
+            )
 
     def get_train_dataloader(self):
         dataloader = super().get_train_dataloader()
         if self.stream_checkpoint is not None:
             saved = Path(self.stream_checkpoint) / STREAM_STATE.format(rank=self.args.process_index)
             if not saved.is_file():
-                raise SystemExit(f"{saved}: no data loader state for process {self.args.process_index} "
-                                 "(a checkpoint of a streamed run saved by the same number of processes is needed)")
+                raise SystemExit(
+                    f"{saved}: no data loader state for process {self.args.process_index} "
+                    "(a checkpoint of a streamed run saved by the same number of processes is needed)"
+                )
             dataloader.load_state_dict(torch.load(saved, weights_only=False))
             self._load_rng_state(self.stream_checkpoint)  # the Trainer restores it only when it skips batches
         return dataloader
@@ -335,10 +346,14 @@ def stream_sharding(dataset: IterableDataset, processes: int) -> str:
     if processes <= 1:
         return f"stream: {shards} shards, read by one process"
     if shards >= processes:
-        return (f"stream: {shards} shards over {processes} processes: each reads {shards // processes}"
-                f"{'-' + str(-(-shards // processes)) if shards % processes else ''} of them, no row twice")
-    return (f"stream: {shards} shards for {processes} processes: each reads every row and keeps 1 in {processes} "
-            f"(rebuild with more row groups or shards to read each row once)")
+        return (
+            f"stream: {shards} shards over {processes} processes: each reads {shards // processes}"
+            f"{'-' + str(-(-shards // processes)) if shards % processes else ''} of them, no row twice"
+        )
+    return (
+        f"stream: {shards} shards for {processes} processes: each reads every row and keeps 1 in {processes} "
+        f"(rebuild with more row groups or shards to read each row once)"
+    )
 
 
 def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelConfig, model=None, processor=None):
@@ -346,7 +361,9 @@ def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelC
     training_args = recipe_defaults(training_args)
     if processor is None:  # first: a processor that cannot be built stops the run before the model loads
         processor = load_processor(
-            model_args.model_name_or_path, revision=model_args.model_revision, trust_remote_code=training_args.trust_remote_code
+            model_args.model_name_or_path,
+            revision=model_args.model_revision,
+            trust_remote_code=training_args.trust_remote_code,
         )
     if model is None:
         dtype = model_args.dtype if model_args.dtype in ("auto", None) else getattr(torch, model_args.dtype)
@@ -361,7 +378,9 @@ def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelC
     settings = settings_for(
         model.config.model_type, processor, data_args.box_convention, data_args.fold_system_prompt, budget
     )
-    train_dataset = training_data(data_args, settings, data_args.train_split, training_args.seed, data_args.max_train_samples)
+    train_dataset = training_data(
+        data_args, settings, data_args.train_split, training_args.seed, data_args.max_train_samples
+    )
     eval_dataset = None
     if data_args.eval_split:
         eval_dataset = training_data(data_args, settings, data_args.eval_split, training_args.seed)
@@ -389,8 +408,11 @@ def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelC
         trainer.train(resume_from_checkpoint=resume)
     if checkpointing.preempted_at is not None:
         if trainer.accelerator.is_main_process:
-            print(f"SIGTERM: saved {checkpointing.preempted_at} at step {trainer.state.global_step}; "
-                  "run the same command with --resume_from_checkpoint auto to go on", flush=True)
+            print(
+                f"SIGTERM: saved {checkpointing.preempted_at} at step {trainer.state.global_step}; "
+                "run the same command with --resume_from_checkpoint auto to go on",
+                flush=True,
+            )
         return trainer
     trainer.save_model(training_args.output_dir)
     if trainer.accelerator.is_main_process:

@@ -81,30 +81,58 @@ def tiny_qwen2_5_vl(processor_class=None) -> TinyVLM:
     (`processor_class` swaps in another: the tests' image-only one)."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessorPil
 
-    specials = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>",
-                "<|image_pad|>", "<|video_pad|>"]
+    specials = [
+        "<|endoftext|>",
+        "<|im_start|>",
+        "<|im_end|>",
+        "<|vision_start|>",
+        "<|vision_end|>",
+        "<|image_pad|>",
+        "<|video_pad|>",
+    ]
     tokenizer = train_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>")
     image_processor = Qwen2VLImageProcessorPil(
-        size={"shortest_edge": IMAGE_SIZE * IMAGE_SIZE, "longest_edge": IMAGE_SIZE * IMAGE_SIZE}, patch_size=14, merge_size=2
+        size={"shortest_edge": IMAGE_SIZE * IMAGE_SIZE, "longest_edge": IMAGE_SIZE * IMAGE_SIZE},
+        patch_size=14,
+        merge_size=2,
     )
     if processor_class is None:
         processor = released_qwen2_5_vl_processor(image_processor, tokenizer)
     else:
-        processor = processor_class(image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template("qwen2_5_vl"))
+        processor = processor_class(
+            image_processor=image_processor, tokenizer=tokenizer, chat_template=chat_template("qwen2_5_vl")
+        )
     ids = tokenizer.convert_tokens_to_ids
     config = Qwen2_5_VLConfig(
         text_config=dict(
-            vocab_size=padded_vocab(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-            num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
+            vocab_size=padded_vocab(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=2048,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
-            bos_token_id=ids("<|endoftext|>"), eos_token_id=ids("<|im_end|>"), pad_token_id=ids("<|endoftext|>"),
+            bos_token_id=ids("<|endoftext|>"),
+            eos_token_id=ids("<|im_end|>"),
+            pad_token_id=ids("<|endoftext|>"),
         ),
         vision_config=dict(
-            depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32, patch_size=14,
-            spatial_merge_size=2, temporal_patch_size=2, window_size=56, fullatt_block_indexes=[0],
+            depth=1,
+            hidden_size=32,
+            intermediate_size=64,
+            num_heads=2,
+            out_hidden_size=32,
+            patch_size=14,
+            spatial_merge_size=2,
+            temporal_patch_size=2,
+            window_size=56,
+            fullatt_block_indexes=[0],
         ),
-        image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-        vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
     )
     return TinyVLM("qwen2_5_vl", Qwen2_5_VLForConditionalGeneration(config), processor)
 
@@ -115,12 +143,18 @@ def released_qwen2_5_vl_processor(image_processor, tokenizer):
 
     problem = torchvision_problem()
     if problem:
-        raise RecipeError(f"the Qwen2.5-VL processor cannot be built: {problem}; {TORCHVISION_INSTALL} "
-                          "(or make an idefics3 or gemma3 model, which need no torchvision)")
+        raise RecipeError(
+            f"the Qwen2.5-VL processor cannot be built: {problem}; {TORCHVISION_INSTALL} "
+            "(or make an idefics3 or gemma3 model, which need no torchvision)"
+        )
     from transformers import Qwen2VLVideoProcessor
 
-    return Qwen2_5_VLProcessor(image_processor=image_processor, tokenizer=tokenizer,
-                               video_processor=Qwen2VLVideoProcessor(), chat_template=chat_template("qwen2_5_vl"))
+    return Qwen2_5_VLProcessor(
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        video_processor=Qwen2VLVideoProcessor(),
+        chat_template=chat_template("qwen2_5_vl"),
+    )
 
 
 def tiny_idefics3() -> TinyVLM:
@@ -131,8 +165,15 @@ def tiny_idefics3() -> TinyVLM:
         Idefics3Processor,
     )
 
-    specials = ["<|begin_of_text|>", "<|end_of_text|>", "<end_of_utterance>", "<image>",
-                "<fake_token_around_image>", "<global-img>", "<pad>"]
+    specials = [
+        "<|begin_of_text|>",
+        "<|end_of_text|>",
+        "<end_of_utterance>",
+        "<image>",
+        "<fake_token_around_image>",
+        "<global-img>",
+        "<pad>",
+    ]
     specials += [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
     tokenizer = train_tokenizer(
         specials, bos_token="<|begin_of_text|>", eos_token="<end_of_utterance>", pad_token="<pad>"
@@ -149,13 +190,25 @@ def tiny_idefics3() -> TinyVLM:
     ids = tokenizer.convert_tokens_to_ids
     config = Idefics3Config(
         vision_config=dict(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            image_size=IMAGE_SIZE, patch_size=14,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=IMAGE_SIZE,
+            patch_size=14,
         ),
         text_config=dict(
-            model_type="llama", vocab_size=padded_vocab(tokenizer), hidden_size=32, intermediate_size=64,
-            num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1, max_position_embeddings=2048,
-            bos_token_id=ids("<|begin_of_text|>"), eos_token_id=ids("<end_of_utterance>"), pad_token_id=ids("<pad>"),
+            model_type="llama",
+            vocab_size=padded_vocab(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            max_position_embeddings=2048,
+            bos_token_id=ids("<|begin_of_text|>"),
+            eos_token_id=ids("<end_of_utterance>"),
+            pad_token_id=ids("<pad>"),
         ),
         scale_factor=2,
         image_token_id=ids("<image>"),
@@ -166,12 +219,26 @@ def tiny_idefics3() -> TinyVLM:
 def tiny_gemma3() -> TinyVLM:
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil, Gemma3Processor
 
-    specials = ["<pad>", "<eos>", "<bos>", "<start_of_turn>", "<end_of_turn>", "<start_of_image>",
-                "<end_of_image>", "<image_soft_token>"]
+    specials = [
+        "<pad>",
+        "<eos>",
+        "<bos>",
+        "<start_of_turn>",
+        "<end_of_turn>",
+        "<start_of_image>",
+        "<end_of_image>",
+        "<image_soft_token>",
+    ]
     tokenizer = train_tokenizer(
-        specials, bos_token="<bos>", eos_token="<eos>", pad_token="<pad>",
-        extra_special_tokens={"boi_token": "<start_of_image>", "eoi_token": "<end_of_image>",
-                              "image_token": "<image_soft_token>"},
+        specials,
+        bos_token="<bos>",
+        eos_token="<eos>",
+        pad_token="<pad>",
+        extra_special_tokens={
+            "boi_token": "<start_of_image>",
+            "eoi_token": "<end_of_image>",
+            "image_token": "<image_soft_token>",
+        },
     )
     image_processor = Gemma3ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
     processor = Gemma3Processor(
@@ -180,13 +247,26 @@ def tiny_gemma3() -> TinyVLM:
     ids = tokenizer.convert_tokens_to_ids
     config = Gemma3Config(
         text_config=dict(
-            vocab_size=padded_vocab(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=1,
-            num_attention_heads=2, num_key_value_heads=1, head_dim=16, max_position_embeddings=2048,
-            sliding_window=64, bos_token_id=ids("<bos>"), eos_token_id=ids("<eos>"), pad_token_id=ids("<pad>"),
+            vocab_size=padded_vocab(tokenizer),
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            head_dim=16,
+            max_position_embeddings=2048,
+            sliding_window=64,
+            bos_token_id=ids("<bos>"),
+            eos_token_id=ids("<eos>"),
+            pad_token_id=ids("<pad>"),
         ),
         vision_config=dict(
-            hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            image_size=IMAGE_SIZE, patch_size=14,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=2,
+            image_size=IMAGE_SIZE,
+            patch_size=14,
         ),
         mm_tokens_per_image=4,
         boi_token_index=ids("<start_of_image>"),
@@ -216,8 +296,11 @@ def save_tiny_vlm(family: str, directory: Path, seed: int = 0) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m training_recipes.tiny_model", description=__doc__.split("\n\n")[0],
-                                     formatter_class=argparse.ArgumentDefaultsHelpFormatter)
+    parser = argparse.ArgumentParser(
+        prog="python -m training_recipes.tiny_model",
+        description=__doc__.split("\n\n")[0],
+        formatter_class=argparse.ArgumentDefaultsHelpFormatter,
+    )
     parser.add_argument("--family", choices=FAMILIES, default="idefics3", help="the model family to copy the shape of")
     parser.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")

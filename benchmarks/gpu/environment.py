@@ -15,8 +15,19 @@ from importlib.metadata import PackageNotFoundError, requires, version
 
 from packaging.requirements import Requirement
 
-REPORTED = ("torch", "transformers", "trl", "datasets", "peft", "accelerate", "pyarrow", "fsspec", "huggingface-hub",
-            "liger-kernel", "triton")
+REPORTED = (
+    "torch",
+    "transformers",
+    "trl",
+    "datasets",
+    "peft",
+    "accelerate",
+    "pyarrow",
+    "fsspec",
+    "huggingface-hub",
+    "liger-kernel",
+    "triton",
+)
 CARRIED = ("datasets", "trl", "transformers", "peft")
 """The carried packages whose own requirements are checked (their import names are the same)."""
 

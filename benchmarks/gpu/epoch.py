@@ -24,9 +24,20 @@ TRAIN_ROWS = {
 def measured_row(rows: list[dict], dataset: str, layout: str, plan: dict) -> dict | None:
     """The B.1 full fine-tuning row of this layout as the recipe runs by default: the plan's pixel
     budget and default speed-ups (batches grouped by length)."""
-    return next((r for r in rows if r["bench"] == "B.1" and r["status"] == "ok" and r.get("tuning") == "full"
-                 and r.get("dataset") == dataset and r.get("layout") == layout and r.get("max_pixels") == plan["max_pixels"]
-                 and r.get("speedups", []) == plan["train"]["speedups"]), None)
+    return next(
+        (
+            r
+            for r in rows
+            if r["bench"] == "B.1"
+            and r["status"] == "ok"
+            and r.get("tuning") == "full"
+            and r.get("dataset") == dataset
+            and r.get("layout") == layout
+            and r.get("max_pixels") == plan["max_pixels"]
+            and r.get("speedups", []) == plan["train"]["speedups"]
+        ),
+        None,
+    )
 
 
 def epoch_rows(rows: list[dict], plan: dict) -> list[dict]:
@@ -35,11 +46,22 @@ def epoch_rows(rows: list[dict], plan: dict) -> list[dict]:
         facts = {"name": f"{dataset} {layout}", "dataset": dataset, "layout": layout, "train_rows": train_rows}
         row = measured_row(rows, dataset, layout, plan)
         if row is None:
-            result.append({**facts, "status": "skipped", "error": "no full fine-tuning B.1 row of this layout in this part"})
+            result.append(
+                {**facts, "status": "skipped", "error": "no full fine-tuning B.1 row of this layout in this part"}
+            )
             continue
         peak = row["achieved_tflops"] / row["mfu"] if row.get("mfu") else None
         at_target = train_rows * row["flops_per_sample"] / (peak * 1e12 * MFU_TARGET) / 3600 if peak else None
-        result.append({**facts, "status": "ok", "from": row["name"], "device": row.get("device"),
-                       "samples_per_s": row["samples_per_s"], "hours_per_epoch": train_rows / row["samples_per_s"] / 3600,
-                       "hours_at_mfu_target": at_target, "tokens_per_sample": row["tokens_per_sample"]})
+        result.append(
+            {
+                **facts,
+                "status": "ok",
+                "from": row["name"],
+                "device": row.get("device"),
+                "samples_per_s": row["samples_per_s"],
+                "hours_per_epoch": train_rows / row["samples_per_s"] / 3600,
+                "hours_at_mfu_target": at_target,
+                "tokens_per_sample": row["tokens_per_sample"],
+            }
+        )
     return result

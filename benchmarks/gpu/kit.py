@@ -99,14 +99,17 @@ class Kit:
         with log.open("w") as sink:
             sink.write(f"$ {shlex.join(command)}\n")
             sink.flush()
-            process = subprocess.Popen(command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env(),
-                                       start_new_session=True)
+            process = subprocess.Popen(
+                command, stdout=sink, stderr=subprocess.STDOUT, cwd=ROOT, env=self.env(), start_new_session=True
+            )
             try:
                 returncode = process.wait(timeout=limit)
             except subprocess.TimeoutExpired:
                 os.killpg(process.pid, signal.SIGKILL)
                 process.wait()
-                return Outcome("timeout", time.monotonic() - started, None, f"killed after {limit:.0f} s; {log_tail(log)}")
+                return Outcome(
+                    "timeout", time.monotonic() - started, None, f"killed after {limit:.0f} s; {log_tail(log)}"
+                )
         seconds = time.monotonic() - started
         if returncode != 0:
             return Outcome("failed", seconds, returncode, log_tail(log))
@@ -114,12 +117,24 @@ class Kit:
 
     def env(self) -> dict[str, str]:
         paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
-        return {**os.environ, "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "PYTHONUNBUFFERED": "1",
-                "HF_DATASETS_CACHE": str(self.work / "hf-cache"), "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
+        return {
+            **os.environ,
+            "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)),
+            "PYTHONUNBUFFERED": "1",
+            "HF_DATASETS_CACHE": str(self.work / "hf-cache"),
+            "HF_HUB_OFFLINE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
 
     def record(self, bench: str, name: str, outcome: Outcome, command: list[str] | None = None, **values) -> dict:
-        row = {"part": self.part, "bench": bench, "name": name, "status": outcome.status,
-               "seconds": round(outcome.seconds, 1), **values}
+        row = {
+            "part": self.part,
+            "bench": bench,
+            "name": name,
+            "status": outcome.status,
+            "seconds": round(outcome.seconds, 1),
+            **values,
+        }
         if outcome.error:
             row["error"] = outcome.error
         if command:
@@ -137,6 +152,7 @@ class Kit:
     def pack_logs(self) -> None:
         """Logs into `logs.tar.gz`; each profiler trace beside it as `trace-<row>.json.gz` (at most
         MAX_TRACES, each under FILE_LIMIT_BYTES: a trace too large, or past the last, stays in the work folder)."""
+
         def no_traces(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
             return None if info.name.endswith(TRACE) else info
 
@@ -170,31 +186,76 @@ def step_data(kit: Kit, spec: dict) -> None:
     """Synthesize full-size GEMeX and ReXVQA releases and build each (`--image-mode embed`), once per machine."""
     data = kit.plan["data"]
     releases = {
-        "gemex": cli("synthesize", "gemex", "--out", kit.work / "release" / "gemex", "--num-images", str(data["gemex_images"]),
-                     "--downscale", str(data["downscale"]), "--num-proc", str(data["num_proc"])),
-        "rexvqa": cli("synthesize", "rexvqa", "--out", kit.work / "release" / "rexvqa", "--num-studies",
-                      str(data["rexvqa_studies"]), "--downscale", str(data["downscale"]), "--num-proc", str(data["num_proc"])),
+        "gemex": cli(
+            "synthesize",
+            "gemex",
+            "--out",
+            kit.work / "release" / "gemex",
+            "--num-images",
+            str(data["gemex_images"]),
+            "--downscale",
+            str(data["downscale"]),
+            "--num-proc",
+            str(data["num_proc"]),
+        ),
+        "rexvqa": cli(
+            "synthesize",
+            "rexvqa",
+            "--out",
+            kit.work / "release" / "rexvqa",
+            "--num-studies",
+            str(data["rexvqa_studies"]),
+            "--downscale",
+            str(data["downscale"]),
+            "--num-proc",
+            str(data["num_proc"]),
+        ),
     }
-    sources = {"gemex": ["--source", kit.work / "release" / "gemex" / "per_type", "--images", kit.work / "release" / "gemex" / "files"],
-               "rexvqa": ["--source", kit.work / "release" / "rexvqa"]}
+    sources = {
+        "gemex": [
+            "--source",
+            kit.work / "release" / "gemex" / "per_type",
+            "--images",
+            kit.work / "release" / "gemex" / "files",
+        ],
+        "rexvqa": ["--source", kit.work / "release" / "rexvqa"],
+    }
     for dataset, synthesize in releases.items():
         wanted = data_plan(kit.plan, dataset)
         mismatch = reuse_mismatch(kit.built(dataset), wanted)
         if mismatch is None:
-            kit.record("data", f"{dataset} build", Outcome("ok"), note="already built on this machine for this plan", **wanted)
+            kit.record(
+                "data", f"{dataset} build", Outcome("ok"), note="already built on this machine for this plan", **wanted
+            )
             continue
-        shutil.rmtree(kit.work / "release" / dataset, ignore_errors=True)  # a smaller release would keep a larger one's files
+        shutil.rmtree(
+            kit.work / "release" / dataset, ignore_errors=True
+        )  # a smaller release would keep a larger one's files
         kit.stamp(dataset).unlink(missing_ok=True)
         outcome = kit.run(f"synthesize-{dataset}", synthesize, data["timeout"])
         kit.record("data", f"{dataset} synthesize", outcome, synthesize, rebuilt_because=mismatch)
         if outcome.status != "ok":
             continue
-        build = cli("build", dataset, *sources[dataset], "--out", kit.built(dataset), "--image-mode", data["image_mode"],
-                    *(["--image-size", str(data["image_size"])] if data.get("image_size") else []),
-                    "--shard-layout", data.get("shard_layout", "auto"), "--num-proc", str(data["num_proc"]), "--overwrite")
+        build = cli(
+            "build",
+            dataset,
+            *sources[dataset],
+            "--out",
+            kit.built(dataset),
+            "--image-mode",
+            data["image_mode"],
+            *(["--image-size", str(data["image_size"])] if data.get("image_size") else []),
+            "--shard-layout",
+            data.get("shard_layout", "auto"),
+            "--num-proc",
+            str(data["num_proc"]),
+            "--overwrite",
+        )
         outcome = kit.run(f"build-{dataset}", build, data["timeout"])
         if outcome.status == "ok":
-            kit.stamp(dataset).write_text(json.dumps({"plan": wanted, "report_sha256": file_sha256(kit.built(dataset) / "build_report.json")}))
+            kit.stamp(dataset).write_text(
+                json.dumps({"plan": wanted, "report_sha256": file_sha256(kit.built(dataset) / "build_report.json")})
+            )
         kit.record("data", f"{dataset} build", outcome, build, **build_counts(kit.built(dataset)))
 
 
@@ -202,9 +263,15 @@ def data_plan(plan: dict, dataset: str) -> dict:
     """What a build must have been made from to serve this plan: its release's scale and image scale, the
     build's image mode, image size and shard layout, and the configs the plan's layouts train on."""
     data = plan["data"]
-    return {"dataset": dataset, "scale": data["gemex_images" if dataset == "gemex" else "rexvqa_studies"],
-            "downscale": data["downscale"], "image_mode": data["image_mode"], "image_size": data.get("image_size"),
-            "shard_layout": data.get("shard_layout", "auto"), "configs": sorted(set(plan["layouts"][dataset].values()))}
+    return {
+        "dataset": dataset,
+        "scale": data["gemex_images" if dataset == "gemex" else "rexvqa_studies"],
+        "downscale": data["downscale"],
+        "image_mode": data["image_mode"],
+        "image_size": data.get("image_size"),
+        "shard_layout": data.get("shard_layout", "auto"),
+        "configs": sorted(set(plan["layouts"][dataset].values())),
+    }
 
 
 def reuse_mismatch(built: Path, wanted: dict) -> str | None:
@@ -221,11 +288,17 @@ def reuse_mismatch(built: Path, wanted: dict) -> str | None:
         return f"no readable {stamp.name} says which plan the build there was made for"
     if made.get("report_sha256") != file_sha256(report_path):
         return "the build there changed after the kit made it"
-    differ = [f"{key} {made.get('plan', {}).get(key)!r}, the plan {value!r}" for key, value in wanted.items()
-              if made.get("plan", {}).get(key) != value]
+    differ = [
+        f"{key} {made.get('plan', {}).get(key)!r}, the plan {value!r}"
+        for key, value in wanted.items()
+        if made.get("plan", {}).get(key) != value
+    ]
     settings = report.get("settings", {})
-    differ += [f"its report's {key} {settings.get(key)!r}, the plan {wanted[key]!r}" for key in ("image_mode", "image_size", "shard_layout")
-               if settings.get(key) != wanted[key]]
+    differ += [
+        f"its report's {key} {settings.get(key)!r}, the plan {wanted[key]!r}"
+        for key in ("image_mode", "image_size", "shard_layout")
+        if settings.get(key) != wanted[key]
+    ]
     lacking = sorted(set(wanted["configs"]) - set(report.get("configs", [])))
     differ += [f"it lacks the config(s) {', '.join(lacking)} the plan's layouts train on"] if lacking else []
     return f"the build there was made for another plan: {'; '.join(differ)}" if differ else None
@@ -280,27 +353,70 @@ def step_train(kit: Kit, spec: dict) -> None:
     chosen = speedups(train, spec)
     config = kit.plan["layouts"][spec["dataset"]][spec["layout"]]
     max_pixels = kit.plan["larger_max_pixels" if spec.get("budget") == "larger" else "max_pixels"]
-    facts = {"dataset": spec["dataset"], "layout": spec["layout"], "config": config, "tuning": spec["tuning"],
-             "max_pixels": max_pixels, "speedups": chosen}
+    facts = {
+        "dataset": spec["dataset"],
+        "layout": spec["layout"],
+        "config": config,
+        "tuning": spec["tuning"],
+        "max_pixels": max_pixels,
+        "speedups": chosen,
+    }
     if config not in built_configs(kit.built(spec["dataset"])):
-        kit.record("B.1", name, Outcome("skipped", error=f"the {spec['dataset']} build has no `{config}` config"), **facts)
+        kit.record(
+            "B.1", name, Outcome("skipped", error=f"the {spec['dataset']} build has no `{config}` config"), **facts
+        )
         return
     batch_size = train["batch_size"][spec["tuning"]]
     while True:
         result_file = kit.logs / f"train-{name}-bs{batch_size}.json"
         command = python(
-            "-m", "benchmarks.train_throughput", "--dataset", kit.built(spec["dataset"]), "--dataset_config", config,
-            "--batch_size", str(batch_size), "--steps", str(train["steps"]), "--warmup_steps", str(train["warmup_steps"]),
-            "--rows", str(train["rows"]), "--max_pixels", str(max_pixels), "--min_pixels", str(kit.plan["min_pixels"]),
-            "--num_workers", str(train["num_workers"]), "--attn_implementation", kit.plan["attn_implementation"],
-            "--device", kit.plan["device"], "--output_json", result_file,
+            "-m",
+            "benchmarks.train_throughput",
+            "--dataset",
+            kit.built(spec["dataset"]),
+            "--dataset_config",
+            config,
+            "--batch_size",
+            str(batch_size),
+            "--steps",
+            str(train["steps"]),
+            "--warmup_steps",
+            str(train["warmup_steps"]),
+            "--rows",
+            str(train["rows"]),
+            "--max_pixels",
+            str(max_pixels),
+            "--min_pixels",
+            str(kit.plan["min_pixels"]),
+            "--num_workers",
+            str(train["num_workers"]),
+            "--attn_implementation",
+            kit.plan["attn_implementation"],
+            "--device",
+            kit.plan["device"],
+            "--output_json",
+            result_file,
             "--gradient_checkpointing" if train["gradient_checkpointing"] else "--no-gradient_checkpointing",
             *(["--model", kit.plan["model"]] if not kit.tiny else ["--tiny"]),
             *(flag for speedup in chosen for flag in SPEEDUP_FLAGS[speedup]),
             *(["--compile_backend", train["compile_backend"]] if "compile" in chosen else []),
-            *(["--lora", "--lora_r", str(train["lora_r"]), "--lora_alpha", str(train["lora_alpha"])] if spec["tuning"] == "lora" else []),
-            *(["--profile", kit.logs / f"profile-{name}", "--profile_when", train["profile_when"],
-               "--profile_steps", str(train["profile_steps"])] if spec.get("profile") else []),
+            *(
+                ["--lora", "--lora_r", str(train["lora_r"]), "--lora_alpha", str(train["lora_alpha"])]
+                if spec["tuning"] == "lora"
+                else []
+            ),
+            *(
+                [
+                    "--profile",
+                    kit.logs / f"profile-{name}",
+                    "--profile_when",
+                    train["profile_when"],
+                    "--profile_steps",
+                    str(train["profile_steps"]),
+                ]
+                if spec.get("profile")
+                else []
+            ),
         )
         outcome = kit.run(f"train-{name}-bs{batch_size}", command, spec.get("timeout", train["timeout"]))
         out_of_memory = outcome.status == "failed" and "out of memory" in (outcome.error or "").lower()
@@ -309,8 +425,15 @@ def step_train(kit: Kit, spec: dict) -> None:
             batch_size //= 2
             continue
         measured = json.loads(result_file.read_text()) if outcome.status == "ok" and result_file.exists() else {}
-        kit.record("B.1", name, outcome, command, **facts, batch_size=batch_size,
-                   **{k: v for k, v in measured.items() if k not in facts and k != "batch_size"})
+        kit.record(
+            "B.1",
+            name,
+            outcome,
+            command,
+            **facts,
+            batch_size=batch_size,
+            **{k: v for k, v in measured.items() if k not in facts and k != "batch_size"},
+        )
         return
 
 
@@ -324,9 +447,15 @@ def step_generate(kit: Kit, spec: dict) -> None:
     measured = json.loads(result_file.read_text()) if result_file.exists() else {"batches": []}
     for batch in measured["batches"]:
         batch_outcome = Outcome(batch.pop("status"), batch["seconds"], error=batch.pop("error", None))
-        kit.record("B.2", f"{batch['dataset']} batch {batch['batch_size']}, {batch['variant']}", batch_outcome, command,
-                   split=settings["split"], max_new_tokens=settings["max_new_tokens"],
-                   **{k: v for k, v in batch.items() if k != "seconds"})
+        kit.record(
+            "B.2",
+            f"{batch['dataset']} batch {batch['batch_size']}, {batch['variant']}",
+            batch_outcome,
+            command,
+            split=settings["split"],
+            max_new_tokens=settings["max_new_tokens"],
+            **{k: v for k, v in batch.items() if k != "seconds"},
+        )
     if outcome.status != "ok" or not measured["batches"]:
         kit.record("B.2", f"{settings['dataset']} generation", outcome, command)
 
@@ -339,21 +468,58 @@ def step_loop(kit: Kit, spec: dict) -> None:
     trained = json.loads(result_file.read_text()) if result_file.exists() else {}
     losses = trained.get("losses", [])
     steps, seconds = trained.get("steps"), trained.get("train_seconds")
-    kit.record("B.3", "LoRA fine-tune + predictions", outcome, command, steps=steps, train_seconds=seconds,
-               samples_per_s=steps * loop["batch_size"] / seconds if steps and seconds else None,
-               peak_memory_gb=trained.get("peak_memory_gb"), loss_first=losses[0] if losses else None,
-               loss_last=losses[-1] if losses else None, loss_falls=bool(losses) and losses[-1] < losses[0],
-               losses=losses, predictions=trained.get("predictions"))
+    kit.record(
+        "B.3",
+        "LoRA fine-tune + predictions",
+        outcome,
+        command,
+        steps=steps,
+        train_seconds=seconds,
+        samples_per_s=steps * loop["batch_size"] / seconds if steps and seconds else None,
+        peak_memory_gb=trained.get("peak_memory_gb"),
+        loss_first=losses[0] if losses else None,
+        loss_last=losses[-1] if losses else None,
+        loss_falls=bool(losses) and losses[-1] < losses[0],
+        losses=losses,
+        predictions=trained.get("predictions"),
+    )
     for dataset, predictions in trained.get("predictions", {}).items():
         scores = kit.logs / f"scores-{dataset}.json"
-        evaluate = cli("evaluate", dataset, "--dataset", kit.built(dataset), "--predictions", predictions["file"], "--split",
-                       "test", "--out", scores,
-                       *(["--box-convention", "qwen2.5-vl", "--max-pixels", str(kit.plan["max_pixels"]), "--min-pixels",
-                          str(kit.plan["min_pixels"])] if dataset == "gemex" else []),
-                       *(["--text-metrics", loop["text_metrics"]] if loop["text_metrics"] and dataset == "gemex" else []))
+        evaluate = cli(
+            "evaluate",
+            dataset,
+            "--dataset",
+            kit.built(dataset),
+            "--predictions",
+            predictions["file"],
+            "--split",
+            "test",
+            "--out",
+            scores,
+            *(
+                [
+                    "--box-convention",
+                    "qwen2.5-vl",
+                    "--max-pixels",
+                    str(kit.plan["max_pixels"]),
+                    "--min-pixels",
+                    str(kit.plan["min_pixels"]),
+                ]
+                if dataset == "gemex"
+                else []
+            ),
+            *(["--text-metrics", loop["text_metrics"]] if loop["text_metrics"] and dataset == "gemex" else []),
+        )
         outcome = kit.run(f"evaluate-{dataset}", evaluate, 120)
-        kit.record("B.3", f"evaluate {dataset}", outcome, evaluate, questions=predictions["count"],
-                   table=scores_table(kit.logs / f"evaluate-{dataset}.log"), **extraction_counts(scores))
+        kit.record(
+            "B.3",
+            f"evaluate {dataset}",
+            outcome,
+            evaluate,
+            questions=predictions["count"],
+            table=scores_table(kit.logs / f"evaluate-{dataset}.log"),
+            **extraction_counts(scores),
+        )
 
 
 def scores_table(log: Path) -> str:
@@ -367,9 +533,11 @@ def extraction_counts(scores: Path) -> dict:
     if not scores.exists():
         return {}
     per_question = json.loads(scores.read_text()).get("per_question", [])
-    return {"replies_scored": sum(not q.get("missing") for q in per_question),
-            "missing": sum(bool(q.get("missing")) for q in per_question),
-            "failed_extractions": sum(bool(q.get("failed_extraction")) for q in per_question)}
+    return {
+        "replies_scored": sum(not q.get("missing") for q in per_question),
+        "missing": sum(bool(q.get("missing")) for q in per_question),
+        "failed_extractions": sum(bool(q.get("failed_extraction")) for q in per_question),
+    }
 
 
 def step_epoch_hours(kit: Kit, spec: dict) -> None:
@@ -380,11 +548,26 @@ def step_epoch_hours(kit: Kit, spec: dict) -> None:
         kit.record("B.4", row.pop("name"), Outcome(row.pop("status"), error=row.pop("error", None)), **row)
 
 
-STEPS = {"data": step_data, "train": step_train, "generate": step_generate, "loop": step_loop, "epoch_hours": step_epoch_hours}
+STEPS = {
+    "data": step_data,
+    "train": step_train,
+    "generate": step_generate,
+    "loop": step_loop,
+    "epoch_hours": step_epoch_hours,
+}
 
 
 def worker_command(kit: Kit, worker: str, result_file: Path) -> list[str]:
-    return python("-m", "benchmarks.gpu.workers", worker, "--work", kit.work, "--result", result_file, *(["--tiny"] if kit.tiny else []))
+    return python(
+        "-m",
+        "benchmarks.gpu.workers",
+        worker,
+        "--work",
+        kit.work,
+        "--result",
+        result_file,
+        *(["--tiny"] if kit.tiny else []),
+    )
 
 
 def environment_note(kit: Kit) -> None:
@@ -398,7 +581,10 @@ def environment_note(kit: Kit) -> None:
 def run_part(plan: dict, part: str, out: Path, work: Path, tiny: bool) -> list[dict]:
     started = time.monotonic()
     out.mkdir(parents=True, exist_ok=True)
-    for stale in [*(out / name for name in ("results.jsonl", "results.md", "logs.tar.gz")), *out.glob("trace-*.json.gz")]:
+    for stale in [
+        *(out / name for name in ("results.jsonl", "results.md", "logs.tar.gz")),
+        *out.glob("trace-*.json.gz"),
+    ]:
         stale.unlink(missing_ok=True)
     kit = Kit(plan, part, out, work, tiny, started + plan["seconds"])
     kit.logs.mkdir(parents=True, exist_ok=True)
@@ -414,12 +600,21 @@ def run_part(plan: dict, part: str, out: Path, work: Path, tiny: bool) -> list[d
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--part", default="1", help="which list of steps in plan.yaml's [parts]")
-    parser.add_argument("--out", type=Path, default=Path(os.environ.get("OUT", "gpu-kit-out")), help="results (default $OUT)")
-    parser.add_argument("--work", type=Path, help=f"releases, builds, logs (default {WORK}, with --tiny {TINY_WORK}: "
-                                                  "a tiny run never leaves its builds where the full plan looks)")
+    parser.add_argument(
+        "--out", type=Path, default=Path(os.environ.get("OUT", "gpu-kit-out")), help="results (default $OUT)"
+    )
+    parser.add_argument(
+        "--work",
+        type=Path,
+        help=f"releases, builds, logs (default {WORK}, with --tiny {TINY_WORK}: "
+        "a tiny run never leaves its builds where the full plan looks)",
+    )
     parser.add_argument("--tiny", action="store_true", help="CPU, tiny model, small releases: the kit's own test")
-    parser.add_argument("--seconds", type=float, help="start no step past this (default: the plan's `seconds`); "
-                                                      "for a shorter run, e.g. part 3's")
+    parser.add_argument(
+        "--seconds",
+        type=float,
+        help="start no step past this (default: the plan's `seconds`); for a shorter run, e.g. part 3's",
+    )
     args = parser.parse_args(argv)
     plan = load_plan(args.tiny)
     if args.seconds:
@@ -427,7 +622,9 @@ def main(argv: list[str] | None = None) -> int:
     rows = run_part(plan, args.part, args.out, args.work or (TINY_WORK if args.tiny else WORK), args.tiny)
     print((args.out / "results.md").read_text())
     failed = [row["name"] for row in rows if row["status"] in ("failed", "timeout")]
-    print(f"part {args.part}: {len(rows)} rows, {len(failed)} failed or timed out{': ' + ', '.join(failed) if failed else ''}")
+    print(
+        f"part {args.part}: {len(rows)} rows, {len(failed)} failed or timed out{': ' + ', '.join(failed) if failed else ''}"
+    )
     return 0
 
 

@@ -4,18 +4,53 @@ from __future__ import annotations
 
 COLUMNS: dict[str, list[tuple[str, str]]] = {
     "data": [("name", "step"), ("rows_written", "rows"), ("note", "note")],
-    "B.1": [("dataset", "dataset"), ("config", "config"), ("tuning", "tuning"), ("max_pixels", "max pixels"),
-            ("speedups", "speed-ups"), ("batch_size", "batch"), ("samples_per_s", "samples/s"), ("tokens_per_s", "tokens/s"),
-            ("tokens_per_sample", "tokens/sample"), ("mfu", "MFU"), ("peak_memory_gb", "peak GiB"),
-            ("data_wait_share", "data wait"), ("padding_share", "padding"), ("missed_targets", "missed")],
-    "B.2": [("dataset", "dataset"), ("split", "split"), ("variant", "order / cache"), ("batch_size", "batch"), ("questions", "questions"),
-            ("max_new_tokens", "max new tokens"), ("questions_per_s", "questions/s"), ("peak_memory_gb", "peak GiB")],
-    "B.3": [("name", "step"), ("steps", "steps"), ("samples_per_s", "samples/s"), ("peak_memory_gb", "peak GiB"),
-            ("loss_first", "first loss"), ("loss_last", "last loss"),
-            ("loss_falls", "loss falls"), ("replies_scored", "replies"), ("failed_extractions", "failed extractions"),
-            ("missing", "missing")],
-    "B.4": [("dataset", "dataset"), ("layout", "layout"), ("train_rows", "train rows"), ("from", "from B.1 row"),
-            ("samples_per_s", "samples/s"), ("hours_per_epoch", "hours/epoch"), ("hours_at_mfu_target", "hours at 40% MFU")],
+    "B.1": [
+        ("dataset", "dataset"),
+        ("config", "config"),
+        ("tuning", "tuning"),
+        ("max_pixels", "max pixels"),
+        ("speedups", "speed-ups"),
+        ("batch_size", "batch"),
+        ("samples_per_s", "samples/s"),
+        ("tokens_per_s", "tokens/s"),
+        ("tokens_per_sample", "tokens/sample"),
+        ("mfu", "MFU"),
+        ("peak_memory_gb", "peak GiB"),
+        ("data_wait_share", "data wait"),
+        ("padding_share", "padding"),
+        ("missed_targets", "missed"),
+    ],
+    "B.2": [
+        ("dataset", "dataset"),
+        ("split", "split"),
+        ("variant", "order / cache"),
+        ("batch_size", "batch"),
+        ("questions", "questions"),
+        ("max_new_tokens", "max new tokens"),
+        ("questions_per_s", "questions/s"),
+        ("peak_memory_gb", "peak GiB"),
+    ],
+    "B.3": [
+        ("name", "step"),
+        ("steps", "steps"),
+        ("samples_per_s", "samples/s"),
+        ("peak_memory_gb", "peak GiB"),
+        ("loss_first", "first loss"),
+        ("loss_last", "last loss"),
+        ("loss_falls", "loss falls"),
+        ("replies_scored", "replies"),
+        ("failed_extractions", "failed extractions"),
+        ("missing", "missing"),
+    ],
+    "B.4": [
+        ("dataset", "dataset"),
+        ("layout", "layout"),
+        ("train_rows", "train rows"),
+        ("from", "from B.1 row"),
+        ("samples_per_s", "samples/s"),
+        ("hours_per_epoch", "hours/epoch"),
+        ("hours_at_mfu_target", "hours at 40% MFU"),
+    ],
 }
 TITLES = {
     "env": "Environment",
@@ -51,8 +86,12 @@ def table(rows: list[dict], columns: list[tuple[str, str]]) -> list[str]:
 
 def results_markdown(rows: list[dict], plan: dict, part: str, tiny: bool) -> str:
     device = next((r.get("device") for r in rows if r.get("device")), plan["device"])
-    lines = [f"# GPU kit, part {part}{' (--tiny, CPU)' if tiny else ''}", "",
-             f"Model: {plan['model']} (random weights, offline tokenizer), device: {device}. {RANDOM_WEIGHTS_NOTE}", ""]
+    lines = [
+        f"# GPU kit, part {part}{' (--tiny, CPU)' if tiny else ''}",
+        "",
+        f"Model: {plan['model']} (random weights, offline tokenizer), device: {device}. {RANDOM_WEIGHTS_NOTE}",
+        "",
+    ]
     for bench, title in TITLES.items():
         chosen = [r for r in rows if r["bench"] == bench]
         if not chosen:

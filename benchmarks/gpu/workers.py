@@ -33,8 +33,9 @@ def budget(plan: dict):
 def model_on_device(plan: dict, tiny: bool):
     torch.manual_seed(0)
     preset = model_preset(TINY if tiny else MODELS[plan["model"]])
-    return build_model_and_processor(preset, plan["max_pixels"], plan["attn_implementation"], plan["min_pixels"],
-                                     plan["device"])
+    return build_model_and_processor(
+        preset, plan["max_pixels"], plan["attn_implementation"], plan["min_pixels"], plan["device"]
+    )
 
 
 def synchronize(device: str) -> None:
@@ -57,7 +58,11 @@ def save(result: dict, path: Path) -> dict:
     return result
 
 
-VARIANTS = {"longest first": {}, "split order": {"sort_by_length": False}, "static cache": {"cache_implementation": "static"}}
+VARIANTS = {
+    "longest first": {},
+    "split order": {"sort_by_length": False},
+    "static cache": {"cache_implementation": "static"},
+}
 """generate_predictions' options each B.2 row is taken with: the recipe's default first."""
 
 
@@ -75,16 +80,35 @@ def timed_generation(model, processor, questions, output: Path, batch_size: int,
     row = {"batch_size": batch_size, "variant": variant}
     started = time.perf_counter()
     try:
-        written = generate_predictions(model, processor, questions, output, batch_size, settings["max_new_tokens"],
-                                       conversation, **VARIANTS[variant])
+        written = generate_predictions(
+            model,
+            processor,
+            questions,
+            output,
+            batch_size,
+            settings["max_new_tokens"],
+            conversation,
+            **VARIANTS[variant],
+        )
     except torch.OutOfMemoryError as err:
-        return {**row, "status": "failed", "seconds": time.perf_counter() - started,
-                "error": f"out of memory: {str(err).splitlines()[0]}"}
+        return {
+            **row,
+            "status": "failed",
+            "seconds": time.perf_counter() - started,
+            "error": f"out of memory: {str(err).splitlines()[0]}",
+        }
     synchronize(device)
     seconds = time.perf_counter() - started
     replies = [json.loads(line)["prediction"] for line in output.read_text().splitlines()]
-    return {**row, "status": "ok", "seconds": seconds, "questions": written, "questions_per_s": written / seconds,
-            "peak_memory_gb": peak_memory_gb(device), "mean_reply_chars": sum(map(len, replies)) / max(len(replies), 1)}
+    return {
+        **row,
+        "status": "ok",
+        "seconds": seconds,
+        "questions": written,
+        "questions_per_s": written / seconds,
+        "peak_memory_gb": peak_memory_gb(device),
+        "mean_reply_chars": sum(map(len, replies)) / max(len(replies), 1),
+    }
 
 
 def generate_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
@@ -103,17 +127,27 @@ def generate_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
         return split.select(range(min(settings["questions"], len(split))))
 
     gemex = questions_of(settings["dataset"])
-    timed_generation(model, processor, gemex.select(range(min(2, len(gemex)))), runs / "warm-up.jsonl", 2, plan,
-                     "longest first")
+    timed_generation(
+        model, processor, gemex.select(range(min(2, len(gemex)))), runs / "warm-up.jsonl", 2, plan, "longest first"
+    )
     batches = []
 
     def measure(questions, dataset: str, batch_size: int, variant: str) -> dict:
         name = f"{dataset}-{variant.replace(' ', '-')}-{batch_size}"
         if variant == "static cache":  # the first static-cache batch compiles the decoding step: not timed
-            timed_generation(model, processor, questions.select(range(min(batch_size, len(questions)))),
-                             runs / f"warm-up-{name}.jsonl", batch_size, plan, variant)
-        row = {"dataset": dataset, **timed_generation(model, processor, questions, runs / f"{name}.jsonl", batch_size,
-                                                        plan, variant)}
+            timed_generation(
+                model,
+                processor,
+                questions.select(range(min(batch_size, len(questions)))),
+                runs / f"warm-up-{name}.jsonl",
+                batch_size,
+                plan,
+                variant,
+            )
+        row = {
+            "dataset": dataset,
+            **timed_generation(model, processor, questions, runs / f"{name}.jsonl", batch_size, plan, variant),
+        }
         batches.append(row)
         save({"batches": batches}, result)
         return row
@@ -146,25 +180,54 @@ def loop_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
     loop, device = plan["loop"], plan["device"]
     model, processor = model_on_device(plan, tiny)
     built = {name: work / "built" / name for name in ("gemex", "rexvqa")}
-    data_args = sft.DataArguments(gemex_path=str(built["gemex"]), rexvqa_path=str(built["rexvqa"]), gemex_config="sft",
-                                  rexvqa_config="sft", gemex_weight=loop["gemex_weight"], rexvqa_weight=loop["rexvqa_weight"],
-                                  max_pixels=plan["max_pixels"], min_pixels=plan["min_pixels"])
+    data_args = sft.DataArguments(
+        gemex_path=str(built["gemex"]),
+        rexvqa_path=str(built["rexvqa"]),
+        gemex_config="sft",
+        rexvqa_config="sft",
+        gemex_weight=loop["gemex_weight"],
+        rexvqa_weight=loop["rexvqa_weight"],
+        max_pixels=plan["max_pixels"],
+        min_pixels=plan["min_pixels"],
+    )
     on_gpu = device.startswith("cuda")
     training_args = SFTConfig(
-        output_dir=str(work / "runs" / "loop"), max_steps=loop["steps"], per_device_train_batch_size=loop["batch_size"],
-        learning_rate=loop["learning_rate"], lr_scheduler_type="constant_with_warmup", warmup_steps=min(10, loop["steps"] // 5),
-        logging_steps=loop["logging_steps"], save_strategy="no", report_to="none", bf16=on_gpu, use_cpu=not on_gpu,
-        gradient_checkpointing=plan["train"]["gradient_checkpointing"], dataloader_num_workers=loop["num_workers"],
-        max_length=None, seed=0,
+        output_dir=str(work / "runs" / "loop"),
+        max_steps=loop["steps"],
+        per_device_train_batch_size=loop["batch_size"],
+        learning_rate=loop["learning_rate"],
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=min(10, loop["steps"] // 5),
+        logging_steps=loop["logging_steps"],
+        save_strategy="no",
+        report_to="none",
+        bf16=on_gpu,
+        use_cpu=not on_gpu,
+        gradient_checkpointing=plan["train"]["gradient_checkpointing"],
+        dataloader_num_workers=loop["num_workers"],
+        max_length=None,
+        seed=0,
     )
-    model_args = ModelConfig(use_peft=True, lora_r=plan["train"]["lora_r"], lora_alpha=plan["train"]["lora_alpha"],
-                             lora_target_modules=["all-linear"])
+    model_args = ModelConfig(
+        use_peft=True,
+        lora_r=plan["train"]["lora_r"],
+        lora_alpha=plan["train"]["lora_alpha"],
+        lora_target_modules=["all-linear"],
+    )
     started = time.perf_counter()
     trainer = sft.train(data_args, training_args, model_args, model=model, processor=processor)
     train_seconds = time.perf_counter() - started
     losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
-    trained = save({"steps": trainer.state.global_step, "train_seconds": train_seconds, "losses": losses,
-                    "peak_memory_gb": peak_memory_gb(device), "predictions": {}}, result)
+    trained = save(
+        {
+            "steps": trainer.state.global_step,
+            "train_seconds": train_seconds,
+            "losses": losses,
+            "peak_memory_gb": peak_memory_gb(device),
+            "predictions": {},
+        },
+        result,
+    )
 
     model = for_generation(trainer.model.merge_and_unload(), device)
     conversation = settings_for("qwen2_5_vl", processor, pixel_budget=budget(plan))
@@ -173,8 +236,9 @@ def loop_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
         test = load_dataset(str(folder), split="test")
         output = work / "runs" / "loop" / f"predictions-{name}.jsonl"
         output.unlink(missing_ok=True)
-        count = generate_predictions(model, processor, test, output, loop["generate_batch_size"], loop["max_new_tokens"],
-                                     conversation)
+        count = generate_predictions(
+            model, processor, test, output, loop["generate_batch_size"], loop["max_new_tokens"], conversation
+        )
         predictions[name] = {"file": str(output), "count": count}
         (work / "logs" / f"predictions-{name}.jsonl").write_text(output.read_text())
         save(trained, result)

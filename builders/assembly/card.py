@@ -26,21 +26,32 @@ SPLIT_ORDER = ("train", "validation", "test")
 
 def config_files(out: Path, *patterns: str) -> dict[str, list[Path]]:
     """Shards per split matching any of `data/<split>/<pattern>`, splits in the usual order."""
-    splits = sorted((p.name for p in (out / "data").iterdir() if p.is_dir()), key=lambda s: (SPLIT_ORDER + (s,)).index(s))
-    found = {split: sorted({p for pattern in patterns for p in (out / "data" / split).glob(pattern)}) for split in splits}
+    splits = sorted(
+        (p.name for p in (out / "data").iterdir() if p.is_dir()), key=lambda s: (SPLIT_ORDER + (s,)).index(s)
+    )
+    found = {
+        split: sorted({p for pattern in patterns for p in (out / "data" / split).glob(pattern)}) for split in splits
+    }
     return {split: files for split, files in found.items() if files}
 
 
-def config_entry(splits: list[str], patterns: list[str], checksums: dict[str, str], default: bool = False,
-                 filters: list | None = None) -> dict:
+def config_entry(
+    splits: list[str],
+    patterns: list[str],
+    checksums: dict[str, str],
+    default: bool = False,
+    filters: list | None = None,
+) -> dict:
     """One `configs` entry: its globs per split (and Parquet filter), and a description naming the build's content.
 
     `datasets` caches a local folder under a hash of its card's YAML alone, not of the
     files; the shards' checksums in `description` make a rebuilt folder load afresh.
     """
     digest = hashlib.sha256("".join(sorted(checksums.values())).encode()).hexdigest()[:16]
+
     def paths(split):
         return [f"data/{split}/{p}" for p in patterns] if len(patterns) > 1 else f"data/{split}/{patterns[0]}"
+
     entry = {"data_files": [{"split": split, "path": paths(split)} for split in splits]}
     if filters is not None:
         entry["filters"] = filters
@@ -50,8 +61,14 @@ def config_entry(splits: list[str], patterns: list[str], checksums: dict[str, st
     return entry
 
 
-def build_configs(out: Path, filters: dict[str, list], features: Features, checksums: dict[str, str],
-                  sft: bool, conversations: ConversationLayout | None = None) -> tuple[dict, dict]:
+def build_configs(
+    out: Path,
+    filters: dict[str, list],
+    features: Features,
+    checksums: dict[str, str],
+    sft: bool,
+    conversations: ConversationLayout | None = None,
+) -> tuple[dict, dict]:
     """`configs` and `dataset_info` of a build.
 
     Each config named in `filters` that has rows reads its own `<name>-*.parquet` shards or,
@@ -90,8 +107,9 @@ def build_configs(out: Path, filters: dict[str, list], features: Features, check
     return configs, infos
 
 
-def config_info(files: dict[str, list[Path]], features: Features, description: str = "",
-                filters: list | None = None) -> DatasetInfo:
+def config_info(
+    files: dict[str, list[Path]], features: Features, description: str = "", filters: list | None = None
+) -> DatasetInfo:
     """`dataset_info` of one config, counted from its shards (with its Parquet filter, if any); splits without rows left out."""
     splits = SplitDict()
     for split, paths in files.items():
@@ -99,8 +117,13 @@ def config_info(files: dict[str, list[Path]], features: Features, description: s
         if rows:
             splits.add(SplitInfo(name=split, num_examples=rows, num_bytes=size))
     download = sum(p.stat().st_size for split in splits for p in files[split])
-    return DatasetInfo(description=description, features=features, splits=splits, download_size=download,
-                       dataset_size=sum(s.num_bytes for s in splits.values()))
+    return DatasetInfo(
+        description=description,
+        features=features,
+        splits=splits,
+        download_size=download,
+        dataset_size=sum(s.num_bytes for s in splits.values()),
+    )
 
 
 def card_data(configs: dict[str, dict], infos: dict[str, DatasetInfo], **fields) -> DatasetCardData:
@@ -111,19 +134,30 @@ def card_data(configs: dict[str, dict], infos: dict[str, DatasetInfo], **fields)
     return data
 
 
-def release_card_data(configs: dict[str, dict], infos: dict[str, DatasetInfo], *, name: str, synthetic: bool,
-                      licence: tuple[str, str], tags: list[str], rows: int, gated_prompt: str,
-                      gated_fields: dict[str, str]) -> DatasetCardData:
+def release_card_data(
+    configs: dict[str, dict],
+    infos: dict[str, DatasetInfo],
+    *,
+    name: str,
+    synthetic: bool,
+    licence: tuple[str, str],
+    tags: list[str],
+    rows: int,
+    gated_prompt: str,
+    gated_fields: dict[str, str],
+) -> DatasetCardData:
     """Card YAML of a built dataset: a synthetic build is open (cc-by-4.0, tagged `synthetic`, no
     gate); a real one carries its source's licence (`licence`: name, link) and access gate."""
     licence_name, licence_link = licence
     return card_data(
-        configs, infos,
+        configs,
+        infos,
         pretty_name=f"{name} (synthetic demo)" if synthetic else name,
         license="cc-by-4.0" if synthetic else "other",
         license_name=None if synthetic else licence_name,
         license_link=None if synthetic else licence_link,
-        language=["en"], task_categories=["visual-question-answering"],
+        language=["en"],
+        task_categories=["visual-question-answering"],
         tags=["medical", "chest-x-ray", "radiology", *tags] + (["synthetic"] if synthetic else []),
         size_categories=[size_category(rows)],
         extra_gated_prompt=None if synthetic else gated_prompt,
@@ -144,7 +178,13 @@ def render_card(template: str, data: DatasetCardData, **context) -> str:
 
 
 def size_category(rows: int) -> str:
-    for limit, name in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M"), (10_000_000, "1M<n<10M")):
+    for limit, name in (
+        (1_000, "n<1K"),
+        (10_000, "1K<n<10K"),
+        (100_000, "10K<n<100K"),
+        (1_000_000, "100K<n<1M"),
+        (10_000_000, "1M<n<10M"),
+    ):
         if rows < limit:
             return name
     return "10M<n<100M"
@@ -170,8 +210,9 @@ def declared_configs(folder: Path) -> list[str]:
     return [config["config_name"] for config in card_header(folder).get("configs") or []]
 
 
-def update_card(card: DatasetCard, configs: dict[str, dict] | None = None, infos: dict[str, DatasetInfo] | None = None,
-                **fields) -> None:
+def update_card(
+    card: DatasetCard, configs: dict[str, dict] | None = None, infos: dict[str, DatasetInfo] | None = None, **fields
+) -> None:
     """Merge configs, infos and top-level YAML fields (a value of None removes the field) into `card`."""
     if configs:
         MetadataConfigs(configs).to_dataset_card_data(card.data)
@@ -205,7 +246,9 @@ def set_card_section(card: DatasetCard, key: str, markdown: str) -> None:
 def split_patterns(config: dict) -> dict[str, list[str]]:
     """{split: [glob, ...]} of one config's `data_files` (every form MetadataConfigs accepts)."""
     data_files = config.get("data_files", [])
-    if isinstance(data_files, (str, list)) and (isinstance(data_files, str) or all(isinstance(d, str) for d in data_files)):
+    if isinstance(data_files, (str, list)) and (
+        isinstance(data_files, str) or all(isinstance(d, str) for d in data_files)
+    ):
         return {"train": [data_files] if isinstance(data_files, str) else list(data_files)}
     if isinstance(data_files, dict):
         data_files = [{"split": k, "path": v} for k, v in data_files.items()]
@@ -248,4 +291,7 @@ def configs_as_built(folder: Path) -> dict[str, dict]:
     has just written it): the build report keeps it, so a card edited later is caught."""
     data = card_header(folder)
     infos = DatasetInfosDict.from_dataset_card_data(data)
-    return {name: config_record(folder, config, infos.get(name)) for name, config in MetadataConfigs.from_dataset_card_data(data).items()}
+    return {
+        name: config_record(folder, config, infos.get(name))
+        for name, config in MetadataConfigs.from_dataset_card_data(data).items()
+    }

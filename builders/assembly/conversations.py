@@ -38,20 +38,25 @@ TURN_SEED = 0
 """Default seed of the turn order."""
 
 
-def conversation_features(questions: Features, group_columns: tuple[str, ...], turn_columns: tuple[str, ...]) -> Features:
+def conversation_features(
+    questions: Features, group_columns: tuple[str, ...], turn_columns: tuple[str, ...]
+) -> Features:
     """A conversation config's columns, typed as the question rows' (`questions`): its id, the group's columns,
     `question_ids`, `turns` (one struct of `turn_columns` a turn) and `messages`."""
-    return Features({
-        "conversation_id": Value("string"),
-        **{c: questions[c] for c in group_columns},
-        "question_ids": List(Value("string")),
-        "turns": List({c: questions[c] for c in turn_columns}),
-        "messages": MESSAGES,
-    })
+    return Features(
+        {
+            "conversation_id": Value("string"),
+            **{c: questions[c] for c in group_columns},
+            "question_ids": List(Value("string")),
+            "turns": List({c: questions[c] for c in turn_columns}),
+            "messages": MESSAGES,
+        }
+    )
 
 
-def conversation_column_docs(column_docs: dict[str, str], group_columns: tuple[str, ...], turn_columns: tuple[str, ...],
-                             group: str, key: str) -> dict[str, str]:
+def conversation_column_docs(
+    column_docs: dict[str, str], group_columns: tuple[str, ...], turn_columns: tuple[str, ...], group: str, key: str
+) -> dict[str, str]:
     """The card's line for each column of `conversation_features`; a group (`image`, `study`) is named by `key`."""
     return {
         "conversation_id": f"`<split>/<{key}>/<k>`: the {group}'s k-th conversation row (k > 0 only where its conversation was cut at the length limit)",
@@ -162,17 +167,27 @@ class ConversationLayout:
         out = []
         for part, run in enumerate(runs):
             turns = [ordered[k] for k in run]
-            out.append({"conversation_id": f"{name}/{part}", **shared,
-                        "question_ids": [q["question_id"] for q in turns],
-                        "turns": [{c: q[c] for c in self.turn_columns} for q in turns],
-                        "messages": conversation([q["messages"] for q in turns], image_count(shared))})
+            out.append(
+                {
+                    "conversation_id": f"{name}/{part}",
+                    **shared,
+                    "question_ids": [q["question_id"] for q in turns],
+                    "turns": [{c: q[c] for c in self.turn_columns} for q in turns],
+                    "messages": conversation([q["messages"] for q in turns], image_count(shared)),
+                }
+            )
         return out
 
     def table_rows(self, table: pa.Table) -> list[dict]:
         """The conversation rows of a chunk of question rows sorted by `key` (whole groups); only the columns
         a conversation row is made of are converted to Python."""
-        made_of = {self.key, "question_id", "messages", *self.turn_columns,
-                   *(c for c in self.features if c not in ("conversation_id", "question_ids", "turns"))}
+        made_of = {
+            self.key,
+            "question_id",
+            "messages",
+            *self.turn_columns,
+            *(c for c in self.features if c not in ("conversation_id", "question_ids", "turns")),
+        }
         groups: dict[str, list[dict]] = {}
         for row in table.select([c for c in table.column_names if c in made_of]).to_pylist():
             groups.setdefault(row[self.key], []).append(row)
@@ -180,4 +195,6 @@ class ConversationLayout:
 
 
 def _turn_chars(messages: list[dict], with_instruction: bool) -> int:
-    return sum(len(part["text"] or "") for m in messages if with_instruction or m["role"] != "system" for part in m["content"])
+    return sum(
+        len(part["text"] or "") for m in messages if with_instruction or m["role"] != "system" for part in m["content"]
+    )

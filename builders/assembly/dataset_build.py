@@ -79,15 +79,30 @@ class DatasetBuild(ABC):
         if layout is None or layout.config not in configs:
             return None
         rows = {split: self.report.conversation_rows.get(f"{split}/{layout.config}", 0) for split in self.report.images}
-        return {"config": layout.config, "rows": rows, "text_tokens": layout.text_tokens, "seed": layout.seed,
-                "chars_per_token": CHARS_PER_TOKEN, "columns": list(layout.features), "turn_columns": layout.turn_columns}
+        return {
+            "config": layout.config,
+            "rows": rows,
+            "text_tokens": layout.text_tokens,
+            "seed": layout.seed,
+            "chars_per_token": CHARS_PER_TOKEN,
+            "columns": list(layout.features),
+            "turn_columns": layout.turn_columns,
+        }
 
     def split_shards(self, out: Path, split: str, configs: list[str], features, config_of) -> SplitShards:
-        return SplitShards(out / "data" / split, configs, features, self.settings.shared_shards, config_of,
-                           synthetic=lambda: self.provenance.synthetic, conversations=self.conversation_layout())
+        return SplitShards(
+            out / "data" / split,
+            configs,
+            features,
+            self.settings.shared_shards,
+            config_of,
+            synthetic=lambda: self.provenance.synthetic,
+            conversations=self.conversation_layout(),
+        )
 
-    def chunks_with_images(self, chunks: Iterable[pa.Table], paths_of: Callable[[pa.Table], list[str]]
-                           ) -> Iterator[tuple[pa.Table, list[Loaded] | None]]:
+    def chunks_with_images(
+        self, chunks: Iterable[pa.Table], paths_of: Callable[[pa.Table], list[str]]
+    ) -> Iterator[tuple[pa.Table, list[Loaded] | None]]:
         """Each sorted chunk with the images of its `paths_of` (read ahead: `ImageSource.chunks_with_images`),
         or with None when the build reads no image."""
         if self.images is None:

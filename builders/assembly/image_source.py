@@ -49,8 +49,14 @@ class ImageReader:
 
     @classmethod
     def for_build(cls, settings: BuildSettings, allowed_root: Path | None = None) -> ImageReader:
-        return cls(os.path.abspath(settings.images), settings.image_mode, settings.image_ext,
-                   None if allowed_root is None else str(allowed_root), settings.image_size, settings.keep_16bit)
+        return cls(
+            os.path.abspath(settings.images),
+            settings.image_mode,
+            settings.image_ext,
+            None if allowed_root is None else str(allowed_root),
+            settings.image_size,
+            settings.keep_16bit,
+        )
 
     def path(self, relative: str) -> str:
         return resolve_image_path(self.root, relative, self.image_ext, self.allowed_root)
@@ -144,9 +150,9 @@ class ImageSource:
         """The images of `relatives`, in order, each read while the ones before it are being used."""
         relatives = list(relatives)
         prefetch = self.PREFETCH > 0 and self.reader.mode == "embed" and hasattr(os, "posix_fadvise")
-        for relative in relatives[:self.PREFETCH] if prefetch else []:
+        for relative in relatives[: self.PREFETCH] if prefetch else []:
             self.prefetch(relative)
-        in_flight = deque(self.threads.submit(self.load, r) for r in relatives[:self.AHEAD])
+        in_flight = deque(self.threads.submit(self.load, r) for r in relatives[: self.AHEAD])
         for k in range(len(relatives)):
             image = in_flight.popleft().result()
             if k + self.AHEAD < len(relatives):
@@ -155,7 +161,9 @@ class ImageSource:
                 self.prefetch(relatives[k + self.PREFETCH])
             yield image
 
-    def chunks_with_images(self, chunks: Iterable[Chunk], paths_of: Callable[[Chunk], list[str]]) -> Iterator[tuple[Chunk, list[Loaded]]]:
+    def chunks_with_images(
+        self, chunks: Iterable[Chunk], paths_of: Callable[[Chunk], list[str]]
+    ) -> Iterator[tuple[Chunk, list[Loaded]]]:
         """Each chunk with the images of its `paths_of`, loaded, in that order; the next chunk's load while this one is used.
 
         For headers only: a chunk's images are all held at once, which embedded bytes must not be.
@@ -176,15 +184,24 @@ class ImageSource:
         processes = self.worker_processes() if len(relatives) >= self.PROCESS_MIN else None
         executor = processes or self.threads
         size = self.PROCESS_BATCH if processes else max(1, -(-len(relatives) // self.num_proc))
-        return [(batch, executor.submit(self.reader.read_all, batch)) for batch in
-                (relatives[k:k + size] for k in range(0, len(relatives), size))]
+        return [
+            (batch, executor.submit(self.reader.read_all, batch))
+            for batch in (relatives[k : k + size] for k in range(0, len(relatives), size))
+        ]
 
     def finish_loading(self, batches: list[Batch]) -> list[Loaded]:
         """The images of `batches`, in order. The build would otherwise wait here, so it reads the
         batches no worker has started yet itself, from the last one back, while the workers go on from the first."""
-        read_here = {k: self.reader.read_all(batch) for k, (batch, future) in reversed(list(enumerate(batches))) if future.cancel()}
-        return [self.counted(image) for k, (batch, future) in enumerate(batches)
-                for image in (read_here[k] if k in read_here else self.worker_result(batch, future))]
+        read_here = {
+            k: self.reader.read_all(batch)
+            for k, (batch, future) in reversed(list(enumerate(batches)))
+            if future.cancel()
+        }
+        return [
+            self.counted(image)
+            for k, (batch, future) in enumerate(batches)
+            for image in (read_here[k] if k in read_here else self.worker_result(batch, future))
+        ]
 
     def worker_result(self, batch: list[str], future: Future[list[Loaded]]) -> list[Loaded]:
         """A batch's images from its worker; read here if a worker process was killed."""
@@ -204,8 +221,12 @@ class ImageSource:
         if self.processes is None and not self.workers_failed:
             # Spawned, not forked: the build has threads of its own (and Arrow's), which a forked
             # child would inherit half-copied; and not from a fork server, whose children are not the build's.
-            self.processes = ProcessPoolExecutor(self.num_proc, mp_context=multiprocessing.get_context("spawn"),
-                                                 initializer=_start_worker, initargs=(os.getpid(),))
+            self.processes = ProcessPoolExecutor(
+                self.num_proc,
+                mp_context=multiprocessing.get_context("spawn"),
+                initializer=_start_worker,
+                initargs=(os.getpid(),),
+            )
             try:
                 self.processes.submit(os.getpid).result()
             except BrokenProcessPool as err:

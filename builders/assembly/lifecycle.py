@@ -71,7 +71,9 @@ def output_lock(out: Path) -> Iterator[None]:
             holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
             os.close(fd)
             if err.errno in (errno.EAGAIN, errno.EACCES):
-                raise OutputBusy(f"{out} is being built by process {holder} (lock {path}); wait for it or stop it") from None
+                raise OutputBusy(
+                    f"{out} is being built by process {holder} (lock {path}); wait for it or stop it"
+                ) from None
             raise
         try:
             same = os.stat(path).st_ino == os.fstat(fd).st_ino
@@ -115,7 +117,9 @@ def release_files(source: Path) -> list[Path]:
 
     found = []
     for folder, subfolders, files in os.walk(source):
-        subfolders[:] = [name for name in subfolders if not name.startswith(".") and not is_build_folder(Path(folder, name))]
+        subfolders[:] = [
+            name for name in subfolders if not name.startswith(".") and not is_build_folder(Path(folder, name))
+        ]
         found += [Path(folder, name) for name in files if not name.startswith(".") and name != MANIFEST_NAME]
     return sorted(path for path in found if path.is_file())
 
@@ -140,7 +144,9 @@ def clean_dead_builds(out: Path) -> list[str]:
     if previous and not os.path.lexists(out):
         restored = previous.pop()
         restored.rename(out)
-        actions.append(f"restored {out.name} from {restored.name}, moved aside by build {_pid_of(restored)} killed while renaming")
+        actions.append(
+            f"restored {out.name} from {restored.name}, moved aside by build {_pid_of(restored)} killed while renaming"
+        )
     for folder in [*previous, *leftovers(out, "partial")]:
         if folder == partial_path(out):
             continue
@@ -162,8 +168,12 @@ Ownership = Callable[[Path], "str | None"]
 """Says why a folder is not one this tool wrote (and may replace), or None when it is."""
 
 
-def check_replaceable(out: Path, overwrite: bool, owned: Ownership = not_a_build_folder,
-                      rule: str = "--overwrite replaces only a folder a build wrote") -> None:
+def check_replaceable(
+    out: Path,
+    overwrite: bool,
+    owned: Ownership = not_a_build_folder,
+    rule: str = "--overwrite replaces only a folder a build wrote",
+) -> None:
     """Raise BuildError (one line, saying nothing was changed) unless `out` is absent, or, with `overwrite`,
     a real folder (no link) that `owned` says this tool wrote. To be called before anything is changed."""
     if not os.path.lexists(out):
@@ -176,8 +186,12 @@ def check_replaceable(out: Path, overwrite: bool, owned: Ownership = not_a_build
 
 
 @contextmanager
-def staged_output(out: Path, overwrite: bool, owned: Ownership = not_a_build_folder,
-                  rule: str = "--overwrite replaces only a folder a build wrote") -> Iterator[tuple[Path, list[str]]]:
+def staged_output(
+    out: Path,
+    overwrite: bool,
+    owned: Ownership = not_a_build_folder,
+    rule: str = "--overwrite replaces only a folder a build wrote",
+) -> Iterator[tuple[Path, list[str]]]:
     """A fresh folder to build in, renamed to `out` when the block finishes without error.
 
     Yields the folder and the lines saying what dead builds' leftovers were cleaned. Any

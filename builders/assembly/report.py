@@ -53,13 +53,17 @@ class BuildReport:
     rows_written: int = 0
     rejects: list[Reject] = field(default_factory=list)
     rows: Counter = field(default_factory=Counter)  # "split/config" -> rows
-    conversation_rows: Counter = field(default_factory=Counter)  # "split/sft_per_image" -> rows: the same questions as conversations
+    conversation_rows: Counter = field(
+        default_factory=Counter
+    )  # "split/sft_per_image" -> rows: the same questions as conversations
     notices: Counter = field(default_factory=Counter)  # e.g. "boxes clipped to the frame"
     unknown_values: dict[str, Counter] = field(default_factory=dict)  # e.g. "region" -> name -> count
     images: Counter = field(default_factory=Counter)  # "split" -> distinct images written
     shards: dict[str, str] = field(default_factory=dict)  # relative path -> sha256
     configs: list[str] = field(default_factory=list)  # the card's configs as built
-    config_files: dict = field(default_factory=dict)  # config -> its filters, and per split its files and rows (card.config_record)
+    config_files: dict = field(
+        default_factory=dict
+    )  # config -> its filters, and per split its files and rows (card.config_record)
     provenance: dict = field(default_factory=dict)  # synthetic or real, and why (builders.provenance)
     source_note: str = ""  # which copy was read where the source holds the same records more than once
 
@@ -79,7 +83,9 @@ class BuildReport:
 
     def check_accounts(self) -> None:
         if self.records_read != self.rows_written + self.rejected:
-            raise BuildError(f"internal error: read {self.records_read} records but wrote {self.rows_written} and rejected {self.rejected}")
+            raise BuildError(
+                f"internal error: read {self.records_read} records but wrote {self.rows_written} and rejected {self.rejected}"
+            )
 
     def to_dict(self) -> dict:
         return {
@@ -113,8 +119,9 @@ class BuildReport:
         path.write_text(text + "\n", encoding="utf-8")
 
     @staticmethod
-    def add_files(path: Path, shards: dict[str, str], files: dict[str, str], config: str | None = None,
-                  record: dict | None = None) -> None:
+    def add_files(
+        path: Path, shards: dict[str, str], files: dict[str, str], config: str | None = None, record: dict | None = None
+    ) -> None:
         """Record, in a saved report, data files a tool added to the build after it (`preview --add-config`):
         shards and other files with their sha256, and the config they make with what it reads (`record`,
         `card.config_record`). `validate` checks them like the build's own, and `publish` uploads nothing

@@ -26,7 +26,9 @@ MESSAGES = List({"role": Value("string"), "content": List({"type": Value("string
 MESSAGES_ARROW = Features({"messages": MESSAGES}).arrow_schema.field("messages").type
 
 
-def chat_messages(instruction: str, question: str, images: int, target: str | None, fold_system: bool = False) -> list[dict]:
+def chat_messages(
+    instruction: str, question: str, images: int, target: str | None, fold_system: bool = False
+) -> list[dict]:
     """System instruction, a user turn of `images` image parts then the question, and the target reply.
 
     `fold_system` puts the instruction at the start of the user's text instead, for chat
@@ -71,10 +73,14 @@ def chat_messages_array(instruction: pa.Array, question: pa.Array, images: np.nd
     source[row_start[:-1]] = rows
     source[row_start[1:] - 2] = n + rows
     source[row_start[1:] - 1] = 2 * n + rows
-    texts = pa.concat_arrays([pa.array(instruction, pa.string()), pa.array(question, pa.string()), pa.array(target, pa.string())])
+    texts = pa.concat_arrays(
+        [pa.array(instruction, pa.string()), pa.array(question, pa.string()), pa.array(target, pa.string())]
+    )
     is_image = source < 0
     text = texts.take(pa.array(np.where(is_image, 0, source), mask=is_image))
-    kinds = pa.DictionaryArray.from_arrays(pa.array(is_image.astype(np.int8)), pa.array(["text", "image"])).cast(pa.string())
+    kinds = pa.DictionaryArray.from_arrays(pa.array(is_image.astype(np.int8)), pa.array(["text", "image"])).cast(
+        pa.string()
+    )
     parts = pa.StructArray.from_arrays([kinds, text], names=["type", "text"])
     message_start = np.stack([row_start[:-1], row_start[:-1] + 1, row_start[1:] - 1], axis=1).ravel()
     content = pa.ListArray.from_arrays(pa.array(np.r_[message_start, row_start[-1]].astype(np.int32)), parts)
@@ -93,7 +99,9 @@ def format_choices_array(choices: pa.Array) -> pa.Array:
     items = pc.list_flatten(choices)
     position = positions(choices)
     letters = pa.array(list(string.ascii_uppercase)).take(pa.array(np.minimum(position, 25)))
-    lettered = pc.binary_join_element_wise(letters, items, ": ").filter(pa.array(position < len(string.ascii_uppercase)))
+    lettered = pc.binary_join_element_wise(letters, items, ": ").filter(
+        pa.array(position < len(string.ascii_uppercase))
+    )
     lengths = np.minimum(pc.list_value_length(choices).fill_null(0).to_numpy(), len(string.ascii_uppercase))
     return join_lists(lettered, lengths, "[", ", ", "]")
 

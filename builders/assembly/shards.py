@@ -80,7 +80,11 @@ def _leaf_columns(schema: pa.Schema) -> dict[str, pa.DataType]:
 
 def _binary_columns(schema: pa.Schema) -> list[str]:
     """The image byte columns: the only binary leaves of a dataset's schema."""
-    return [path for path, type_ in _leaf_columns(schema).items() if pa.types.is_binary(type_) or pa.types.is_large_binary(type_)]
+    return [
+        path
+        for path, type_ in _leaf_columns(schema).items()
+        if pa.types.is_binary(type_) or pa.types.is_large_binary(type_)
+    ]
 
 
 def image_array(values: list, type_: pa.DataType) -> pa.Array:
@@ -95,8 +99,11 @@ def image_array(values: list, type_: pa.DataType) -> pa.Array:
         for images in values:
             flat.extend(images or [])
             offsets.append(len(flat))
-        return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), image_array(flat, type_.value_type),
-                                        mask=pa.array([images is None for images in values]))
+        return pa.ListArray.from_arrays(
+            pa.array(offsets, pa.int32()),
+            image_array(flat, type_.value_type),
+            mask=pa.array([images is None for images in values]),
+        )
     distinct: dict[int, int] = {}
     images: list[bytes] = []
     indices = []
@@ -111,7 +118,9 @@ def image_array(values: list, type_: pa.DataType) -> pa.Array:
         indices.append(distinct[id(image)])
     encoded = pa.DictionaryArray.from_arrays(pa.array(indices, pa.int32()), pa.array(images, type_.field("bytes").type))
     paths = pa.array([value.get("path") if value else None for value in values], type_.field("path").type)
-    return pa.StructArray.from_arrays([encoded, paths], names=["bytes", "path"], mask=pa.array([not value for value in values]))
+    return pa.StructArray.from_arrays(
+        [encoded, paths], names=["bytes", "path"], mask=pa.array([not value for value in values])
+    )
 
 
 class ShardWriter:
@@ -152,12 +161,20 @@ class ShardWriter:
         self.shard_bytes = 0
         self.content = ContentHash(self.schema)
         writer = pq.ParquetWriter(
-            path, schema, compression=self.compression, use_dictionary=True, dictionary_pagesize_limit=1 << 30,
-            write_statistics=[c.name for c in self.schema if c.name not in self.image_fields], write_page_index=True,
-            store_schema=False, use_content_defined_chunking=self.CONTENT_DEFINED_CHUNKING,
+            path,
+            schema,
+            compression=self.compression,
+            use_dictionary=True,
+            dictionary_pagesize_limit=1 << 30,
+            write_statistics=[c.name for c in self.schema if c.name not in self.image_fields],
+            write_page_index=True,
+            store_schema=False,
+            use_content_defined_chunking=self.CONTENT_DEFINED_CHUNKING,
         )
         declared = base64.b64encode(self.schema.serialize().to_pybytes()).decode()
-        writer.add_key_value_metadata({"ARROW:schema": declared, **{k.decode(): v.decode() for k, v in (self.schema.metadata or {}).items()}})
+        writer.add_key_value_metadata(
+            {"ARROW:schema": declared, **{k.decode(): v.decode() for k, v in (self.schema.metadata or {}).items()}}
+        )
         return writer
 
     def _table(self, rows: list[dict]) -> pa.Table:
@@ -299,15 +316,24 @@ class SplitShards:
     size of one chunk would dedup hardly at all (ReXVQA's: 1.7x stored instead of about 1x).
     """
 
-    def __init__(self, folder: Path, configs: list[str], features: Features, shared: bool,
-                 config_of: Callable[[dict], str], synthetic: Callable[[], bool] = lambda: False,
-                 conversations: ConversationLayout | None = None):
+    def __init__(
+        self,
+        folder: Path,
+        configs: list[str],
+        features: Features,
+        shared: bool,
+        config_of: Callable[[dict], str],
+        synthetic: Callable[[], bool] = lambda: False,
+        conversations: ConversationLayout | None = None,
+    ):
         self.configs, self.shared, self.config_of = configs, shared, config_of
         self.conversations = conversations
         prefixes = [SHARED_PREFIX] if shared else configs
         self.writers = {prefix: ShardWriter(folder, prefix, features, synthetic) for prefix in prefixes}
         if conversations is not None:
-            self.writers[conversations.config] = ShardWriter(folder, conversations.config, conversations.features, synthetic)
+            self.writers[conversations.config] = ShardWriter(
+                folder, conversations.config, conversations.features, synthetic
+            )
         self.plan = RowGroupPlan(self._cut)
         self.rows: Counter[str] = Counter()
         self.pending: list[tuple[dict[str, list[dict]], int]] = []

@@ -96,7 +96,7 @@ class Staging:
         with pa.OSFile(str(path)) as source:
             start = 0
             for group in self._batch_groups(pa.ipc.open_file(source)):
-                mine = bucket_of_row[start:start + group.num_rows]
+                mine = bucket_of_row[start : start + group.num_rows]
                 order = np.argsort(mine, kind="stable")
                 group = group.take(pa.array(order))
                 found, firsts, counts = np.unique(mine[order], return_index=True, return_counts=True)
@@ -104,7 +104,7 @@ class Staging:
                     if bucket not in buckets:
                         buckets[bucket] = pa.ipc.new_file(self.folder / f"{split}.bucket-{bucket}.arrow", self.schema)
                     buckets[bucket].write_table(group.slice(first, count))
-                    ranks.setdefault(bucket, []).append(rank[start + order[first:first + count]])
+                    ranks.setdefault(bucket, []).append(rank[start + order[first : first + count]])
                 start += group.num_rows
                 del group
         path.unlink()
@@ -117,7 +117,7 @@ class Staging:
                 table = pa.ipc.open_file(source).read_all().combine_chunks()
             bucket_rank = np.concatenate(ranks.pop(bucket))
             table = table.take(pa.array(np.argsort(bucket_rank, kind="stable")))
-            bounds = chunk_ends[bucket * chunks_per_bucket:(bucket + 1) * chunks_per_bucket + 1]
+            bounds = chunk_ends[bucket * chunks_per_bucket : (bucket + 1) * chunks_per_bucket + 1]
             for begin, end in itertools.pairwise(bounds):
                 yield table.slice(int(begin - bounds[0]), int(end - begin))
             del table
@@ -144,10 +144,14 @@ class Staging:
         """
         pieces = []
         with pa.OSFile(str(path)) as source:
-            reader = pa.ipc.open_file(source, options=pa.ipc.IpcReadOptions(included_fields=[self.schema.get_field_index(key)]))
+            reader = pa.ipc.open_file(
+                source, options=pa.ipc.IpcReadOptions(included_fields=[self.schema.get_field_index(key)])
+            )
             count = reader.num_record_batches
             for first in range(0, count, group):
-                pieces.append(pa.concat_arrays([reader.get_batch(b).column(0) for b in range(first, min(first + group, count))]))
+                pieces.append(
+                    pa.concat_arrays([reader.get_batch(b).column(0) for b in range(first, min(first + group, count))])
+                )
         return pa.chunked_array(pieces, self.schema.field(key).type)
 
     @staticmethod

@@ -60,8 +60,10 @@ def _first_mismatch(batches, column: str) -> str | None:
         wrong = np.flatnonzero(parts != shown)
         if len(wrong):
             k = int(wrong[0])
-            return (f"row {row + k} shows {shown[k]} image(s) in `{column}` but its messages hold {parts[k]} image part(s)"
-                    f"{f' ({len(wrong)} such rows in the first {row + batch.num_rows})' if len(wrong) > 1 else ''}: "
-                    "TRL pairs the parts with the images in order")
+            return (
+                f"row {row + k} shows {shown[k]} image(s) in `{column}` but its messages hold {parts[k]} image part(s)"
+                f"{f' ({len(wrong)} such rows in the first {row + batch.num_rows})' if len(wrong) > 1 else ''}: "
+                "TRL pairs the parts with the images in order"
+            )
         row += batch.num_rows
     return None

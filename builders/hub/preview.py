@@ -44,7 +44,15 @@ from builders.hub.validate import (
 )
 from builders.provenance import folder_synthetic, stamp_table
 
-BOX_COLOURS = ((230, 25, 75), (60, 180, 75), (0, 130, 200), (245, 130, 48), (145, 30, 180), (70, 240, 240), (240, 50, 230))
+BOX_COLOURS = (
+    (230, 25, 75),
+    (60, 180, 75),
+    (0, 130, 200),
+    (245, 130, 48),
+    (145, 30, 180),
+    (70, 240, 240),
+    (240, 50, 230),
+)
 """Distinct colours, one per region of a row; the first is red."""
 THUMB = 420
 PREVIEW_CONFIG = "preview"
@@ -112,7 +120,9 @@ def draw_boxes(image: Image.Image, boxes: list[list[float]], regions: list[str],
 def thumbnail(image: Image.Image, boxes: list, regions: list, size: int) -> Image.Image:
     """`image` fitted into `size` x `size`, boxes drawn after scaling so lines keep one width."""
     scale = min(size / image.width, size / image.height)
-    small = image.convert("RGB").resize((max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.LANCZOS)
+    small = image.convert("RGB").resize(
+        (max(1, round(image.width * scale)), max(1, round(image.height * scale))), Image.LANCZOS
+    )
     return draw_boxes(small, boxes or [], regions or [], scale)
 
 
@@ -125,14 +135,32 @@ def preview_row(row: dict, size: int = THUMB) -> PreviewRow:
         width = size // max(1, len(images))
         drawn = [thumbnail(im, [], [], width) if im else None for im in images]
         captions = [str(v or "") for v, _ in zip_longest(views, images)][: len(images)]
-        return PreviewRow(title, drawn, captions, row.get("question") or "", list(row.get("options") or []),
-                          str(row.get("answer") or ""), row.get("explanation") or "")
+        return PreviewRow(
+            title,
+            drawn,
+            captions,
+            row.get("question") or "",
+            list(row.get("options") or []),
+            str(row.get("answer") or ""),
+            row.get("explanation") or "",
+        )
     image = decode_image(row.get("image"))
     regions = list(row.get("regions") or [])
     drawn = thumbnail(image, row.get("boxes") or [], regions, size) if image else None
-    caption = ", ".join(regions) if drawn is not None else "no image in this build" + (f" ({', '.join(regions)})" if regions else "")
-    return PreviewRow(title, [drawn], [caption], row.get("question") or "", list(row.get("choices") or []),
-                      str(row.get("answer") or ""), row.get("reason") or "")
+    caption = (
+        ", ".join(regions)
+        if drawn is not None
+        else "no image in this build" + (f" ({', '.join(regions)})" if regions else "")
+    )
+    return PreviewRow(
+        title,
+        [drawn],
+        [caption],
+        row.get("question") or "",
+        list(row.get("choices") or []),
+        str(row.get("answer") or ""),
+        row.get("reason") or "",
+    )
 
 
 def read_rows(folder: Path, n: int = 16, config: str | None = None, split: str | None = None) -> list[dict]:
@@ -145,7 +173,9 @@ def read_rows(folder: Path, n: int = 16, config: str | None = None, split: str |
     shards = config_shards(Path(folder), configs[name])
     split = split or ("test" if "test" in shards else next(iter(shards)))
     if not shards.get(split):
-        raise ValueError(f"{folder}: config {name!r} has no split {split!r} (splits: {', '.join(s for s in shards if shards[s])})")
+        raise ValueError(
+            f"{folder}: config {name!r} has no split {split!r} (splits: {', '.join(s for s in shards if shards[s])})"
+        )
     own = configs[name].get("filters")
     selectors = {c["filters"][0][0] for c in configs.values() if c.get("filters")}
     per_file = -(-n // len(shards[split]))
@@ -176,8 +206,14 @@ def render_png(rows: list[PreviewRow], out: Path, columns: int = 4, size: int = 
     """The rows as a grid, one cell per question: image(s) on top, text below."""
     pad, font, bold = 10, _font(14), _font(15)
     wrap = max(20, (size - 2 * pad) // 8)
-    cell_texts = [[(label, line) for label, text in row.text_lines()
-                   for line in textwrap.wrap(f"{label + ': ' if label else ''}{text}", wrap) or [""]] for row in rows]
+    cell_texts = [
+        [
+            (label, line)
+            for label, text in row.text_lines()
+            for line in textwrap.wrap(f"{label + ': ' if label else ''}{text}", wrap) or [""]
+        ]
+        for row in rows
+    ]
     line_h = 19
     text_h = max((len(t) for t in cell_texts), default=0) * line_h + 2 * line_h
     cell_w, cell_h = size + 2 * pad, size + text_h + 2 * pad
@@ -195,7 +231,7 @@ def render_png(rows: list[PreviewRow], out: Path, columns: int = 4, size: int = 
             else:
                 draw.text((x + pad, y0 + size // 2), caption or "no image", fill=(230, 230, 230), font=font)
         y = y0 + size + 4
-        title = row.title if len(row.title) <= wrap else "…" + row.title[-(wrap - 1):]
+        title = row.title if len(row.title) <= wrap else "…" + row.title[-(wrap - 1) :]
         draw.text((x0, y), title, fill=(110, 110, 110), font=font)
         caption = " | ".join(c for c in row.captions if c) if any(row.images) else ""
         y += line_h
@@ -233,18 +269,25 @@ def render_html(rows: list[PreviewRow], out: Path, source: str = "") -> Path:
     for row in rows:
         figures = "".join(
             f'<figure><img src="{_data_uri(im)}" alt="{html.escape(cap)}" width="{im.width}" height="{im.height}">'
-            f"<figcaption>{html.escape(cap)}</figcaption></figure>" if im is not None
+            f"<figcaption>{html.escape(cap)}</figcaption></figure>"
+            if im is not None
             else f'<figure><figcaption style="color:#ddd;padding:8px">{html.escape(cap or "no image")}</figcaption></figure>'
-            for im, cap in zip(row.images, row.captions))
+            for im, cap in zip(row.images, row.captions)
+        )
         choices = "".join(f"<li>{html.escape(c)}</li>" for c in row.choices)
         cells.append(
             f'<div class="row"><div class="images">{figures}</div><div class="title">{html.escape(row.title)}</div>'
-            f"<p><b>Q:</b> {html.escape(row.question)}</p>" + (f'<ol type="A">{choices}</ol>' if choices else "")
+            f"<p><b>Q:</b> {html.escape(row.question)}</p>"
+            + (f'<ol type="A">{choices}</ol>' if choices else "")
             + f'<p class="answer">Answer: {html.escape(row.answer)}</p>'
-            + (f'<p class="reason">Reason: {html.escape(row.reason)}</p>' if row.reason else "") + "</div>")
-    page = (f'<!doctype html><html><head><meta charset="utf-8"><title>Preview {html.escape(source)}</title>'
-            f"<style>{HTML_STYLE % (THUMB + 20)}</style></head><body><h1>Preview: {html.escape(source)}</h1>"
-            f'<div class="grid">{"".join(cells)}</div></body></html>\n')
+            + (f'<p class="reason">Reason: {html.escape(row.reason)}</p>' if row.reason else "")
+            + "</div>"
+        )
+    page = (
+        f'<!doctype html><html><head><meta charset="utf-8"><title>Preview {html.escape(source)}</title>'
+        f"<style>{HTML_STYLE % (THUMB + 20)}</style></head><body><h1>Preview: {html.escape(source)}</h1>"
+        f'<div class="grid">{"".join(cells)}</div></body></html>\n'
+    )
     write_text(out, page)
     return out
 
@@ -264,7 +307,9 @@ def boxed_image_cell(row: dict) -> dict:
     """The row's `image` cell with its boxes drawn in, as PNG bytes."""
     image = decode_image(row.get("image"))
     if image is None:
-        raise ValueError(f"row {row.get('question_id')}: its image cannot be read (a reference build on another machine?)")
+        raise ValueError(
+            f"row {row.get('question_id')}: its image cannot be read (a reference build on another machine?)"
+        )
     drawn = draw_boxes(image, row.get("boxes") or [], row.get("regions") or [])
     buffer = io.BytesIO()
     drawn.save(buffer, format="PNG")
@@ -287,9 +332,17 @@ def exclude_file(folder: Path, configs: dict[str, dict], new: Path, keep: str) -
             if new not in {p for pattern in patterns for p in folder.glob(pattern)}:
                 entries.append({"split": split, "path": patterns})
                 continue
-            others = sorted({pat for other, c in configs.items() if other not in (name, keep)
-                             for s, pats in _split_entries(c) if s == split for pat in pats
-                             if new not in set(folder.glob(pat))})
+            others = sorted(
+                {
+                    pat
+                    for other, c in configs.items()
+                    if other not in (name, keep)
+                    for s, pats in _split_entries(c)
+                    if s == split
+                    for pat in pats
+                    if new not in set(folder.glob(pat))
+                }
+            )
             if {p for pattern in others for p in folder.glob(pattern)} != before:
                 raise ValueError(f"config {name!r}: cannot leave {new.relative_to(folder)} out of its files")
             entries.append({"split": split, "path": others})
@@ -329,24 +382,32 @@ def add_preview_config(folder: Path, n: int = 8, split: str | None = None, image
     card = load_card(folder)
     new_configs = exclude_file(folder, base, target, PREVIEW_CONFIG)
     new_configs[PREVIEW_CONFIG] = {"data_files": [{"split": split, "path": f"data/{split}/{PREVIEW_CONFIG}-*.parquet"}]}
-    info = config_info({split: [target]}, Features.from_arrow_schema(schema),
-                       description="A few rows whose images have the boxes drawn in, for the dataset viewer.")
+    info = config_info(
+        {split: [target]},
+        Features.from_arrow_schema(schema),
+        description="A few rows whose images have the boxes drawn in, for the dataset viewer.",
+    )
     update_card(card, configs=new_configs, infos={PREVIEW_CONFIG: info})
     if image:
         write_preview(folder, folder / PREVIEW_IMAGE, n=n, split=split)
         set_card_section(card, "preview", preview_section())
     added = [target, folder / PREVIEW_IMAGE] if image else [target]
     checksums = {path.relative_to(folder).as_posix(): sha256(path) for path in added}
-    BuildReport.add_files(folder / REPORT, {k: v for k, v in checksums.items() if k.startswith("data/")},
-                          {k: v for k, v in checksums.items() if not k.startswith("data/")}, PREVIEW_CONFIG,
-                          config_record(folder, new_configs[PREVIEW_CONFIG], info))
+    BuildReport.add_files(
+        folder / REPORT,
+        {k: v for k, v in checksums.items() if k.startswith("data/")},
+        {k: v for k, v in checksums.items() if not k.startswith("data/")},
+        PREVIEW_CONFIG,
+        config_record(folder, new_configs[PREVIEW_CONFIG], info),
+    )
     write_text(folder / "README.md", str(card))
     return target
 
 
 def preview_section() -> str:
-    return (f"![Rows of this build with their boxes drawn]({PREVIEW_IMAGE})\n\n"
-            f"Rows of this build with each box drawn and labelled with its region (`cxr-vqa preview`). "
-            f"The `{PREVIEW_CONFIG}` config holds a few rows whose images have the boxes drawn in, so the "
-            f"dataset viewer shows the grounding.")
-
+    return (
+        f"![Rows of this build with their boxes drawn]({PREVIEW_IMAGE})\n\n"
+        f"Rows of this build with each box drawn and labelled with its region (`cxr-vqa preview`). "
+        f"The `{PREVIEW_CONFIG}` config holds a few rows whose images have the boxes drawn in, so the "
+        f"dataset viewer shows the grounding."
+    )

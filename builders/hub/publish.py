@@ -72,7 +72,16 @@ REPORT_COLUMNS = ("report", "findings", "impression")
 MIMIC_TEXT_COLUMNS = ("question", "reason")
 """GEMeX text written from MIMIC-CXR reports: credentialed unless the user names a licence that allows it."""
 CREDENTIALED_LICENCE_WORDS = ("physionet", "credentialed")
-PUBLIC_TEXT_LICENCES = ("cc-by-4.0", "cc-by-sa-4.0", "cc0-1.0", "odc-by", "pddl", "cdla-permissive-2.0", "apache-2.0", "mit")
+PUBLIC_TEXT_LICENCES = (
+    "cc-by-4.0",
+    "cc-by-sa-4.0",
+    "cc0-1.0",
+    "odc-by",
+    "pddl",
+    "cdla-permissive-2.0",
+    "apache-2.0",
+    "mit",
+)
 """`--text-licence` takes only these Hub licence ids (any case): each allows anyone to redistribute the text.
 Non-commercial and no-derivatives licences are left out (a public repo cannot enforce them),
 and so is any free-text name: a data use agreement is not a licence to publish."""
@@ -112,7 +121,9 @@ def shard_paths(folder: Path) -> list[Path]:
     try:
         return [folder / name for name in uploaded_names(folder) if name.endswith(".parquet")]
     except ValueError:
-        return sorted(Path(top, name) for top, _, files in os.walk(folder / "data") for name in files if name.endswith(".parquet"))
+        return sorted(
+            Path(top, name) for top, _, files in os.walk(folder / "data") for name in files if name.endswith(".parquet")
+        )
 
 
 def shard_dataset(folder: Path) -> str | None:
@@ -150,7 +161,10 @@ def carried_content(folder: Path) -> list[str]:
             values = pq.read_table(path, columns=[column])[column]
             if values.null_count < len(values):
                 where.setdefault(("report text", column), []).append(rel)
-    found = [f"{what} ({column!r} column in {len(files)} file(s), e.g. {files[0]})" for (what, column), files in where.items()]
+    found = [
+        f"{what} ({column!r} column in {len(files)} file(s), e.g. {files[0]})"
+        for (what, column), files in where.items()
+    ]
     if (folder / PREVIEW_IMAGE).exists() or PREVIEW_IMAGE in _uploaded_or_none(folder):
         found.append(f"rendered images ({PREVIEW_IMAGE})")
     return found
@@ -212,34 +226,49 @@ def is_credentialed(licence: str) -> bool:
     return any(word in licence.lower() for word in CREDENTIALED_LICENCE_WORDS)
 
 
-def access_refusal(facts: BuildFacts, visibility: Visibility, confirm_public: bool = False,
-                   text_licence: str | None = None, gating: Mapping[str, Gating] | None = None) -> str | None:
+def access_refusal(
+    facts: BuildFacts,
+    visibility: Visibility,
+    confirm_public: bool = False,
+    text_licence: str | None = None,
+    gating: Mapping[str, Gating] | None = None,
+) -> str | None:
     """Why this build may not go to a repo of this visibility (one line), or None if it may.
 
     `gating` holds each dataset's own gating, for a card built without it (a synthetic build's)."""
     if facts.image_mode is None:
         return f"no {REPORT} says how this folder was built (image mode, checksums): rebuild it; nothing is uploaded"
     if facts.image_mode == "reference":
-        return ("built with --image-mode reference: its image column holds paths to files on this machine; "
-                "rebuild with --image-mode embed (private or gated repo) or none")
+        return (
+            "built with --image-mode reference: its image column holds paths to files on this machine; "
+            "rebuild with --image-mode embed (private or gated repo) or none"
+        )
     if visibility == "public":
         if not facts.synthetic:
             if facts.dataset == "rexvqa":
-                return ("--public refused: ReXVQA builds of real data carry ReXGradient-160K content (gated on the Hub under its "
-                        "research licence), whatever their columns; publish with --gated")
+                return (
+                    "--public refused: ReXVQA builds of real data carry ReXGradient-160K content (gated on the Hub under its "
+                    "research licence), whatever their columns; publish with --gated"
+                )
             if facts.image_mode != "none":
-                return (f"--public takes only a build made with --image-mode none (this one: {facts.image_mode or 'unknown, no build_report.json'}); "
-                        "publish it with --private or --gated")
+                return (
+                    f"--public takes only a build made with --image-mode none (this one: {facts.image_mode or 'unknown, no build_report.json'}); "
+                    "publish it with --private or --gated"
+                )
             if facts.carries:
                 return f"--public refused: the build carries {facts.carries[0]}, credentialed content; publish it with --private or --gated"
             if facts.mimic_text and not text_licence:
-                return (f"--public refused: the {' and '.join(facts.mimic_text)} text is derived from MIMIC-CXR reports (credentialed access); "
-                        "publish with --gated, or, if a licence truly allows publishing this text, name it with --text-licence NAME")
+                return (
+                    f"--public refused: the {' and '.join(facts.mimic_text)} text is derived from MIMIC-CXR reports (credentialed access); "
+                    "publish with --gated, or, if a licence truly allows publishing this text, name it with --text-licence NAME"
+                )
             if text_licence and is_credentialed(text_licence):
                 return f"--public refused: --text-licence {text_licence} allows credentialed access only; publish with --gated"
             if text_licence and text_licence.strip().lower() not in PUBLIC_TEXT_LICENCES:
-                return (f"--public refused: --text-licence {text_licence!r} is not one of the licences that allow public "
-                        f"redistribution: {', '.join(PUBLIC_TEXT_LICENCES)}; publish with --gated")
+                return (
+                    f"--public refused: --text-licence {text_licence!r} is not one of the licences that allow public "
+                    f"redistribution: {', '.join(PUBLIC_TEXT_LICENCES)}; publish with --gated"
+                )
             if not text_licence and not facts.licence_declared:
                 return "--public refused: the card does not say which licence the annotations are under (license, or license_name for 'other')"
             if not text_licence and facts.credentialed_licence:
@@ -247,7 +276,11 @@ def access_refusal(facts: BuildFacts, visibility: Visibility, confirm_public: bo
         if not confirm_public:
             what = "synthetic demo data" if facts.synthetic else f"annotations under {text_licence or facts.licence}"
             return f"--public needs --confirm-public: anyone will be able to download this build ({what})"
-    if visibility == "gated" and not (facts.gated_prompt and facts.gated_fields) and facts.dataset not in (gating or {}):
+    if (
+        visibility == "gated"
+        and not (facts.gated_prompt and facts.gated_fields)
+        and facts.dataset not in (gating or {})
+    ):
         return f"--gated refused: the card has no extra_gated_prompt/extra_gated_fields and none are known for {facts.dataset!r}"
     return None
 
@@ -272,16 +305,21 @@ class PublishPlan:
             f"access: {self.visibility}" + (", requests approved by hand" if self.visibility == "gated" else ""),
             f"build: {f.dataset}, image mode {f.image_mode}, {'synthetic' if f.synthetic else 'real data'}",
             f"card: licence {self.card_fields.get('license_name') or f.licence or 'not declared'}"
-            + (" [set by --text-licence]" if "license_name" in self.card_fields else "") + f"; carries {', '.join(f.carries) if f.carries else 'no images or report text'}",
+            + (" [set by --text-licence]" if "license_name" in self.card_fields else "")
+            + f"; carries {', '.join(f.carries) if f.carries else 'no images or report text'}",
         ]
         if self.visibility == "gated":
             prompt = self.card_fields.get("extra_gated_prompt", f.gated_prompt)
             fields = self.card_fields.get("extra_gated_fields", f.gated_fields) or {}
-            out.append(f"gating: {len(fields)} fields ({'; '.join(fields)}); prompt: {prompt}"
-                       + (" [added to the card]" if self.card_fields else ""))
+            out.append(
+                f"gating: {len(fields)} fields ({'; '.join(fields)}); prompt: {prompt}"
+                + (" [added to the card]" if self.card_fields else "")
+            )
         for name, splits in self.configs.items():
             out.append(f"config {name}: " + ", ".join(f"{s} {n} rows" for s, n in splits.items()))
-        out.append(f"files: {len(self.files)}, {_size(total)}, in {len(upload_groups(self.files))} commits (one per shard set, then the card)")
+        out.append(
+            f"files: {len(self.files)}, {_size(total)}, in {len(upload_groups(self.files))} commits (one per shard set, then the card)"
+        )
         out += [f"  {path}  {_size(size)}" for path, size in self.files]
         out.append("token: " + ("found" if get_token() else "none found (set HF_TOKEN or run `hf auth login`)"))
         return out
@@ -301,8 +339,10 @@ def planned_files(folder: Path) -> list[tuple[str, int]]:
     names = uploaded_names(folder)
     for name in names:
         if link := reached_through_link(folder, name):
-            raise PublishRefused(f"{folder / link} is a symbolic link: publish uploads the files a build wrote, never "
-                                 "what a link points to; nothing is uploaded")
+            raise PublishRefused(
+                f"{folder / link} is a symbolic link: publish uploads the files a build wrote, never "
+                "what a link points to; nothing is uploaded"
+            )
     return [(name, (folder / name).stat().st_size) for name in names]
 
 
@@ -328,9 +368,15 @@ def upload_groups(files: list[tuple[str, int]]) -> list[list[str]]:
     return ordered + ([rest] if rest else [])
 
 
-def plan_publish(folder: Path, repo_id: str, visibility: Visibility = "private", revision: str | None = None,
-                 confirm_public: bool = False, text_licence: str | None = None,
-                 gating: Mapping[str, Gating] | None = None) -> PublishPlan:
+def plan_publish(
+    folder: Path,
+    repo_id: str,
+    visibility: Visibility = "private",
+    revision: str | None = None,
+    confirm_public: bool = False,
+    text_licence: str | None = None,
+    gating: Mapping[str, Gating] | None = None,
+) -> PublishPlan:
     """The upload, checked against the access rules and viewer readiness; raises PublishRefused.
 
     `gating` holds each dataset's own gating prompt and fields, written into a card that has none."""
@@ -349,18 +395,28 @@ def plan_publish(folder: Path, repo_id: str, visibility: Visibility = "private",
         prompt, fields = gating[facts.dataset]
         card_fields = {"extra_gated_prompt": prompt, "extra_gated_fields": fields}
     configs, _ = card_configs(folder)
-    counts = {name: {split: count_rows(paths, config.get("filters"))[0] for split, paths in config_shards(folder, config).items()}
-              for name, config in configs.items()}
-    return PublishPlan(folder, repo_id, visibility, revision or "main", planned_files(folder), facts, counts, card_fields)
+    counts = {
+        name: {
+            split: count_rows(paths, config.get("filters"))[0] for split, paths in config_shards(folder, config).items()
+        }
+        for name, config in configs.items()
+    }
+    return PublishPlan(
+        folder, repo_id, visibility, revision or "main", planned_files(folder), facts, counts, card_fields
+    )
 
 
 def check_remote_access(api: HfApi, plan: PublishPlan) -> None:
     """Read the repo back: it must be as closed as the plan says before any file goes up."""
     info = api.repo_info(plan.repo_id, repo_type="dataset")
     if plan.visibility == "private" and not info.private:
-        raise PublishRefused(f"datasets/{plan.repo_id} exists and is not private; nothing uploaded (make it private first)")
+        raise PublishRefused(
+            f"datasets/{plan.repo_id} exists and is not private; nothing uploaded (make it private first)"
+        )
     if plan.visibility == "gated" and not (info.private or info.gated == "manual"):
-        raise PublishRefused(f"datasets/{plan.repo_id} is not gated with manual approval (gated={info.gated!r}); nothing uploaded")
+        raise PublishRefused(
+            f"datasets/{plan.repo_id} is not gated with manual approval (gated={info.gated!r}); nothing uploaded"
+        )
 
 
 def publish(plan: PublishPlan, api: HfApi | None = None) -> str:
@@ -382,7 +438,9 @@ def publish(plan: PublishPlan, api: HfApi | None = None) -> str:
     groups = upload_groups(plan.files)
     for k, group in enumerate(groups, 1):
         commit = api.create_commit(
-            repo_id=plan.repo_id, repo_type="dataset", revision=plan.revision,
+            repo_id=plan.repo_id,
+            repo_type="dataset",
+            revision=plan.revision,
             operations=[CommitOperationAdd(path_in_repo=name, path_or_fileobj=plan.folder / name) for name in group],
             commit_message=f"cxr-vqa publish: {plan.facts.dataset} ({plan.facts.image_mode}), part {k}/{len(groups)}: {len(group)} files",
         )

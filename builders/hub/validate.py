@@ -92,7 +92,9 @@ def require_built_folder(folder: Path) -> Path:
     if not folder.exists():
         raise ValueError(f"{folder}: no such folder; name the folder a build wrote (the --out of `cxr-vqa build`)")
     if not folder.is_dir():
-        raise ValueError(f"{folder}: a file, not a built dataset folder; name the folder a build wrote (the --out of `cxr-vqa build`)")
+        raise ValueError(
+            f"{folder}: a file, not a built dataset folder; name the folder a build wrote (the --out of `cxr-vqa build`)"
+        )
     return folder
 
 
@@ -122,7 +124,10 @@ def card_configs(folder: Path) -> tuple[dict[str, dict], DatasetInfosDict]:
 
 def default_config(configs: dict[str, dict]) -> str:
     """The config `load_dataset(folder)` reads: the one marked default, else `default`, else the first."""
-    return next((name for name, c in configs.items() if c.get("default")), "default" if "default" in configs else next(iter(configs)))
+    return next(
+        (name for name, c in configs.items() if c.get("default")),
+        "default" if "default" in configs else next(iter(configs)),
+    )
 
 
 def _rel(folder: Path, path: Path) -> str:
@@ -132,7 +137,13 @@ def _rel(folder: Path, path: Path) -> str:
 def check_config_name(name: str) -> list[Problem]:
     bad = [c for c in INVALID_WINDOWS_CHARACTERS_IN_PATH if c in name]
     if bad or not CONFIG_NAME.match(name):
-        return [Problem("README.md", "config-name", f"config {name!r} is not a legal name (letters, digits, _ . -; up to 64; none of {INVALID_WINDOWS_CHARACTERS_IN_PATH})")]
+        return [
+            Problem(
+                "README.md",
+                "config-name",
+                f"config {name!r} is not a legal name (letters, digits, _ . -; up to 64; none of {INVALID_WINDOWS_CHARACTERS_IN_PATH})",
+            )
+        ]
     return []
 
 
@@ -142,11 +153,22 @@ def check_shard(folder: Path, path: Path) -> list[Problem]:
     for g in range(meta.num_row_groups):
         size = meta.row_group(g).total_byte_size
         if size > VIEWER_ROW_GROUP_BYTES:
-            problems.append(Problem(_rel(folder, path), "row-group-size",
-                                    f"row group {g} is {size / 2**20:.0f} MiB uncompressed (viewer limit {VIEWER_ROW_GROUP_BYTES / 2**20:.0f} MiB)"))
+            problems.append(
+                Problem(
+                    _rel(folder, path),
+                    "row-group-size",
+                    f"row group {g} is {size / 2**20:.0f} MiB uncompressed (viewer limit {VIEWER_ROW_GROUP_BYTES / 2**20:.0f} MiB)",
+                )
+            )
     size = path.stat().st_size
     if size > HUB_SHARD_BYTES:
-        problems.append(Problem(_rel(folder, path), "shard-size", f"{size / 2**30:.1f} GiB (keep shards under {HUB_SHARD_BYTES / 2**30:.0f} GiB)"))
+        problems.append(
+            Problem(
+                _rel(folder, path),
+                "shard-size",
+                f"{size / 2**30:.1f} GiB (keep shards under {HUB_SHARD_BYTES / 2**30:.0f} GiB)",
+            )
+        )
     return problems
 
 
@@ -165,7 +187,9 @@ def check_config(folder: Path, name: str, config: dict, info, broken: set[Path] 
         patterns = split_patterns(config)[split]
         outside = [p for p in patterns if not inside_data(p)]
         if outside:
-            problems.append(Problem(CARD, "data-files", f"config {name!r} split {split!r}: {outside[0]!r} points outside data/"))
+            problems.append(
+                Problem(CARD, "data-files", f"config {name!r} split {split!r}: {outside[0]!r} points outside data/")
+            )
         elif not paths:
             problems.append(Problem(CARD, "data-files", f"config {name!r} split {split!r}: {patterns} match no file"))
     files = [p for paths in shards.values() for p in paths]
@@ -176,8 +200,13 @@ def check_config(folder: Path, name: str, config: dict, info, broken: set[Path] 
         schema = pq.read_schema(path)
         if schema.remove_metadata() != first.remove_metadata():
             diff = sorted(set(map(str, schema)) ^ set(map(str, first)))
-            problems.append(Problem(_rel(folder, path), "columns",
-                                    f"config {name!r}: columns differ from {_rel(folder, files[0])} ({'; '.join(diff[:4])})"))
+            problems.append(
+                Problem(
+                    _rel(folder, path),
+                    "columns",
+                    f"config {name!r}: columns differ from {_rel(folder, files[0])} ({'; '.join(diff[:4])})",
+                )
+            )
     if info is None:
         problems.append(Problem("README.md", "splits", f"config {name!r} has no dataset_info entry"))
         return problems
@@ -187,16 +216,33 @@ def check_config(folder: Path, name: str, config: dict, info, broken: set[Path] 
             names = sorted(set(on_disk) ^ set(info.features))
             retyped = [c for c in on_disk if c in info.features and on_disk[c] != info.features[c]]
             detail = f"columns on one side only: {names}" if names else f"types differ: {retyped}"
-            problems.append(Problem(_rel(folder, files[0]), "features", f"config {name!r}: card features differ from the shard's: {detail}"))
+            problems.append(
+                Problem(
+                    _rel(folder, files[0]),
+                    "features",
+                    f"config {name!r}: card features differ from the shard's: {detail}",
+                )
+            )
     counted = set(info.splits or {})
     on_disk_splits = {s for s, paths in shards.items() if paths}
     if counted != on_disk_splits:
-        problems.append(Problem("README.md", "splits", f"config {name!r}: the card counts splits {sorted(counted)}, on disk {sorted(on_disk_splits)}"))
+        problems.append(
+            Problem(
+                "README.md",
+                "splits",
+                f"config {name!r}: the card counts splits {sorted(counted)}, on disk {sorted(on_disk_splits)}",
+            )
+        )
     for split in counted & on_disk_splits:
         rows, _ = count_rows(shards[split], config.get("filters"))
         if info.splits[split].num_examples != rows:
-            problems.append(Problem("README.md", "splits",
-                                    f"config {name!r} split {split!r}: the card counts {info.splits[split].num_examples} rows, the shards hold {rows}"))
+            problems.append(
+                Problem(
+                    "README.md",
+                    "splits",
+                    f"config {name!r} split {split!r}: the card counts {info.splits[split].num_examples} rows, the shards hold {rows}",
+                )
+            )
     return problems
 
 
@@ -204,7 +250,9 @@ def read_report(folder: Path) -> dict:
     """The folder's `build_report.json`; ValueError (one line) when it is missing or unusable."""
     path = folder / REPORT
     if not path.is_file():
-        raise ValueError(f"no {REPORT}: nothing says which files the build wrote and their checksums (rebuild the folder)")
+        raise ValueError(
+            f"no {REPORT}: nothing says which files the build wrote and their checksums (rebuild the folder)"
+        )
     try:
         report = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
@@ -232,8 +280,11 @@ def linked_entries(folder: Path) -> list[str]:
     found = []
     for top, subfolders, files in os.walk(folder):
         subfolders[:] = [name for name in subfolders if not name.startswith(".")]
-        found += [Path(top, name).relative_to(folder).as_posix() for name in [*subfolders, *files]
-                  if not name.startswith(".") and Path(top, name).is_symlink()]
+        found += [
+            Path(top, name).relative_to(folder).as_posix()
+            for name in [*subfolders, *files]
+            if not name.startswith(".") and Path(top, name).is_symlink()
+        ]
     return sorted(found)
 
 
@@ -249,9 +300,15 @@ def reached_through_link(folder: Path, rel: str) -> str | None:
 
 def check_links(folder: Path) -> list[Problem]:
     """`link`: links in the folder, and listed files reached through one (a hidden folder's included)."""
-    problems = [Problem(rel, "link", "a symbolic link: a build folder holds the files it wrote, not links to them; "
-                                     "replace it with what it points to (or rebuild the folder)")
-                for rel in linked_entries(folder)]
+    problems = [
+        Problem(
+            rel,
+            "link",
+            "a symbolic link: a build folder holds the files it wrote, not links to them; "
+            "replace it with what it points to (or rebuild the folder)",
+        )
+        for rel in linked_entries(folder)
+    ]
     try:
         listed = listed_files(read_report(folder)) if not (folder / REPORT).is_symlink() else {}
     except ValueError:
@@ -268,54 +325,104 @@ def check_links(folder: Path) -> list[Problem]:
 def check_listed(folder: Path, report: dict, configs: dict[str, dict]) -> list[Problem]:
     """Only the card, the report and the files it lists are in the folder, and the configs read only those."""
     allowed = {CARD, REPORT, *listed_files(report)}
-    problems = [Problem(REPORT, "build-report", f"lists {rel!r}, which no build writes (shards are data/**.parquet; "
-                                                f"other files: {', '.join(TOOL_FILES)})")
-                for rel in sorted(listed_files(report)) if not _written_by_a_build(rel)]
+    problems = [
+        Problem(
+            REPORT,
+            "build-report",
+            f"lists {rel!r}, which no build writes (shards are data/**.parquet; other files: {', '.join(TOOL_FILES)})",
+        )
+        for rel in sorted(listed_files(report))
+        if not _written_by_a_build(rel)
+    ]
     for path in sorted(folder.rglob("*")):
         rel = path.relative_to(folder).as_posix()
         if any(part.startswith(".") for part in PurePosixPath(rel).parts) or path.is_dir():
             continue
         if rel not in allowed:
-            problems.append(Problem(rel, "unlisted-file", f"not written by the build ({REPORT} does not list it): "
-                                                          "move it out of the folder; publish uploads only what the build wrote"))
+            problems.append(
+                Problem(
+                    rel,
+                    "unlisted-file",
+                    f"not written by the build ({REPORT} does not list it): "
+                    "move it out of the folder; publish uploads only what the build wrote",
+                )
+            )
     for name, config in configs.items():
         for split, patterns in split_patterns(config).items():
             for pattern in filter(inside_data, patterns):  # the others: `check_config`
                 for path in sorted(folder.glob(pattern)):
                     if path.is_file() and _rel(folder, path) not in allowed:
-                        problems.append(Problem(CARD, "data-files", f"config {name!r} split {split!r}: {pattern!r} reads "
-                                                                    f"{_rel(folder, path)}, which {REPORT} does not list"))
+                        problems.append(
+                            Problem(
+                                CARD,
+                                "data-files",
+                                f"config {name!r} split {split!r}: {pattern!r} reads "
+                                f"{_rel(folder, path)}, which {REPORT} does not list",
+                            )
+                        )
     return problems
 
 
-def check_configs_as_built(folder: Path, report: dict, configs: dict[str, dict], infos: DatasetInfosDict) -> list[Problem]:
+def check_configs_as_built(
+    folder: Path, report: dict, configs: dict[str, dict], infos: DatasetInfosDict
+) -> list[Problem]:
     """`built-configs`: each config of the card reads the files, with the filter, and counts the rows the build
     recorded for it (`config_files`): a card pointed at another config's shards, with its counts edited to
     match, is caught here, since its shards and checksums are all the build's own."""
     recorded = report.get("config_files")
     if not isinstance(recorded, dict) or not recorded:
-        return [Problem(REPORT, "built-configs", "records no `config_files` (which files each config reads, its rows): "
-                                                 "written by an older cxr-vqa; rebuild the folder")]
+        return [
+            Problem(
+                REPORT,
+                "built-configs",
+                "records no `config_files` (which files each config reads, its rows): "
+                "written by an older cxr-vqa; rebuild the folder",
+            )
+        ]
     problems = []
     for name, config in configs.items():
         built = recorded.get(name)
         if not isinstance(built, dict):
-            problems.append(Problem(CARD, "built-configs", f"config {name!r} was not made by the build ({REPORT} records no such config)"))
+            problems.append(
+                Problem(
+                    CARD,
+                    "built-configs",
+                    f"config {name!r} was not made by the build ({REPORT} records no such config)",
+                )
+            )
             continue
         now = config_record(folder, config, infos.get(name))
         if now["filters"] != built.get("filters"):
-            problems.append(Problem(CARD, "built-configs", f"config {name!r}: filters {now['filters']!r}, the build wrote {built.get('filters')!r}"))
+            problems.append(
+                Problem(
+                    CARD,
+                    "built-configs",
+                    f"config {name!r}: filters {now['filters']!r}, the build wrote {built.get('filters')!r}",
+                )
+            )
         splits = built.get("splits") if isinstance(built.get("splits"), dict) else {}
         for split in sorted(set(now["splits"]) | set(splits)):
             read, wrote = now["splits"].get(split, {}), splits.get(split) or {}
             if read.get("files") != wrote.get("files"):
                 files, expected = read.get("files", []), wrote.get("files", [])
                 differ = sorted(set(files) ^ set(expected))
-                problems.append(Problem(CARD, "built-configs", f"config {name!r} split {split!r}: reads {len(files)} file(s), the build "
-                                                               f"made it read {len(expected)} ({'; '.join(differ[:2]) or 'another order'} differ)"))
+                problems.append(
+                    Problem(
+                        CARD,
+                        "built-configs",
+                        f"config {name!r} split {split!r}: reads {len(files)} file(s), the build "
+                        f"made it read {len(expected)} ({'; '.join(differ[:2]) or 'another order'} differ)",
+                    )
+                )
             elif read.get("rows") != wrote.get("rows"):
-                problems.append(Problem(CARD, "built-configs", f"config {name!r} split {split!r}: the card counts {read.get('rows')} rows, "
-                                                               f"the build counted {wrote.get('rows')}"))
+                problems.append(
+                    Problem(
+                        CARD,
+                        "built-configs",
+                        f"config {name!r} split {split!r}: the card counts {read.get('rows')} rows, "
+                        f"the build counted {wrote.get('rows')}",
+                    )
+                )
     return problems
 
 
@@ -335,13 +442,23 @@ def check_build_report(folder: Path, configs: dict[str, dict], infos: DatasetInf
         found = dict(zip(shards, pool.map(lambda rel: sha256(folder / rel), shards)))
     for rel in sorted(shards):
         if found[rel] != shards[rel]:
-            problems.append(Problem(rel, "checksum", f"sha256 {found[rel][:12]}... is not the {shards[rel][:12]}... "
-                                                     f"in {REPORT}: changed after the build"))
+            problems.append(
+                Problem(
+                    rel,
+                    "checksum",
+                    f"sha256 {found[rel][:12]}... is not the {shards[rel][:12]}... "
+                    f"in {REPORT}: changed after the build",
+                )
+            )
     built = report.get("configs") or sorted({key.split("/", 1)[1] for key in report.get("rows", {})})
     for name in built:
         if name not in configs:
-            problems.append(Problem("README.md", "missing-config", f"the build made config {name!r}; the card does not declare it"))
-    return problems + check_configs_as_built(folder, report, configs, infos if infos is not None else DatasetInfosDict())
+            problems.append(
+                Problem("README.md", "missing-config", f"the build made config {name!r}; the card does not declare it")
+            )
+    return problems + check_configs_as_built(
+        folder, report, configs, infos if infos is not None else DatasetInfosDict()
+    )
 
 
 def check_viewer_rows(folder: Path, name: str, config: dict) -> list[Problem]:
@@ -353,7 +470,11 @@ def check_viewer_rows(folder: Path, name: str, config: dict) -> list[Problem]:
     from datasets import load_dataset
 
     problems = []
-    hint = "; the config uses `filters`, which the viewer ignores: build with --shard-layout by-config" if config.get("filters") else ""
+    hint = (
+        "; the config uses `filters`, which the viewer ignores: build with --shard-layout by-config"
+        if config.get("filters")
+        else ""
+    )
     shards = {split: paths for split, paths in config_shards(folder, config).items() if paths}
     if not shards:
         return problems
@@ -372,29 +493,45 @@ def check_viewer_rows(folder: Path, name: str, config: dict) -> list[Problem]:
                 raise ValueError(f"it returns the splits {sorted(loaded)}")
             returned = [row[column] for row in loaded[split]]
         except Exception as err:  # noqa: BLE001 - whatever datasets raises for a config it cannot read
-            problems.append(Problem(_rel(folder, paths[0]), "viewer-rows", f"config {name!r} split {split!r}: load_dataset fails: {err}"))
+            problems.append(
+                Problem(
+                    _rel(folder, paths[0]), "viewer-rows", f"config {name!r} split {split!r}: load_dataset fails: {err}"
+                )
+            )
             continue
         if sorted(map(str, viewer)) != sorted(map(str, returned)):
             extra = next((v for v in viewer if v not in set(returned)), None)
-            problems.append(Problem(
-                _rel(folder, paths[0]), "viewer-rows",
-                f"config {name!r} split {split!r}: the viewer shows the files' {len(viewer)} rows, load_dataset returns {len(returned)}"
-                + (f" (e.g. {column} {extra!r} only in the viewer)" if extra is not None else "")
-                + hint))
+            problems.append(
+                Problem(
+                    _rel(folder, paths[0]),
+                    "viewer-rows",
+                    f"config {name!r} split {split!r}: the viewer shows the files' {len(viewer)} rows, load_dataset returns {len(returned)}"
+                    + (f" (e.g. {column} {extra!r} only in the viewer)" if extra is not None else "")
+                    + hint,
+                )
+            )
     return problems
 
 
-def check_unique_ids(folder: Path, configs: dict[str, dict], broken: set[Path] = frozenset(), shown: int = 10) -> list[Problem]:
+def check_unique_ids(
+    folder: Path, configs: dict[str, dict], broken: set[Path] = frozenset(), shown: int = 10
+) -> list[Problem]:
     """Every row of the default config (all rows, each once) has its own `question_id`: predictions are matched by it.
 
     The first `shown` repeats are named one by one, the rest counted.
     """
-    paths = [p for ps in config_shards(folder, configs[default_config(configs)]).values() for p in ps if p not in broken]
+    paths = [
+        p for ps in config_shards(folder, configs[default_config(configs)]).values() for p in ps if p not in broken
+    ]
     seen: dict[str, Path] = {}
     problems, repeats = [], 0
     for path in paths:
         try:
-            ids = pq.read_table(path, columns=[ID_COLUMN]).column(ID_COLUMN).to_pylist() if ID_COLUMN in pq.read_schema(path).names else []
+            ids = (
+                pq.read_table(path, columns=[ID_COLUMN]).column(ID_COLUMN).to_pylist()
+                if ID_COLUMN in pq.read_schema(path).names
+                else []
+            )
         except (pa.ArrowException, OSError):  # damaged pages: the checksum check names the file
             continue
         for question_id in ids:
@@ -403,7 +540,13 @@ def check_unique_ids(folder: Path, configs: dict[str, dict], broken: set[Path] =
                 continue
             repeats += 1
             if repeats <= shown:
-                problems.append(Problem(_rel(folder, path), "duplicate-id", f"{ID_COLUMN} {question_id!r} is also a row of {_rel(folder, seen[question_id])}"))
+                problems.append(
+                    Problem(
+                        _rel(folder, path),
+                        "duplicate-id",
+                        f"{ID_COLUMN} {question_id!r} is also a row of {_rel(folder, seen[question_id])}",
+                    )
+                )
     if repeats > shown:
         problems.append(Problem("data", "duplicate-id", f"{repeats - shown} more rows repeat a {ID_COLUMN}"))
     return problems
@@ -420,8 +563,10 @@ def check_conversations(folder: Path, configs: dict[str, dict]) -> list[Problem]
         if not shards or "question_ids" not in pq.read_schema(next(iter(shards.values()))[0]).names:
             continue
         for split, paths in shards.items():
-            problems += [Problem(_rel(folder, paths[0]), "conversations", detail)
-                         for detail in split_problems(name, split, paths, asked.get(split, []))]
+            problems += [
+                Problem(_rel(folder, paths[0]), "conversations", detail)
+                for detail in split_problems(name, split, paths, asked.get(split, []))
+            ]
     return problems
 
 

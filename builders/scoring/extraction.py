@@ -68,7 +68,9 @@ _LABEL_SECTION = {
 _FENCE = re.compile(r"```(?:json|JSON)?\s*+(.*?)```", re.DOTALL)
 _NUMBER = r"-?\d+(?:\.\d+)?"
 _BOX = re.compile(rf"[\[(]\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*[\])]")
-_BBOX_2D = re.compile(rf"[\"']bbox_2d[\"']\s*:\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]")
+_BBOX_2D = re.compile(
+    rf"[\"']bbox_2d[\"']\s*:\s*\[\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*,\s*({_NUMBER})\s*\]"
+)
 _YES_NO = re.compile(r"\b(yes|no)\b", re.IGNORECASE)
 _LETTER_CUE = re.compile(
     r"(answer|option|choice)s?\s*+(?:is|are|would be|:|=|-)?[:\s]*+[(\[]?\s*+([A-Z])(?![A-Za-z0-9])"
@@ -157,7 +159,9 @@ def _split_json(text: str) -> Reply | None:
             inner = _split_labels(outside) or _split_boxed(outside)
             if inner is None:
                 inner = Reply(text, outside.replace("```json", " ").replace("```", " ").strip())
-            return Reply(text, inner.answer, inner.reason, "", inner.structured, _json_box_list([v["bbox_2d"] for v in value]))
+            return Reply(
+                text, inner.answer, inner.reason, "", inner.structured, _json_box_list([v["bbox_2d"] for v in value])
+            )
     return None
 
 
@@ -233,7 +237,7 @@ def _clean(segment: str) -> str:
 
 
 def extract_yes_no(text: str) -> str | None:
-    """"yes", "no", or None: the first standalone yes/no of the answer segment."""
+    """ "yes", "no", or None: the first standalone yes/no of the answer segment."""
     match = _YES_NO.search(_clean(split_reply(text).answer))
     return match.group(1).lower() if match else None
 
@@ -328,4 +332,7 @@ def extract_boxes(
     text: str, width: int, height: int, convention: str = "pixels", **resize_kwargs: int
 ) -> list[list[float]]:
     """Boxes of a reply in the image's pixels, read in `convention` (see `builders.box_frame`)."""
-    return [ordered_box(from_model_frame(box, width, height, convention, **resize_kwargs)) for box in extract_raw_boxes(text)]
+    return [
+        ordered_box(from_model_frame(box, width, height, convention, **resize_kwargs))
+        for box in extract_raw_boxes(text)
+    ]

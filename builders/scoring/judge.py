@@ -78,7 +78,14 @@ def parse_scores(reply: str) -> Judgement | None:
 class ChatJudge:
     """A judge behind ``base_url`` (for example ``http://127.0.0.1:8000/v1``) serving `model`."""
 
-    def __init__(self, base_url: str, model: str, api_key_env: str | None = "OPENAI_API_KEY", timeout: float = 120.0, max_tokens: int = 512):
+    def __init__(
+        self,
+        base_url: str,
+        model: str,
+        api_key_env: str | None = "OPENAI_API_KEY",
+        timeout: float = 120.0,
+        max_tokens: int = 512,
+    ):
         self.url, self.basic_auth = judge_endpoint(base_url)
         self.model, self.timeout, self.max_tokens = model, timeout, max_tokens
         self.api_key = os.environ.get(api_key_env) if api_key_env else None
@@ -106,7 +113,11 @@ class ChatJudge:
             return payload["choices"][0]["message"]["content"] or ""
         except (KeyError, IndexError, TypeError) as error:
             # The reply may echo the request's headers: keys are masked before the text is cut.
-            raise JudgeError(mask_secrets(f"judge at {mask_url(self.url)} returned no chat completion: {mask_secrets(str(payload))[:200]}")) from error
+            raise JudgeError(
+                mask_secrets(
+                    f"judge at {mask_url(self.url)} returned no chat completion: {mask_secrets(str(payload))[:200]}"
+                )
+            ) from error
 
     def judge(self, question: str, reference: str, candidate: str) -> Judgement | None:
         return parse_scores(self.complete(judge_prompt(question, reference, candidate)))

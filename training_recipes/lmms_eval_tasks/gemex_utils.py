@@ -45,8 +45,9 @@ def score(items: list[dict], metric: str) -> float | None:
     rows, replies = harness.rows_and_replies(items)
     text_metrics = [metric] if metric in scoring.TEXT_METRICS else []
     bert = harness.bert_scorer() if metric == "bertscore" else None
-    table = scoring.score_gemex(rows, replies, box_convention=BOX_CONVENTION, metrics=text_metrics, bert_scorer=bert,
-                               **RESIZE_KWARGS)["table"]
+    table = scoring.score_gemex(
+        rows, replies, box_convention=BOX_CONVENTION, metrics=text_metrics, bert_scorer=bert, **RESIZE_KWARGS
+    )["table"]
     return table["all"][metric]
 
 

@@ -30,7 +30,9 @@ def dataset_source(variable: str, dataset: str) -> str:
     """The built folder or Hub repo id named by `variable`; a clear error when it is unset."""
     value = os.environ.get(variable, "").strip()
     if not value:
-        raise RuntimeError(f"{variable} is not set: point it at a built {dataset} folder or its Hub repo id to run the {dataset} lmms-eval tasks")
+        raise RuntimeError(
+            f"{variable} is not set: point it at a built {dataset} folder or its Hub repo id to run the {dataset} lmms-eval tasks"
+        )
     return value
 
 
@@ -76,7 +78,9 @@ def chat_messages(row: Mapping, kind: str) -> list[dict]:
         {
             "role": message["role"],
             "content": [
-                {"type": "image", "url": next(images_)} if part["type"] == "image" else {"type": "text", "text": part["text"]}
+                {"type": "image", "url": next(images_)}
+                if part["type"] == "image"
+                else {"type": "text", "text": part["text"]}
                 for part in message["content"]
             ],
         }
