@@ -50,7 +50,7 @@ def gemex_embed(gemex_release, tmp_path_factory):
 def gemex_embed_112(gemex_release, tmp_path_factory) -> Path:
     """A GEMeX embed build at 112 px whose per-image conversations are cut at 300 tokens (the tiny models'
     short context), shared read-only by the training tests."""
-    from builders.assembly.pipeline import BuildSettings
+    from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
 
     out = tmp_path_factory.mktemp("gemex-112") / "gemex"

@@ -123,9 +123,9 @@ def image_copies(folder: Path) -> Counter[bytes]:
 def test_shared_layout_without_conversations_stores_each_image_once(dataset, gemex_release, rexvqa_release, tmp_path):
     """`--shard-layout shared --no-conversations`: every image once on disk, every config still loads its rows."""
     conversation = {"gemex": "sft_per_image", "rexvqa": "sft_per_study"}[dataset]
-    with_them = build(dataset, rexvqa_release, tmp_path / "with", "shared", gemex_release)
+    with_them = build(dataset, rexvqa_release.root, tmp_path / "with", "shared", gemex_release)
     assert set(image_copies(with_them).values()) == {2}  # the conversation config's files hold each image again
-    out = build(dataset, rexvqa_release, tmp_path / "without", "shared", gemex_release, conversations=False)
+    out = build(dataset, rexvqa_release.root, tmp_path / "without", "shared", gemex_release, conversations=False)
     copies = image_copies(out)
     assert copies.keys() == image_copies(with_them).keys() and set(copies.values()) == {1}
     assert f"once more in\n`{conversation}`" in (with_them / "README.md").read_text()  # the card says what it holds

@@ -162,7 +162,7 @@ def _shows_no_url_secret(text: str) -> bool:
 @pytest.mark.parametrize("where", ["echoing server", "unreachable", "bad port", "not http"])
 def test_judge_url_credentials_never_shown(echo_url, tmp_path, capsys, caplog, where):
     """A key in --judge-url (`user:password@host`, `?api_key=`) is masked in every error evaluate prints."""
-    from test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
+    from .test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
 
     url = {
         "echoing server": _credentialed(echo_url),
@@ -200,8 +200,8 @@ def test_judge_url_credentials_never_shown(echo_url, tmp_path, capsys, caplog, w
 def test_judge_url_credentials_go_as_basic_auth_and_are_saved_masked(tmp_path, capsys, monkeypatch):
     from http.server import HTTPServer
 
-    from test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
-    from test_judge import _FakeJudge
+    from .test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
+    from .test_judge import _FakeJudge
 
     server = HTTPServer(("127.0.0.1", 0), _FakeJudge)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -54,5 +54,5 @@ def test_missing_extra_is_named(monkeypatch):
     from builders.scoring.text_metrics import MissingExtraError
 
     monkeypatch.setitem(sys.modules, "rouge_score.rouge_scorer", None)
-    with pytest.raises(MissingExtraError, match=r"cxr-vqa\[eval\]"):
+    with pytest.raises(MissingExtraError, match=r"from the cxr-vqa clone with: pip install '\.\[eval\]'"):
         rouge_l(["a"], ["a"])

@@ -108,9 +108,14 @@ def test_qwen2_5_vl_without_torchvision_stops_the_recipes_in_one_line(gemex_dir,
     assert not (tmp_path / "run").exists() and not (tmp_path / "made").exists()
 
 
-def test_a_processor_that_comes_back_as_a_bare_tokenizer_is_refused(tmp_path):
+def test_a_processor_that_comes_back_as_a_bare_tokenizer_is_refused(tmp_path, monkeypatch):
     """A checkpoint whose processor class transformers cannot resolve (here the tests' image-only
-    Qwen2.5-VL class) loads as its tokenizer alone: refused at once, not an AttributeError in training."""
+    Qwen2.5-VL class) loads as its tokenizer alone: refused at once, not an AttributeError in training.
+    (The lmms-eval tests register that class with AutoProcessor; here it is unknown again.)"""
+    from transformers import Qwen2_5_VLConfig
+    from transformers.models.auto.processing_auto import PROCESSOR_MAPPING
+
+    monkeypatch.delitem(PROCESSOR_MAPPING._extra_content, Qwen2_5_VLConfig, raising=False)
     model_dir = tiny_models.save_tiny_vlm("qwen2_5_vl", tmp_path / "qwen")
     with pytest.raises(RecipeError, match=r"loaded only a \w+, no image processor"):
         load_processor(str(model_dir))
