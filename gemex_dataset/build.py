@@ -81,6 +81,8 @@ def one_layout_per_split(files: list[SourceFile]) -> tuple[list[SourceFile], str
 
 
 class GemexBuild(DatasetBuild):
+    staging_key = "image_path"
+
     def __init__(self, settings: BuildSettings):
         super().__init__(settings, BuildReport("gemex", settings.to_dict()))
         self.features = features(settings.image_mode)
@@ -310,7 +312,7 @@ class GemexBuild(DatasetBuild):
         images = 0
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
             if self.settings.image_mode == "embed":  # image bytes are handed over an image's rows at a time
-                for table in staging.sorted_batches(split, "image_path"):
+                for table in staging.sorted_batches(split):
                     bar.update(table.num_rows)
                     for rows, image in self.attach_images(self.first_questions(split, table).to_pylist()):
                         final = self.image_group(rows, image)
@@ -320,8 +322,7 @@ class GemexBuild(DatasetBuild):
                         )
             else:
                 chunks = (
-                    self.first_questions(split, table)
-                    for table in staging.sorted_batches(split, "image_path", staging.BUCKET_ROWS)
+                    self.first_questions(split, table) for table in staging.sorted_batches(split, staging.BUCKET_ROWS)
                 )
                 for table, loaded in self.chunks_with_images(
                     chunks, lambda table: pc.unique(table["image_path"]).to_pylist()
