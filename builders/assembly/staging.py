@@ -131,16 +131,16 @@ class Staging:
             bucket_path.unlink()
 
     def _batch_groups(self, reader: pa.ipc.RecordBatchFileReader) -> Iterator[pa.Table]:
-        """The staged batches, in order, joined into tables of at least `GROUP_ROWS` rows."""
+        """The staged batches, in order, gathered into tables of at least `GROUP_ROWS` rows (not copied: `take` reads across batches)."""
         batches, rows = [], 0
         for b in range(reader.num_record_batches):
             batches.append(reader.get_batch(b))
             rows += batches[-1].num_rows
             if rows >= self.GROUP_ROWS:
-                yield pa.Table.from_batches(batches, self.schema).combine_chunks()
+                yield pa.Table.from_batches(batches, self.schema)
                 batches, rows = [], 0
         if batches:
-            yield pa.Table.from_batches(batches, self.schema).combine_chunks()
+            yield pa.Table.from_batches(batches, self.schema)
 
     @staticmethod
     def _chunk_starts(codes: np.ndarray, chunk_rows: int) -> np.ndarray:
