@@ -12,6 +12,7 @@ keep or reject it with the file, line and field. Rows come out in release order 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -79,10 +80,7 @@ def read(src: SourceFile, block_bytes: int = BLOCK_BYTES) -> Iterator[pa.Table |
         yield from read_file(src)
         return
     qtype = PER_TYPE_FILES[src.path.name]
-    for block in line_blocks(src.path, block_bytes):
-        # An open or closed question with a `choices` key is rejected by the record path; Arrow cannot tell it from one without.
-        maybe_choices = qtype not in CHOICE_TYPES and b'"choices"' in block.data
-        table = None if maybe_choices else read_block(block, release_schema(qtype))
+    for block, table in _parsed_blocks(src, qtype, block_bytes):
         if table is None:
             yield from _by_record(src, block.lines())
             continue
@@ -90,6 +88,33 @@ def read(src: SourceFile, block_bytes: int = BLOCK_BYTES) -> Iterator[pa.Table |
         clean = clean_rows(batch, qtype)
         staged = staged_rows(batch.filter(pa.array(clean)), src, block.first_line + np.flatnonzero(clean))
         yield from _in_release_order(src, block, staged, clean)
+
+
+def _parsed_blocks(src: SourceFile, qtype: str, block_bytes: int) -> Iterator[tuple[LineBlock, pa.Table | None]]:
+    """The file's blocks, each with its rows as Arrow parsed them (None: to be read a record at a time).
+
+    The next block is read and parsed in the background while the caller checks this one: Arrow's
+    reader lets go of the GIL, so the parse overlaps the checks rather than waiting for them.
+    """
+    schema = release_schema(qtype)
+    blocks = line_blocks(src.path, block_bytes)
+
+    def next_parsed() -> tuple[LineBlock, pa.Table | None] | None:
+        block = next(blocks, None)
+        if block is None:
+            return None
+        # An open or closed question with a `choices` key is rejected by the record path; Arrow cannot tell it from one without.
+        maybe_choices = qtype not in CHOICE_TYPES and b'"choices"' in block.data
+        return block, None if maybe_choices else read_block(block, schema)
+
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="json-blocks") as pool:
+            ahead = pool.submit(next_parsed)
+            while (parsed := ahead.result()) is not None:
+                ahead = pool.submit(next_parsed)
+                yield parsed
+    finally:
+        blocks.close()
 
 
 def _by_record(src: SourceFile, lines: Iterator[tuple[int, bytes]]) -> Iterator[RawQuestion | Reject]:
