@@ -27,6 +27,7 @@ from builders.assembly.staging import Staging
 from builders.box_frame import frame224_to_pixels_many
 from builders.columns import offsets
 from builders.images import ImageError, StoredImage
+from builders.provenance import keyed_digest
 from gemex_dataset import per_type_columns
 from gemex_dataset.anatomy import REGIONS
 from gemex_dataset.features import (
@@ -121,9 +122,8 @@ class GemexBuild(DatasetBuild):
             )
         files, self.report.source_note = one_layout_per_split(files)
         for src in tqdm(files, desc="reading annotations", unit="file", disable=len(files) < 4):
-            for path in (src.path, src.csv) if src.csv else (src.path,):
-                self.provenance.annotation_file(path)
-            for item in per_type_columns.read(src):
+            digest = keyed_digest() if self.provenance.unmarked is None else None
+            for item in per_type_columns.read(src, digest=digest):
                 if isinstance(item, pa.Table):
                     self.stage_questions(staging, src.split, item)
                     continue
@@ -132,6 +132,9 @@ class GemexBuild(DatasetBuild):
                     self.reject(item)
                     continue
                 self.stage_question(staging, item)
+            self.provenance.annotation_file(src.path, digest)
+            if src.csv:
+                self.provenance.annotation_file(src.csv)
 
     def stage_question(self, staging: Staging, raw: RawQuestion) -> None:
         try:

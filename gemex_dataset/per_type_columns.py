@@ -11,6 +11,7 @@ keep or reject it with the file, line and field. Rows come out in release order 
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -70,17 +71,23 @@ def release_schema(question_type: str) -> pa.Schema:
     )
 
 
-def read(src: SourceFile, block_bytes: int = BLOCK_BYTES) -> Iterator[pa.Table | RawQuestion | Reject]:
+def read(
+    src: SourceFile, block_bytes: int = BLOCK_BYTES, digest: hmac.HMAC | None = None
+) -> Iterator[pa.Table | RawQuestion | Reject]:
     """Every question of one annotation file: per-type files through Arrow, the other layouts a record at a time.
 
     Tables hold staged rows (`staged_rows`); the questions and rejects between them are those
-    the record path read, in release order.
+    the record path read, in release order. `digest` (`builders.provenance.keyed_digest`) is
+    given the file's bytes: as Arrow's blocks are read, or for the other layouts read once more.
     """
     if src.layout != "per_type" or src.split is None or name_not_utf8(src.path) or src.path.stat().st_size == 0:
         yield from read_file(src)
+        if digest is not None:
+            for _ in line_blocks(src.path, block_bytes, digest.update):
+                pass
         return
     qtype = PER_TYPE_FILES[src.path.name]
-    for block, table in _parsed_blocks(src, qtype, block_bytes):
+    for block, table in _parsed_blocks(src, qtype, block_bytes, digest):
         if table is None:
             yield from _by_record(src, block.lines())
             continue
@@ -91,14 +98,16 @@ def read(src: SourceFile, block_bytes: int = BLOCK_BYTES) -> Iterator[pa.Table |
         yield from _in_release_order(src, block, staged, clean)
 
 
-def _parsed_blocks(src: SourceFile, qtype: str, block_bytes: int) -> Iterator[tuple[LineBlock, pa.Table | None]]:
+def _parsed_blocks(
+    src: SourceFile, qtype: str, block_bytes: int, digest: hmac.HMAC | None
+) -> Iterator[tuple[LineBlock, pa.Table | None]]:
     """The file's blocks, each with its rows as Arrow parsed them (None: to be read a record at a time).
 
     The next block is read and parsed in the background while the caller checks this one: Arrow's
     reader lets go of the GIL, so the parse overlaps the checks rather than waiting for them.
     """
     schema = release_schema(qtype)
-    blocks = line_blocks(src.path, block_bytes)
+    blocks = line_blocks(src.path, block_bytes, digest.update if digest is not None else None)
 
     def next_parsed() -> tuple[LineBlock, pa.Table | None] | None:
         block = next(blocks, None)
