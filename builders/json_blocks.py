@@ -11,7 +11,7 @@ reader, which says exactly what is wrong where.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -45,11 +45,16 @@ class LineBlock:
         return self.data.count(b"\n") + (not self.data.endswith(b"\n"))
 
 
-def line_blocks(path: Path, block_bytes: int = BLOCK_BYTES) -> Iterator[LineBlock]:
-    """The file's lines in blocks of about `block_bytes`, each cut after a line's end."""
+def line_blocks(
+    path: Path, block_bytes: int = BLOCK_BYTES, read_bytes: Callable[[bytes], object] | None = None
+) -> Iterator[LineBlock]:
+    """The file's lines in blocks of about `block_bytes`, each cut after a line's end; `read_bytes`
+    is given every byte read, in order (a hash of the file taken as it is read)."""
     first_line, carry = 1, b""
     with open(path, "rb") as f:
         while chunk := f.read(block_bytes):
+            if read_bytes is not None:
+                read_bytes(chunk)
             data = carry + chunk
             cut = data.rfind(b"\n") + 1
             if cut == 0:

@@ -27,6 +27,7 @@ from builders.assembly.staging import Staging
 from builders.box_frame import frame224_to_pixels_many
 from builders.columns import offsets
 from builders.images import ImageError, StoredImage
+from builders.provenance import keyed_digest
 from gemex_dataset import per_type_columns
 from gemex_dataset.anatomy import REGIONS
 from gemex_dataset.features import (
@@ -81,6 +82,8 @@ def one_layout_per_split(files: list[SourceFile]) -> tuple[list[SourceFile], str
 
 
 class GemexBuild(DatasetBuild):
+    staging_key = "image_path"
+
     def __init__(self, settings: BuildSettings):
         super().__init__(settings, BuildReport("gemex", settings.to_dict()))
         self.features = features(settings.image_mode)
@@ -119,9 +122,8 @@ class GemexBuild(DatasetBuild):
             )
         files, self.report.source_note = one_layout_per_split(files)
         for src in tqdm(files, desc="reading annotations", unit="file", disable=len(files) < 4):
-            for path in (src.path, src.csv) if src.csv else (src.path,):
-                self.provenance.annotation_file(path)
-            for item in per_type_columns.read(src):
+            digest = keyed_digest() if self.provenance.unmarked is None else None
+            for item in per_type_columns.read(src, digest=digest):
                 if isinstance(item, pa.Table):
                     self.stage_questions(staging, src.split, item)
                     continue
@@ -130,6 +132,9 @@ class GemexBuild(DatasetBuild):
                     self.reject(item)
                     continue
                 self.stage_question(staging, item)
+            self.provenance.annotation_file(src.path, digest)
+            if src.csv:
+                self.provenance.annotation_file(src.csv)
 
     def stage_question(self, staging: Staging, raw: RawQuestion) -> None:
         try:
@@ -310,7 +315,7 @@ class GemexBuild(DatasetBuild):
         images = 0
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
             if self.settings.image_mode == "embed":  # image bytes are handed over an image's rows at a time
-                for table in staging.sorted_batches(split, "image_path"):
+                for table in staging.sorted_batches(split):
                     bar.update(table.num_rows)
                     for rows, image in self.attach_images(self.first_questions(split, table).to_pylist()):
                         final = self.image_group(rows, image)
@@ -320,8 +325,7 @@ class GemexBuild(DatasetBuild):
                         )
             else:
                 chunks = (
-                    self.first_questions(split, table)
-                    for table in staging.sorted_batches(split, "image_path", staging.BUCKET_ROWS)
+                    self.first_questions(split, table) for table in staging.sorted_batches(split, staging.BUCKET_ROWS)
                 )
                 for table, loaded in self.chunks_with_images(
                     chunks, lambda table: pc.unique(table["image_path"]).to_pylist()

@@ -11,7 +11,9 @@ keep or reject it with the file, line and field. Rows come out in release order 
 
 from __future__ import annotations
 
+import hmac
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import pyarrow as pa
@@ -69,27 +71,60 @@ def release_schema(question_type: str) -> pa.Schema:
     )
 
 
-def read(src: SourceFile, block_bytes: int = BLOCK_BYTES) -> Iterator[pa.Table | RawQuestion | Reject]:
+def read(
+    src: SourceFile, block_bytes: int = BLOCK_BYTES, digest: hmac.HMAC | None = None
+) -> Iterator[pa.Table | RawQuestion | Reject]:
     """Every question of one annotation file: per-type files through Arrow, the other layouts a record at a time.
 
     Tables hold staged rows (`staged_rows`); the questions and rejects between them are those
-    the record path read, in release order.
+    the record path read, in release order. `digest` (`builders.provenance.keyed_digest`) is
+    given the file's bytes: as Arrow's blocks are read, or for the other layouts read once more.
     """
     if src.layout != "per_type" or src.split is None or name_not_utf8(src.path) or src.path.stat().st_size == 0:
         yield from read_file(src)
+        if digest is not None:
+            for _ in line_blocks(src.path, block_bytes, digest.update):
+                pass
         return
     qtype = PER_TYPE_FILES[src.path.name]
-    for block in line_blocks(src.path, block_bytes):
-        # An open or closed question with a `choices` key is rejected by the record path; Arrow cannot tell it from one without.
-        maybe_choices = qtype not in CHOICE_TYPES and b'"choices"' in block.data
-        table = None if maybe_choices else read_block(block, release_schema(qtype))
+    for block, table in _parsed_blocks(src, qtype, block_bytes, digest):
         if table is None:
             yield from _by_record(src, block.lines())
             continue
         batch = pa.record_batch([column.combine_chunks() for column in table.columns], schema=table.schema)
         clean = clean_rows(batch, qtype)
-        staged = staged_rows(batch.filter(pa.array(clean)), src, block.first_line + np.flatnonzero(clean))
+        kept = batch if clean.all() else batch.filter(pa.array(clean))
+        staged = staged_rows(kept, src, block.first_line + np.flatnonzero(clean))
         yield from _in_release_order(src, block, staged, clean)
+
+
+def _parsed_blocks(
+    src: SourceFile, qtype: str, block_bytes: int, digest: hmac.HMAC | None
+) -> Iterator[tuple[LineBlock, pa.Table | None]]:
+    """The file's blocks, each with its rows as Arrow parsed them (None: to be read a record at a time).
+
+    The next block is read and parsed in the background while the caller checks this one: Arrow's
+    reader lets go of the GIL, so the parse overlaps the checks rather than waiting for them.
+    """
+    schema = release_schema(qtype)
+    blocks = line_blocks(src.path, block_bytes, digest.update if digest is not None else None)
+
+    def next_parsed() -> tuple[LineBlock, pa.Table | None] | None:
+        block = next(blocks, None)
+        if block is None:
+            return None
+        # An open or closed question with a `choices` key is rejected by the record path; Arrow cannot tell it from one without.
+        maybe_choices = qtype not in CHOICE_TYPES and b'"choices"' in block.data
+        return block, None if maybe_choices else read_block(block, schema)
+
+    try:
+        with ThreadPoolExecutor(1, thread_name_prefix="json-blocks") as pool:
+            ahead = pool.submit(next_parsed)
+            while (parsed := ahead.result()) is not None:
+                ahead = pool.submit(next_parsed)
+                yield parsed
+    finally:
+        blocks.close()
 
 
 def _by_record(src: SourceFile, lines: Iterator[tuple[int, bytes]]) -> Iterator[RawQuestion | Reject]:
@@ -191,12 +226,31 @@ def _boxes_ok(boxes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return ok & ~rows_with(boxes, bad), counts
 
 
+def _path_ids(paths: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """The subject, study and dicom ids `PATH_PATTERN` names in each path (null where it does not match).
+
+    Matched, then cut at its slashes and last dot: several times faster than extracting the
+    pattern's groups, and the same for the paths `_image_paths_ok` lets through.
+    """
+    matched = pc.match_substring_regex(paths, PATH_PATTERN, ignore_case=True)
+    parts = pc.split_pattern(paths.filter(matched), "/")
+    found = (
+        pc.utf8_slice_codeunits(pc.list_element(parts, 1), 1),
+        pc.utf8_slice_codeunits(pc.list_element(parts, 2), 1),
+        pc.list_element(pc.split_pattern(pc.list_element(parts, 3), ".", max_splits=1, reverse=True), 0),
+    )
+    if len(found[0]) == len(paths):
+        return found
+    nulls = pa.nulls(len(paths), pa.string())
+    return tuple(pc.replace_with_mask(nulls, matched, ids) for ids in found)
+
+
 def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa.Table:
     """The staged columns of rows that passed `clean_rows`, as `question_row` makes them."""
     qtype = PER_TYPE_FILES[src.path.name]
     n = table.num_rows
     paths = pc.replace_substring_regex(table["image_path"], "^(?:files/)?/*", "")
-    ids = pc.extract_regex(paths, "(?i)" + PATH_PATTERN)
+    subject, study, dicom = _path_ids(paths)
     choices, answer = table["choices"], table["answer"]
     if qtype in CHOICE_TYPES:
         choice_texts = pa.ListArray.from_arrays(
@@ -220,9 +274,9 @@ def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa
     return pa.table(
         {
             "image_path": paths,
-            "subject_id": pc.struct_field(ids, "subject"),
-            "study_id": pc.struct_field(ids, "study"),
-            "dicom_id": pc.struct_field(ids, "dicom"),
+            "subject_id": subject,
+            "study_id": study,
+            "dicom_id": dicom,
             "split": pa.repeat(src.split, n),
             "question_type": pa.array(np.full(n, QUESTION_TYPES.index(qtype), dtype=np.int64)),
             "content_type": table["type"],

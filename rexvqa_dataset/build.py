@@ -57,6 +57,8 @@ def config_of(row: dict) -> str:
 
 
 class RexvqaBuild(DatasetBuild):
+    staging_key = "study_id"
+
     def __init__(self, settings: BuildSettings):
         self.metadata = metadata_folder(Path(settings.source))
         if settings.images is None and settings.image_mode != "none":
@@ -273,7 +275,7 @@ class RexvqaBuild(DatasetBuild):
         images: set[str] = set()
         with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
             if self.settings.image_mode == "embed":  # image bytes are handed over a study's rows at a time
-                for table in staging.sorted_batches(split, "study_id"):
+                for table in staging.sorted_batches(split):
                     bar.update(table.num_rows)
                     for rows, loaded in self.studies(table.to_pylist()):
                         final = self.study_rows(rows, loaded)
@@ -283,7 +285,7 @@ class RexvqaBuild(DatasetBuild):
                         images.update(used)
                         shards.add_image_rows(final, sum(len(loaded[p].bytes or b"") for p in used))
             else:
-                chunks = staging.sorted_batches(split, "study_id", staging.BUCKET_ROWS)
+                chunks = staging.sorted_batches(split, staging.BUCKET_ROWS)
                 for table, loaded in self.chunks_with_images(chunks, lambda table: unique_paths(table).to_pylist()):
                     bar.update(table.num_rows)
                     table, used = self.with_image_columns(table, loaded)

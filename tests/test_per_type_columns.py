@@ -91,6 +91,10 @@ def spoil(record: dict, how: str, qtype: str) -> dict | str:
         r["image_path"] = "images/chest-1.png"
     elif how == "no_extension":
         r["image_path"] = "images/chest"
+    elif how == "upper_prefix_dotted_name":
+        r["image_path"] = "P" + r["image_path"][1:].replace("/p", "/P", 1).replace(".jpg", ".v2.jpeg")
+    elif how == "mimic_too_deep":
+        r["image_path"] = r["image_path"].replace("/s", "/x/s", 1)
     elif how == "non_ascii_path":
         r["image_path"] = r["image_path"].replace("p1", "p١", 1)
     elif how == "newline_path":
@@ -163,6 +167,8 @@ SPOILS = [
     "upper_ext",
     "not_mimic",
     "no_extension",
+    "upper_prefix_dotted_name",
+    "mimic_too_deep",
     "non_ascii_path",
     "newline_path",
     "row_id_newline",

@@ -14,9 +14,18 @@ from PIL import Image
 
 from builders.assembly.settings import BuildSettings
 from builders.hub.publish import PublishRefused, inspect_build, plan_publish
-from builders.provenance import MANIFEST_NAME, STAMP_KEY, folder_synthetic, verify_shard
+from builders.provenance import (
+    MANIFEST_NAME,
+    STAMP_KEY,
+    file_hash,
+    folder_synthetic,
+    keyed_digest,
+    verify_shard,
+)
 from cxr_vqa.cli import main
+from gemex_dataset import per_type_columns
 from gemex_dataset.build import build_gemex
+from gemex_dataset.readers import find_source_files
 from gemex_dataset.synthetic import generate
 from rexvqa_dataset.build import build_rexvqa
 from rexvqa_dataset.synthetic import generate as generate_rexvqa
@@ -88,6 +97,25 @@ def test_an_edited_annotation_file_makes_the_build_real(tmp_path):
     target.write_text(text.replace("?", "??"))  # every question ends in one, whatever its wording
     assert target.read_text() != text
     report = build_none(release, tmp_path / "gemex")
+    assert not report.provenance["synthetic"] and "differs from the hash" in report.provenance["real_because"]
+
+
+def test_annotation_files_are_hashed_as_they_are_read_in_every_layout(tmp_path):
+    """The per-type files are hashed from Arrow's blocks, the other layouts read once more: the same keyed hash."""
+    release = generate(tmp_path / "release", num_images=4).root
+    files = find_source_files(release, None)
+    assert {src.layout for src in files} == {"per_type", "grouped", "llava"}
+    for src in files:
+        digest = keyed_digest()
+        list(per_type_columns.read(src, block_bytes=700, digest=digest))
+        assert digest.hexdigest() == file_hash(src.path), src.path
+
+
+def test_an_edited_grouped_file_makes_its_build_real(tmp_path):
+    release = generate(tmp_path / "release", num_images=4).root
+    target = next(src.path for src in find_source_files(release, None) if src.layout == "grouped")
+    target.write_text(target.read_text().replace("?", "??"))
+    report = build_gemex(BuildSettings(source=target.parent, out=tmp_path / "gemex", image_mode="none"))
     assert not report.provenance["synthetic"] and "differs from the hash" in report.provenance["real_because"]
 
 

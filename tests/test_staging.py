@@ -7,13 +7,13 @@ from builders.assembly.staging import Staging
 
 
 def test_sorted_batches_are_stable_and_never_cut_a_run_of_one_key(tmp_path):
-    staging = Staging(tmp_path, pa.schema([("image_path", pa.string()), ("n", pa.int64())]))
+    staging = Staging(tmp_path, pa.schema([("image_path", pa.string()), ("n", pa.int64())]), "image_path")
     staging.BATCH, staging.SPILL, staging.BUCKET_ROWS, staging.GROUP_ROWS = 7, 5, 20, 12
     rng = random.Random(0)
     rows = [{"image_path": f"p{rng.randrange(30):02d}.jpg", "n": i} for i in range(500)]
     for row in rows:
         staging.add("train", row)
-    chunks = list(staging.sorted_batches("train", "image_path"))
+    chunks = list(staging.sorted_batches("train"))
     assert [r for chunk in chunks for r in chunk.to_pylist()] == sorted(rows, key=lambda r: r["image_path"])
     keys = [set(chunk.column("image_path").to_pylist()) for chunk in chunks]
     assert all(not (a & b) for a, b in itertools.pairwise(keys))
@@ -22,7 +22,7 @@ def test_sorted_batches_are_stable_and_never_cut_a_run_of_one_key(tmp_path):
 
 
 def test_tables_and_rows_staged_together_keep_release_order_and_chunks_can_be_larger(tmp_path):
-    staging = Staging(tmp_path, pa.schema([("image_path", pa.string()), ("n", pa.int64())]))
+    staging = Staging(tmp_path, pa.schema([("image_path", pa.string()), ("n", pa.int64())]), "image_path")
     staging.BATCH, staging.SPILL, staging.BUCKET_ROWS, staging.GROUP_ROWS = 7, 5, 40, 12
     rng = random.Random(1)
     rows = [{"image_path": f"p{rng.randrange(30):02d}.jpg", "n": i} for i in range(500)]
@@ -32,6 +32,6 @@ def test_tables_and_rows_staged_together_keep_release_order_and_chunks_can_be_la
         else:
             for row in rows[start : start + 50]:
                 staging.add("train", row)
-    chunks = list(staging.sorted_batches("train", "image_path", chunk_rows=40))
+    chunks = list(staging.sorted_batches("train", chunk_rows=40))
     assert [r for chunk in chunks for r in chunk.to_pylist()] == sorted(rows, key=lambda r: r["image_path"])
     assert max(len(chunk) for chunk in chunks) > 20

@@ -54,6 +54,9 @@ class DatasetBuild(ABC):
         if self.settings.strict:
             raise BuildError(f"--strict: rejected {item.line()}")
 
+    staging_key: str
+    """The staged column a split's rows are sorted by, which keeps an image's (or study's) rows together."""
+
     @abstractmethod
     def staging_schema(self) -> pa.Schema: ...
 
@@ -135,7 +138,7 @@ class DatasetBuild(ABC):
         with staged_output(Path(self.settings.out), self.settings.overwrite) as (out, cleaned):
             for line in cleaned:
                 self.report.notices[line] += 1
-            staging = Staging(out / ".staging", self.staging_schema())
+            staging = Staging(out / ".staging", self.staging_schema(), self.staging_key)
             self.hasher = ThreadPoolExecutor(1, thread_name_prefix="checksum")
             try:
                 self.stage(staging)

@@ -31,11 +31,13 @@ class Staging:
     so every group sends rows to every bucket: one write per bucket and group, where a staged
     batch at a time made (rows / SPILL) x buckets tiny writes, a cost growing with the square of the split."""
 
-    def __init__(self, folder: Path, schema: pa.Schema):
-        self.folder, self.schema = folder, schema
+    def __init__(self, folder: Path, schema: pa.Schema, key: str):
+        self.folder, self.schema, self.key = folder, schema, key
         folder.mkdir(parents=True, exist_ok=True)
         self.buffers: dict[str, list[dict]] = {}
         self.writers: dict[str, pa.ipc.RecordBatchFileWriter] = {}
+        self.keys: dict[str, list[pa.Array]] = {}
+        """Each split's `key` column as staged, kept so the sort need not read the staged file for it."""
 
     def add(self, split: str, row: dict) -> None:
         if not self.buffers:
@@ -51,7 +53,12 @@ class Staging:
             stop_point("reading")
         if self.buffers.setdefault(split, []):
             self._spill(split)
-        self._writer(split).write_table(table.select(self.schema.names).cast(self.schema))
+        self._write(split, table.select(self.schema.names).cast(self.schema))
+
+    def _write(self, split: str, table: pa.Table | pa.RecordBatch) -> None:
+        self._writer(split).write(table)
+        column = table.column(self.key)
+        self.keys.setdefault(split, []).extend(column.chunks if isinstance(column, pa.ChunkedArray) else [column])
 
     def _writer(self, split: str) -> pa.ipc.RecordBatchFileWriter:
         if split not in self.writers:
@@ -59,15 +66,15 @@ class Staging:
         return self.writers[split]
 
     def _spill(self, split: str) -> None:
-        self._writer(split).write_batch(pa.RecordBatch.from_pylist(self.buffers[split], schema=self.schema))
+        self._write(split, pa.RecordBatch.from_pylist(self.buffers[split], schema=self.schema))
         self.buffers[split] = []
 
     def splits(self) -> list[str]:
         order = {"train": 0, "validation": 1, "test": 2}
         return sorted(self.buffers, key=lambda s: (order.get(s, 3), s))
 
-    def sorted_batches(self, split: str, key: str, chunk_rows: int | None = None) -> Iterator[pa.Table]:
-        """The split's rows sorted by `key` (stable), in chunks of about `chunk_rows` (`BATCH`) that never cut a run of equal keys.
+    def sorted_batches(self, split: str, chunk_rows: int | None = None) -> Iterator[pa.Table]:
+        """The split's rows sorted by the key (stable), in chunks of about `chunk_rows` (`BATCH`) that never cut a run of equal keys.
 
         An external sort in two sequential passes, so memory grows with `BUCKET_ROWS` and
         `GROUP_ROWS`, not with the split, whatever its order: only the key column and the sort
@@ -80,7 +87,7 @@ class Staging:
             self._spill(split)
         self.writers.pop(split).close()
         path = self.folder / f"{split}.arrow"
-        keys = self._key_column(path, key)
+        keys = pa.chunked_array(self.keys.pop(split), self.schema.field(self.key).type)
         order = pc.sort_indices(keys).to_numpy().astype(np.int32)  # int32: a split of up to 2**31 rows, half the memory
         codes = pc.dictionary_encode(keys).combine_chunks().indices.to_numpy(zero_copy_only=False)[order]
         del keys
@@ -124,35 +131,16 @@ class Staging:
             bucket_path.unlink()
 
     def _batch_groups(self, reader: pa.ipc.RecordBatchFileReader) -> Iterator[pa.Table]:
-        """The staged batches, in order, joined into tables of at least `GROUP_ROWS` rows."""
+        """The staged batches, in order, gathered into tables of at least `GROUP_ROWS` rows (not copied: `take` reads across batches)."""
         batches, rows = [], 0
         for b in range(reader.num_record_batches):
             batches.append(reader.get_batch(b))
             rows += batches[-1].num_rows
             if rows >= self.GROUP_ROWS:
-                yield pa.Table.from_batches(batches, self.schema).combine_chunks()
+                yield pa.Table.from_batches(batches, self.schema)
                 batches, rows = [], 0
         if batches:
-            yield pa.Table.from_batches(batches, self.schema).combine_chunks()
-
-    def _key_column(self, path: Path, key: str, group: int = 16) -> pa.ChunkedArray:
-        """The staged file's `key` column, copied out `group` batches at a time.
-
-        Arrow's IPC reader reads a batch's whole body even for one field, and the field's
-        slices keep it alive (a memory map is touched whole the same way): copying each
-        group lets the bodies go, so memory holds the key column, not the file.
-        """
-        pieces = []
-        with pa.OSFile(str(path)) as source:
-            reader = pa.ipc.open_file(
-                source, options=pa.ipc.IpcReadOptions(included_fields=[self.schema.get_field_index(key)])
-            )
-            count = reader.num_record_batches
-            for first in range(0, count, group):
-                pieces.append(
-                    pa.concat_arrays([reader.get_batch(b).column(0) for b in range(first, min(first + group, count))])
-                )
-        return pa.chunked_array(pieces, self.schema.field(key).type)
+            yield pa.Table.from_batches(batches, self.schema)
 
     @staticmethod
     def _chunk_starts(codes: np.ndarray, chunk_rows: int) -> np.ndarray:
