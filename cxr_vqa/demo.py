@@ -79,13 +79,13 @@ def run_rexvqa_demo(out: Path, num_studies: int = 20, task_shares: dict[str, flo
 def demo_release_owner(dataset: str) -> tuple:
     """`staged_output`'s ownership test and rule for the demo's raw release of `dataset`: only one whose every
     file its synthetic generator wrote (`foreign_release_file`) is replaced."""
-    from importlib import import_module
-
     from builders.provenance import foreign_release_file
     from builders.synthetic_release import NOTE_NAME
+    from gemex_dataset.synthetic import SYNTHETIC_NOTE as GEMEX_NOTE
+    from rexvqa_dataset.synthetic import SYNTHETIC_NOTE as REXVQA_NOTE
 
-    synthetic = import_module(f"{dataset}_dataset.synthetic")
-    return partial(foreign_release_file, notes={NOTE_NAME: synthetic.SYNTHETIC_NOTE}), DEMO_RULE
+    note = {"gemex": GEMEX_NOTE, "rexvqa": REXVQA_NOTE}[dataset]
+    return partial(foreign_release_file, notes={NOTE_NAME: note}), DEMO_RULE
 
 
 def check_demo_folder(out: Path) -> None:
