@@ -122,16 +122,7 @@ def qwen3_vl_processor():
             self.video_processor = None
             ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
-    specials = [
-        "<|endoftext|>",
-        "<|im_start|>",
-        "<|im_end|>",
-        "<|vision_start|>",
-        "<|vision_end|>",
-        "<|image_pad|>",
-        "<|video_pad|>",
-    ]
-    tokenizer = tiny_models.train_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer = tiny_models.qwen_tokenizer()
     image_processor = Qwen2VLImageProcessorPil(
         size={"shortest_edge": 65536, "longest_edge": 16777216},
         patch_size=16,

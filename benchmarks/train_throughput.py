@@ -69,16 +69,7 @@ def build_processor(max_pixels: int = MAX_PIXELS, min_pixels: int = MIN_PIXELS):
 
     from tests import tiny_models  # offline tokenizer and the image-only Qwen2.5-VL processor
 
-    specials = [
-        "<|endoftext|>",
-        "<|im_start|>",
-        "<|im_end|>",
-        "<|vision_start|>",
-        "<|vision_end|>",
-        "<|image_pad|>",
-        "<|video_pad|>",
-    ]
-    tokenizer = tiny_models.train_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer = tiny_models.qwen_tokenizer()
     image_processor = Qwen2VLImageProcessorPil(
         size={"shortest_edge": min_pixels, "longest_edge": max_pixels}, patch_size=14, merge_size=2
     )

@@ -17,6 +17,7 @@ from training_recipes.tiny_model import (  # noqa: F401 - the tests and benchmar
     TinyVLM,
     corpus,
     padded_vocab,
+    qwen_tokenizer,
     tiny_gemma3,
     tiny_idefics3,
     train_tokenizer,
@@ -51,19 +52,12 @@ BUILDERS = {"qwen2_5_vl": tiny_qwen2_5_vl, "idefics3": tiny_idefics3, "gemma3": 
 
 
 def tiny_vlm(family: str, seed: int = 0) -> TinyVLM:
-    """A fresh tiny model (seeded random weights) and its processor."""
-    import torch
-
-    torch.manual_seed(seed)
-    return BUILDERS[family]()
+    """A fresh tiny model and processor; Qwen2.5-VL's processor image-only."""
+    return tiny_model.tiny_vlm(family, seed, BUILDERS)
 
 
 def save_tiny_vlm(family: str, directory: Path, seed: int = 0) -> Path:
-    """Write a tiny model and processor to `directory`, the way a Hub checkpoint looks on disk."""
-    vlm = tiny_vlm(family, seed)
-    vlm.model.save_pretrained(directory)
-    vlm.processor.save_pretrained(directory)
-    return directory
+    return tiny_model.save_tiny_vlm(family, directory, seed, BUILDERS)
 
 
 @functools.cache

@@ -76,21 +76,29 @@ def padded_vocab(tokenizer) -> int:
     return ((len(tokenizer) + 63) // 64) * 64
 
 
+QWEN_SPECIAL_TOKENS = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+"""The special tokens of the Qwen2.5-VL and Qwen3-VL chat templates and processors."""
+
+
+def qwen_tokenizer() -> PreTrainedTokenizerFast:
+    """A tokenizer trained here with Qwen-VL's special tokens, ending a turn with `<|im_end|>`."""
+    return train_tokenizer(list(QWEN_SPECIAL_TOKENS), eos_token="<|im_end|>", pad_token="<|endoftext|>")
+
+
 def tiny_qwen2_5_vl(processor_class=None) -> TinyVLM:
     """Qwen2.5-VL with its released processor class, whose video processor needs torchvision
     (`processor_class` swaps in another: the tests' image-only one)."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessorPil
 
-    specials = [
-        "<|endoftext|>",
-        "<|im_start|>",
-        "<|im_end|>",
-        "<|vision_start|>",
-        "<|vision_end|>",
-        "<|image_pad|>",
-        "<|video_pad|>",
-    ]
-    tokenizer = train_tokenizer(specials, eos_token="<|im_end|>", pad_token="<|endoftext|>")
+    tokenizer = qwen_tokenizer()
     image_processor = Qwen2VLImageProcessorPil(
         size={"shortest_edge": IMAGE_SIZE * IMAGE_SIZE, "longest_edge": IMAGE_SIZE * IMAGE_SIZE},
         patch_size=14,
@@ -279,17 +287,17 @@ def tiny_gemma3() -> TinyVLM:
 BUILDERS = {"idefics3": tiny_idefics3, "gemma3": tiny_gemma3, "qwen2_5_vl": tiny_qwen2_5_vl}
 
 
-def tiny_vlm(family: str, seed: int = 0) -> TinyVLM:
-    """A fresh tiny model (seeded random weights) and its processor."""
+def tiny_vlm(family: str, seed: int = 0, builders: dict = BUILDERS) -> TinyVLM:
+    """A fresh tiny model (seeded random weights) and its processor, made by `builders[family]`."""
     import torch
 
     torch.manual_seed(seed)
-    return BUILDERS[family]()
+    return builders[family]()
 
 
-def save_tiny_vlm(family: str, directory: Path, seed: int = 0) -> Path:
+def save_tiny_vlm(family: str, directory: Path, seed: int = 0, builders: dict = BUILDERS) -> Path:
     """Write a tiny model and processor to `directory`, the way a Hub checkpoint looks on disk."""
-    vlm = tiny_vlm(family, seed)
+    vlm = tiny_vlm(family, seed, builders)
     vlm.model.save_pretrained(directory)
     vlm.processor.save_pretrained(directory)
     return directory
