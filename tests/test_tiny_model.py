@@ -20,15 +20,18 @@ from training_recipes import generate, sft, tiny_model
 from training_recipes.processors import RecipeError, bf16_available, load_processor, torchvision_problem
 
 from . import tiny_builds, tiny_models
+from .module_runs import run_modules
 
 REPO = Path(__file__).resolve().parents[1]
 NO_TORCHVISION = torchvision_problem()
 
 
+RECIPE_ENV = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
+
+
 def run_module(module: str, *args: str, cwd: Path) -> subprocess.CompletedProcess:
-    env = {"PYTHONPATH": str(REPO), "PATH": "/usr/bin:/bin", "HF_HUB_OFFLINE": "1"}
     return subprocess.run(
-        [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, check=False, env=env
+        [sys.executable, "-m", module, *args], cwd=cwd, capture_output=True, text=True, check=False, env=RECIPE_ENV
     )
 
 
@@ -91,17 +94,18 @@ def hub_layout_qwen2_5_vl(directory: Path) -> Path:
 @pytest.mark.skipif(NO_TORCHVISION is None, reason="torchvision loads here: Qwen2.5-VL's processor can be built")
 def test_qwen2_5_vl_without_torchvision_stops_the_recipes_in_one_line(gemex_dir, tmp_path):
     model_dir = hub_layout_qwen2_5_vl(tmp_path / "qwen")
-    for module, args in (
+    runs = [
         (
             "training_recipes.sft",
             ["--gemex_path", str(gemex_dir), "--output_dir", str(tmp_path / "run"), "--max_steps", "1"],
         ),
         ("training_recipes.generate", ["--dataset_path", str(gemex_dir), "--output_file", str(tmp_path / "p.jsonl")]),
         ("training_recipes.tiny_model", ["--family", "qwen2_5_vl", "--out", str(tmp_path / "made")]),
-    ):
-        if module != "training_recipes.tiny_model":
-            args = ["--model_name_or_path", str(model_dir), *args]
-        result = run_module(module, *args, cwd=tmp_path)
+    ]
+    runs = [
+        (m, a if m == "training_recipes.tiny_model" else ["--model_name_or_path", str(model_dir), *a]) for m, a in runs
+    ]
+    for result in run_modules(runs, cwd=tmp_path, env=RECIPE_ENV):
         lines = result.stderr.strip().splitlines()
         assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
         assert "torchvision" in lines[-1] and "pip install torchvision" in lines[-1], lines[-1]
