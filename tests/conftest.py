@@ -13,6 +13,13 @@ def pytest_addoption(parser):
     )
 
 
+def pytest_collection_modifyitems(config, items):
+    """The files holding the suite's longest tests (marked `slow`) run first: under pytest-xdist
+    (`-n auto --dist loadfile`, as CI runs it) a worker that started one last would end the run alone."""
+    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.path not in slow_files)
+
+
 @pytest.fixture(scope="session")
 def samples_dir(request) -> Path:
     value = request.config.getoption("--samples") or os.environ.get("CXR_VQA_SAMPLES")

@@ -146,14 +146,18 @@ def test_synthesize_writes_a_release(tmp_path):
     assert (tmp_path / "r" / "per_type" / "test" / "open_ended_question.jsonl").exists()
 
 
-def one_line_error(args: list[str]) -> str:
-    result = subprocess.run([sys.executable, "-m", "cxr_vqa.cli", *args], capture_output=True, text=True, check=False)
-    assert result.returncode == 1 and "Traceback" not in result.stderr, result.stderr
-    assert result.stderr.strip().count("\n") == 0, result.stderr
-    return result.stderr
+def one_line_error(args: list[str], capsys) -> str:
+    """What `cxr-vqa ARGS` prints on standard error, checked to be one line with exit status 1
+    (`main`'s, in this process: `test_errors_are_one_line_and_exit_non_zero` runs the command itself)."""
+    capsys.readouterr()
+    code = main(args)
+    err = capsys.readouterr().err
+    assert code == 1 and "Traceback" not in err, err
+    assert err.strip().count("\n") == 0, err
+    return err
 
 
-def test_a_folder_that_does_not_exist_is_named_as_such(tmp_path):
+def test_a_folder_that_does_not_exist_is_named_as_such(tmp_path, capsys):
     missing = str(tmp_path / "nowhere")
     for args in (
         ["validate", missing],
@@ -161,20 +165,20 @@ def test_a_folder_that_does_not_exist_is_named_as_such(tmp_path):
         ["publish", missing, "--repo", "org/name", "--dry-run"],
         ["convert", "--dataset", missing, "--out", str(tmp_path / "x.json")],
     ):
-        assert "nowhere: no such folder; name the folder a build wrote" in one_line_error(args)
+        assert "nowhere: no such folder; name the folder a build wrote" in one_line_error(args, capsys)
 
 
-def test_convert_of_a_rexvqa_build_says_what_it_converts(tmp_path):
+def test_convert_of_a_rexvqa_build_says_what_it_converts(tmp_path, capsys):
     from rexvqa_dataset.synthetic import generate
 
     release = generate(tmp_path / "raw", num_studies=6)
     out = tmp_path / "rexvqa"
     assert main(["build", "rexvqa", "--source", str(release.root), "--out", str(out), "--image-mode", "none"]) == 0
-    error = one_line_error(["convert", "--dataset", str(out), "--out", str(tmp_path / "x.json")])
+    error = one_line_error(["convert", "--dataset", str(out), "--out", str(tmp_path / "x.json")], capsys)
     assert "a rexvqa build; convert writes GEMeX builds" in error and not (tmp_path / "x.json").exists()
 
 
-def test_convert_of_a_split_the_build_lacks_names_those_it_has(gemex_release, tmp_path):
+def test_convert_of_a_split_the_build_lacks_names_those_it_has(gemex_release, tmp_path, capsys):
     out = tmp_path / "gemex"
     assert (
         main(
@@ -191,7 +195,9 @@ def test_convert_of_a_split_the_build_lacks_names_those_it_has(gemex_release, tm
         )
         == 0
     )
-    error = one_line_error(["convert", "--dataset", str(out), "--split", "valid", "--out", str(tmp_path / "x.json")])
+    error = one_line_error(
+        ["convert", "--dataset", str(out), "--split", "valid", "--out", str(tmp_path / "x.json")], capsys
+    )
     assert "no 'valid' split (it has test, train, validation)" in error
 
 

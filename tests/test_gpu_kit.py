@@ -65,6 +65,7 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
         else:  # a layout whose config the build lacks (sft_per_image before branch h23c)
             assert row["config"] in row["error"]
     assert sum(r["status"] == "ok" for r in bench["B.1"]) >= 2
+    assert any("compile" in r["speedups"] for r in bench["B.1"] if r["status"] == "ok")
 
     generation = plan["generate"]
     sweep = [r for r in bench["B.2"] if r["variant"] == "longest first" and r["dataset"] == "gemex"]

@@ -156,6 +156,7 @@ def throughput(args: list[str], tmp_path: Path) -> dict:
     )
 
 
+@pytest.mark.slow
 def test_throughput_benchmark_groups_and_compiles_on_cpu(tmp_path):
     result = throughput(["--group_by_length", "--compile", "--compile_backend", "aot_eager"], tmp_path)
     assert result["speedups"] == ["group_by_length", "compile"]

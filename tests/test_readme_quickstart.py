@@ -35,6 +35,7 @@ def test_the_quickstart_is_a_handful_of_commands_from_synthesize_to_evaluate():
     )
 
 
+@pytest.mark.slow
 def test_the_quickstart_runs_as_written(tmp_path):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

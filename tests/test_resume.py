@@ -25,6 +25,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 pytest.importorskip("torchdata")
+pytestmark = pytest.mark.slow
 
 from safetensors.torch import load_file  # noqa: E402
 
