@@ -570,9 +570,39 @@ def check_conversations(folder: Path, configs: dict[str, dict]) -> list[Problem]
     return problems
 
 
+FolderState = tuple[str, tuple[tuple[str, int, int, int, int], ...]]
+_problems_of: dict[FolderState, list[Problem]] = {}
+"""`validate`'s answers in this process, by the state of the folder they were found in."""
+
+
+def folder_state(folder: Path) -> FolderState:
+    """The folder's resolved path and every entry under it (links not followed, hidden ones too) with its
+    type, size, inode and status-change time (set by every write, rename or `chmod`, and never set back by
+    `touch`): any file written, replaced, added, removed or linked changes it."""
+    entries = []
+    for parent, folders, files in os.walk(folder):
+        for name in folders + files:
+            path = os.path.join(parent, name)
+            st = os.lstat(path)
+            entries.append((os.path.relpath(path, folder), st.st_mode, st.st_size, st.st_ctime_ns, st.st_ino))
+    return str(folder.resolve()), tuple(sorted(entries))
+
+
 def validate(folder: Path) -> list[Problem]:
-    """Every viewer-readiness problem of a built dataset folder; empty when it is ready."""
+    """Every viewer-readiness problem of a built dataset folder; empty when it is ready.
+
+    Reading every config's rows back takes seconds: a folder validated before in this process
+    (`publish` plans it again, a notebook re-runs a cell) is answered from the first check
+    while nothing under it has changed (`folder_state`).
+    """
     folder = require_built_folder(folder)
+    state = folder_state(folder)
+    if state not in _problems_of:
+        _problems_of[state] = _validate(folder)
+    return list(_problems_of[state])
+
+
+def _validate(folder: Path) -> list[Problem]:
     if links := check_links(folder):
         return links
     try:
