@@ -156,14 +156,6 @@ def throughput(args: list[str], tmp_path: Path) -> dict:
     )
 
 
-@pytest.mark.slow
-def test_throughput_benchmark_groups_and_compiles_on_cpu(tmp_path):
-    result = throughput(["--group_by_length", "--compile", "--compile_backend", "aot_eager"], tmp_path)
-    assert result["speedups"] == ["group_by_length", "compile"]
-    assert result["compiled_blocks"] > 0 and result["compiled_graphs"] > 0  # the decoder layers and vision blocks
-    assert 0 <= result["padding_share"] < 1 and result["samples_per_s"] > 0
-
-
 @pytest.mark.skipif(importlib.util.find_spec("liger_kernel") is not None, reason="liger-kernel is installed")
 def test_liger_without_liger_kernel_says_what_to_install(tmp_path):
     with pytest.raises(SystemExit, match="pip install liger-kernel"):
