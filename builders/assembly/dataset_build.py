@@ -151,6 +151,7 @@ class DatasetBuild(ABC):
                     if self.images.workers_failed:
                         self.report.notices[self.images.workers_failed] += 1
                 self.hasher.shutdown(cancel_futures=True)
+                staging.close()
                 shutil.rmtree(out / ".staging", ignore_errors=True)
             if self.report.rows_written == 0:
                 first = self.report.rejects[0].line() if self.report.rejects else "no records"
