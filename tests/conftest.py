@@ -5,6 +5,10 @@ import pytest
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_DISABLE_PROGRESS_BARS", "1")
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    # A worker per core (`pytest -n auto`): torch's and BLAS's thread pools, sized to every core, would
+    # otherwise put each worker's (and its subprocesses') threads on the other's core to spin there.
+    os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 
 def pytest_addoption(parser):
