@@ -249,8 +249,10 @@ def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa
     """The staged columns of rows that passed `clean_rows`, as `question_row` makes them."""
     qtype = PER_TYPE_FILES[src.path.name]
     n = table.num_rows
-    paths = pc.replace_substring_regex(table["image_path"], "^(?:files/)?/*", "")
-    subject, study, dicom = _path_ids(paths)
+    # an image's questions sit on consecutive lines: its path is cleaned and cut once, then spread to its rows
+    encoded = table["image_path"].dictionary_encode()
+    image_paths = pc.replace_substring_regex(encoded.dictionary, "^(?:files/)?/*", "")
+    paths, subject, study, dicom = (column.take(encoded.indices) for column in (image_paths, *_path_ids(image_paths)))
     choices, answer = table["choices"], table["answer"]
     if qtype in CHOICE_TYPES:
         choice_texts = pa.ListArray.from_arrays(
