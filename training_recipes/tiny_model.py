@@ -31,6 +31,24 @@ from training_recipes.processors import TORCHVISION_INSTALL, RecipeError, torchv
 FAMILIES = ("idefics3", "gemma3", "qwen2_5_vl")
 """What `--family` takes; idefics3 and gemma3 need nothing beyond the `train` extra, qwen2_5_vl torchvision."""
 IMAGE_SIZE = 56
+TINY_DECODER = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    max_position_embeddings=2048,
+)
+"""Every family's language model, one layer of width 32."""
+TINY_SIGLIP = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    image_size=IMAGE_SIZE,
+    patch_size=14,
+)
+"""Idefics3's and Gemma 3's SigLIP vision tower, one layer of width 32."""
 CHAT_TEMPLATES = Path(trl.__file__).parent / "chat_templates"
 
 
@@ -113,13 +131,8 @@ def tiny_qwen2_5_vl(processor_class=None) -> TinyVLM:
     ids = tokenizer.convert_tokens_to_ids
     config = Qwen2_5_VLConfig(
         text_config=dict(
+            **TINY_DECODER,
             vocab_size=padded_vocab(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=2048,
             rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]},
             bos_token_id=ids("<|endoftext|>"),
             eos_token_id=ids("<|im_end|>"),
@@ -197,23 +210,11 @@ def tiny_idefics3() -> TinyVLM:
     )
     ids = tokenizer.convert_tokens_to_ids
     config = Idefics3Config(
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=IMAGE_SIZE,
-            patch_size=14,
-        ),
+        vision_config=TINY_SIGLIP,
         text_config=dict(
+            **TINY_DECODER,
             model_type="llama",
             vocab_size=padded_vocab(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=2048,
             bos_token_id=ids("<|begin_of_text|>"),
             eos_token_id=ids("<end_of_utterance>"),
             pad_token_id=ids("<pad>"),
@@ -255,27 +256,15 @@ def tiny_gemma3() -> TinyVLM:
     ids = tokenizer.convert_tokens_to_ids
     config = Gemma3Config(
         text_config=dict(
+            **TINY_DECODER,
             vocab_size=padded_vocab(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
             head_dim=16,
-            max_position_embeddings=2048,
             sliding_window=64,
             bos_token_id=ids("<bos>"),
             eos_token_id=ids("<eos>"),
             pad_token_id=ids("<pad>"),
         ),
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=IMAGE_SIZE,
-            patch_size=14,
-        ),
+        vision_config=TINY_SIGLIP,
         mm_tokens_per_image=4,
         boi_token_index=ids("<start_of_image>"),
         eoi_token_index=ids("<end_of_image>"),
