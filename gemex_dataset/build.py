@@ -17,7 +17,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from builders.assembly.card import build_configs, release_card_data, render_card
 from builders.assembly.conversations import ConversationLayout
 from builders.assembly.dataset_build import DatasetBuild
 from builders.assembly.image_source import ImageSource, Loaded
@@ -337,49 +336,31 @@ class GemexBuild(DatasetBuild):
         self.finish_split(shards, split, out)
         self.report.images[split] = images
 
-    def write_card(self, out: Path) -> None:
-        filters = {qtype: [["question_type", "==", k]] for k, qtype in enumerate(QUESTION_TYPES)}
-        configs, infos = build_configs(
-            out,
-            filters,
-            self.features,
-            self.report.shards,
-            sft="messages" in self.features,
-            conversations=self.conversation_layout(),
-        )
-        synthetic = self.provenance.synthetic
-        data = release_card_data(
-            configs,
-            infos,
-            name="GEMeX",
-            synthetic=synthetic,
-            licence=(
+    card_template = "gemex.md"
+
+    def config_filters(self) -> dict[str, list]:
+        return {qtype: [["question_type", "==", k]] for k, qtype in enumerate(QUESTION_TYPES)}
+
+    def release_facts(self) -> dict:
+        return {
+            "name": "GEMeX",
+            "licence": (
                 "physionet-credentialed-health-data-license-1.5.0",
                 "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/",
             ),
-            tags=["grounding", "mimic-cxr"],
-            rows=self.report.rows_written,
-            gated_prompt=GATED_PROMPT,
-            gated_fields=GATED_FIELDS,
-        )
+            "tags": ["grounding", "mimic-cxr"],
+            "gated_prompt": GATED_PROMPT,
+            "gated_fields": GATED_FIELDS,
+        }
+
+    def card_context(self, out: Path, configs: dict[str, dict]) -> dict:
         counts = {s: {t: self.report.rows.get(f"{s}/{t}", 0) for t in QUESTION_TYPES} for s in self.report.images}
-        card = render_card(
-            "gemex.md",
-            data,
-            synthetic=synthetic,
-            settings=self.settings.to_dict(),
-            shared_shards=self.settings.shared_shards,
-            counts=counts,
-            images=dict(self.report.images),
-            question_types=QUESTION_TYPES,
-            report=self.report,
-            sft="sft" in configs,
-            conversation=self.conversation_card(configs),
-            conversation_column_docs=PER_IMAGE_COLUMN_DOCS,
-            columns=list(self.features),
-            column_docs=COLUMN_DOCS,
-        )
-        (out / "README.md").write_text(card, encoding="utf-8")
+        return {
+            "counts": counts,
+            "question_types": QUESTION_TYPES,
+            "conversation_column_docs": PER_IMAGE_COLUMN_DOCS,
+            "column_docs": COLUMN_DOCS,
+        }
 
 
 def repeated_questions(table: pa.Table) -> np.ndarray:

@@ -22,7 +22,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from tqdm.auto import tqdm
 
-from builders.assembly.card import build_configs, release_card_data, render_card
 from builders.assembly.conversations import ConversationLayout
 from builders.assembly.dataset_build import DatasetBuild
 from builders.assembly.image_source import ImageSource, Loaded
@@ -295,53 +294,37 @@ class RexvqaBuild(DatasetBuild):
         self.finish_split(shards, split, out)
         self.report.images[split] = len(images)
 
-    def write_card(self, out: Path) -> None:
-        filters = {config: [["task_name", "==", k]] for k, config in enumerate(TASK_CONFIGS)} | {
+    card_template = "rexvqa.md"
+
+    def config_filters(self) -> dict[str, list]:
+        return {config: [["task_name", "==", k]] for k, config in enumerate(TASK_CONFIGS)} | {
             OTHER_TASK: [["task_name", "==", -1]]
         }
-        configs, infos = build_configs(
-            out,
-            filters,
-            self.features,
-            self.report.shards,
-            sft="messages" in self.features,
-            conversations=self.conversation_layout(),
-        )
-        synthetic = self.provenance.synthetic
-        data = release_card_data(
-            configs,
-            infos,
-            name="ReXVQA",
-            synthetic=synthetic,
-            licence=("rexgradient-160k-research-use", "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K"),
-            tags=["multiple-choice", "rexgradient"],
-            rows=self.report.rows_written,
-            gated_prompt=GATED_PROMPT,
-            gated_fields=GATED_FIELDS,
-        )
+
+    def release_facts(self) -> dict:
+        return {
+            "name": "ReXVQA",
+            "licence": (
+                "rexgradient-160k-research-use",
+                "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K",
+            ),
+            "tags": ["multiple-choice", "rexgradient"],
+            "gated_prompt": GATED_PROMPT,
+            "gated_fields": GATED_FIELDS,
+        }
+
+    def card_context(self, out: Path, configs: dict[str, dict]) -> dict:
         splits = list(self.report.images)
         counts = {s: {c: self.report.rows.get(f"{s}/{c}", 0) for c in CONFIGS} for s in splits}
-        totals = {c: sum(counts[s][c] for s in splits) for c in CONFIGS}
-        card = render_card(
-            "rexvqa.md",
-            data,
-            synthetic=synthetic,
-            settings=self.settings.to_dict(),
-            shared_shards=self.settings.shared_shards,
-            counts=counts,
-            totals=totals,
-            tasks=dict(zip(CONFIGS, [*TASKS, "other (unknown task)"])),
-            images=dict(self.report.images),
-            report=self.report,
-            columns=list(self.features),
-            column_docs=COLUMN_DOCS,
-            sft="sft" in configs,
-            conversation=self.conversation_card(configs),
-            conversation_column_docs=PER_STUDY_COLUMN_DOCS,
-            categories=self.category_counts(out),
-            missing_images=sum(n for k, n in self.report.notices.items() if k.startswith("images ")),
-        )
-        (out / "README.md").write_text(card, encoding="utf-8")
+        return {
+            "counts": counts,
+            "totals": {c: sum(counts[s][c] for s in splits) for c in CONFIGS},
+            "tasks": dict(zip(CONFIGS, [*TASKS, "other (unknown task)"])),
+            "column_docs": COLUMN_DOCS,
+            "conversation_column_docs": PER_STUDY_COLUMN_DOCS,
+            "categories": self.category_counts(out),
+            "missing_images": sum(n for k, n in self.report.notices.items() if k.startswith("images ")),
+        }
 
     @staticmethod
     def category_counts(out: Path) -> list[tuple[str, int]]:

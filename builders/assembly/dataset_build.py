@@ -19,8 +19,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
+from datasets import Features
 
-from builders.assembly.card import configs_as_built, declared_configs
+from builders.assembly.card import build_configs, configs_as_built, declared_configs, release_card_data, render_card
 from builders.assembly.conversations import CHARS_PER_TOKEN, ConversationLayout
 from builders.assembly.cycle_collector import rare_collections
 from builders.assembly.image_source import ImageSource, Loaded
@@ -69,8 +70,51 @@ class DatasetBuild(ABC):
     @abstractmethod
     def write_split(self, staging: Staging, split: str, out: Path) -> None: ...
 
+    features: Features
+    """The build's columns, as its image mode makes them."""
+    card_template: str
+    """The card's Jinja template in `cards/` (`render_card`)."""
+
     @abstractmethod
-    def write_card(self, out: Path) -> None: ...
+    def config_filters(self) -> dict[str, list]:
+        """Each question config's Parquet filter, by which it reads its rows from a shared shard set."""
+
+    @abstractmethod
+    def release_facts(self) -> dict:
+        """The source release as the card's YAML names it: `release_card_data`'s name, licence, tags and gate."""
+
+    @abstractmethod
+    def card_context(self, out: Path, configs: dict[str, dict]) -> dict:
+        """What the dataset's card template shows beyond what every card shows (counts, column docs, ...)."""
+
+    def write_card(self, out: Path) -> None:
+        """README.md: the configs and features of the shards written, in the dataset's template."""
+        configs, infos = build_configs(
+            out,
+            self.config_filters(),
+            self.features,
+            self.report.shards,
+            sft="messages" in self.features,
+            conversations=self.conversation_layout(),
+        )
+        synthetic = self.provenance.synthetic
+        data = release_card_data(
+            configs, infos, synthetic=synthetic, rows=self.report.rows_written, **self.release_facts()
+        )
+        card = render_card(
+            self.card_template,
+            data,
+            synthetic=synthetic,
+            settings=self.settings.to_dict(),
+            shared_shards=self.settings.shared_shards,
+            images=dict(self.report.images),
+            report=self.report,
+            columns=list(self.features),
+            sft="sft" in configs,
+            conversation=self.conversation_card(configs),
+            **self.card_context(out, configs),
+        )
+        (out / "README.md").write_text(card, encoding="utf-8")
 
     def conversation_layout(self) -> ConversationLayout | None:
         """The build's one-conversation-per-image config (`builders.assembly.conversations`), or None (a build without images)."""
