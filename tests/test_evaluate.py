@@ -36,6 +36,27 @@ def _gemex_dir(tmp_path, per_type=6):
     return folder, rows
 
 
+def judged_gemex_argv(tmp_path, judge_url: str, *extra: str, per_type: int = 1) -> list[str]:
+    """`cxr-vqa evaluate` arguments that score a small GEMeX build's reference replies with the judge at `judge_url`."""
+    folder, rows = _gemex_dir(tmp_path, per_type=per_type)
+    predictions = tmp_path / "pred.jsonl"
+    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
+    return [
+        "gemex",
+        "--dataset",
+        str(folder),
+        "--predictions",
+        str(predictions),
+        "--text-metrics",
+        "",
+        "--judge-url",
+        judge_url,
+        "--judge-model",
+        "m",
+        *extra,
+    ]
+
+
 def _rex_dir(tmp_path, n=40):
     rows = rexvqa_rows(n, seed=6)
     schema = Features(
@@ -188,30 +209,12 @@ def test_gemex_with_the_llm_judge_on_a_local_server(tmp_path, capsys):
 
     from .test_judge import _FakeJudge
 
-    folder, rows = _gemex_dir(tmp_path, per_type=2)
-    predictions = tmp_path / "pred.jsonl"
-    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
     server = HTTPServer(("127.0.0.1", 0), _FakeJudge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
         url = f"http://127.0.0.1:{server.server_address[1]}/v1"
         out = tmp_path / "scores.json"
-        argv = [
-            "gemex",
-            "--dataset",
-            str(folder),
-            "--predictions",
-            str(predictions),
-            "--text-metrics",
-            "",
-            "--judge-url",
-            url,
-            "--judge-model",
-            "m",
-            "--out",
-            str(out),
-        ]
-        assert _run(argv) == 0
+        assert _run(judged_gemex_argv(tmp_path, url, "--out", str(out), per_type=2)) == 0
     finally:
         server.shutdown()
         server.server_close()

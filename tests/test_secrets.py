@@ -55,28 +55,9 @@ def test_judge_error_masks_the_echoed_key(echo_url):
 
 
 def test_evaluate_prints_no_key(echo_url, tmp_path, capsys, caplog):
-    from .test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
+    from .test_evaluate import judged_gemex_argv
 
-    folder, rows = _gemex_dir(tmp_path, per_type=1)
-    predictions = tmp_path / "pred.jsonl"
-    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
-    code = evaluate.main(
-        [
-            "gemex",
-            "--dataset",
-            str(folder),
-            "--predictions",
-            str(predictions),
-            "--text-metrics",
-            "",
-            "--judge-url",
-            echo_url,
-            "--judge-model",
-            "m",
-            "--judge-api-key-env",
-            "MY_JUDGE_KEY",
-        ]
-    )
+    code = evaluate.main(judged_gemex_argv(tmp_path, echo_url, "--judge-api-key-env", "MY_JUDGE_KEY"))
     captured = capsys.readouterr()
     shown = captured.out + captured.err + caplog.text
     assert code == 2 and "Bearer ***" in captured.err
@@ -162,7 +143,7 @@ def _shows_no_url_secret(text: str) -> bool:
 @pytest.mark.parametrize("where", ["echoing server", "unreachable", "bad port", "not http"])
 def test_judge_url_credentials_never_shown(echo_url, tmp_path, capsys, caplog, where):
     """A key in --judge-url (`user:password@host`, `?api_key=`) is masked in every error evaluate prints."""
-    from .test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
+    from .test_evaluate import judged_gemex_argv
 
     url = {
         "echoing server": _credentialed(echo_url),
@@ -170,26 +151,7 @@ def test_judge_url_credentials_never_shown(echo_url, tmp_path, capsys, caplog, w
         "bad port": f"http://alice:{URL_PASSWORD}@127.0.0.1:port/v1?api_key={URL_KEY}",
         "not http": f"ftp://alice:{URL_PASSWORD}@127.0.0.1/v1?api_key={URL_KEY}",
     }[where]
-    folder, rows = _gemex_dir(tmp_path, per_type=1)
-    predictions = tmp_path / "pred.jsonl"
-    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
-    code = evaluate.main(
-        [
-            "gemex",
-            "--dataset",
-            str(folder),
-            "--predictions",
-            str(predictions),
-            "--text-metrics",
-            "",
-            "--judge-url",
-            url,
-            "--judge-model",
-            "m",
-            "--judge-api-key-env",
-            "NO_SUCH_KEY_ENV",
-        ]
-    )
+    code = evaluate.main(judged_gemex_argv(tmp_path, url, "--judge-api-key-env", "NO_SUCH_KEY_ENV"))
     captured = capsys.readouterr()
     assert code == 2 and captured.err.count("\n") == 1 and "***" in captured.err
     assert _shows_no_url_secret(captured.out + captured.err + caplog.text)
@@ -200,35 +162,18 @@ def test_judge_url_credentials_never_shown(echo_url, tmp_path, capsys, caplog, w
 def test_judge_url_credentials_go_as_basic_auth_and_are_saved_masked(tmp_path, capsys, monkeypatch):
     from http.server import HTTPServer
 
-    from .test_evaluate import _gemex_dir, gemex_scoring, write_jsonl
+    from .test_evaluate import judged_gemex_argv
     from .test_judge import _FakeJudge
 
     server = HTTPServer(("127.0.0.1", 0), _FakeJudge)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     _FakeJudge.requests = []
     try:
-        folder, rows = _gemex_dir(tmp_path, per_type=1)
-        predictions = tmp_path / "pred.jsonl"
-        write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
         url = _credentialed(f"http://127.0.0.1:{server.server_address[1]}/v1")
         code = evaluate.main(
-            [
-                "gemex",
-                "--dataset",
-                str(folder),
-                "--predictions",
-                str(predictions),
-                "--text-metrics",
-                "",
-                "--judge-url",
-                url,
-                "--judge-model",
-                "m",
-                "--judge-api-key-env",
-                "NO_SUCH_KEY_ENV",
-                "--out",
-                str(tmp_path / "scores.json"),
-            ]
+            judged_gemex_argv(
+                tmp_path, url, "--judge-api-key-env", "NO_SUCH_KEY_ENV", "--out", str(tmp_path / "scores.json")
+            )
         )
     finally:
         server.shutdown()
