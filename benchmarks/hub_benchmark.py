@@ -131,7 +131,7 @@ def consumer(out: Path, work: Path) -> list[dict]:
     """Per config: download (its Parquet files) + Arrow cache after `load_dataset`, and the load times."""
     from datasets import load_dataset
 
-    from builders.hub.validate import card_configs, config_shards
+    from builders.built_folder import card_configs, config_shards
 
     configs, _ = card_configs(out)
     rows = []

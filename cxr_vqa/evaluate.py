@@ -23,8 +23,8 @@ from pathlib import Path
 
 from builders import pixel_budget
 from builders.box_frame import BOX_CONVENTIONS
+from builders.built_folder import card_configs, default_shards
 from builders.files import write_text
-from builders.hub.validate import card_configs, config_shards, default_config
 from builders.scoring.judge import JudgeError
 from builders.scoring.predictions import (
     PredictionsCheck,
@@ -121,7 +121,7 @@ def split_shards(dataset_dir: Path, split: str) -> list[Path]:
         configs, _ = card_configs(dataset_dir)
     except ValueError as error:
         raise EvaluationError(f"{dataset_dir / 'README.md'}: {error}") from None
-    return config_shards(dataset_dir, configs[default_config(configs)]).get(split, [])
+    return default_shards(dataset_dir, configs).get(split, [])
 
 
 def load_split(dataset_dir: Path, split: str, wanted: Sequence[str], required: Sequence[str]) -> list[dict]:
@@ -412,7 +412,7 @@ def folder_benchmark(folder: Path) -> str:
     """The dataset a built folder holds: what its build report names, else what its columns show."""
     import pyarrow.parquet as pq
 
-    from builders.hub.validate import built_dataset
+    from builders.built_folder import built_dataset
 
     if not folder.is_dir():
         raise EvaluationError(

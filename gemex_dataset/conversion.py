@@ -8,8 +8,8 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from datasets import load_dataset
 
+from builders.built_folder import built_dataset, default_shards
 from builders.files import write_text
-from builders.hub.validate import built_dataset, card_configs, config_shards, default_config
 from gemex_dataset.rows import raw_record
 
 COLUMNS = ["question_type", "question", "choices", "answer", "reason", "boxes_224", "image_path", "row_id"]
@@ -19,14 +19,13 @@ def write_llava(dataset: Path, out: Path, split: str = "train") -> int:
     """Write `split` of the built folder `dataset` as a LLaVA JSON array; returns the record count.
 
     A folder that is no GEMeX build, or lacks the split, is refused in one line before anything is written."""
-    configs, _ = card_configs(Path(dataset))
     kind = built_dataset(dataset)
     if kind not in (None, "gemex"):
         raise ValueError(
             f"{dataset}: a {kind} build; convert writes GEMeX builds in the authors' LLaVA layout, "
             "and ReXVQA has no such layout: use its Parquet files as they are"
         )
-    shards = config_shards(Path(dataset), configs[default_config(configs)])
+    shards = default_shards(Path(dataset))
     if split not in shards:
         raise ValueError(
             f"{dataset}: no {split!r} split (it has {', '.join(sorted(shards)) or 'none'}); pass --split with one of them"

@@ -20,7 +20,8 @@ from builders.assembly.conversations import CHARS_PER_TOKEN, balanced_parts, tur
 from builders.assembly.report import BuildReport
 from builders.assembly.settings import BuildSettings
 from builders.assembly.shards import sha256
-from builders.hub.validate import card_configs, config_shards, validate
+from builders.built_folder import card_configs, config_shards
+from builders.hub.validate import validate
 from gemex_dataset.build import build_gemex
 from rexvqa_dataset.build import build_rexvqa
 from rexvqa_dataset.synthetic import generate as generate_rexvqa

@@ -12,7 +12,8 @@ import pytest
 from datasets import load_dataset
 
 from builders.assembly.settings import BuildSettings
-from builders.hub.validate import card_configs, config_shards, validate
+from builders.built_folder import card_configs, config_shards
+from builders.hub.validate import validate
 from gemex_dataset.build import build_gemex
 from rexvqa_dataset.build import build_rexvqa
 

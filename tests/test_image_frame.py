@@ -24,7 +24,8 @@ from PIL import Image, ImageOps
 from builders import images
 from builders.assembly.settings import BuildSettings
 from builders.box_frame import qwen25vl_resized_size
-from builders.hub.validate import card_configs, config_shards, validate
+from builders.built_folder import card_configs, config_shards
+from builders.hub.validate import validate
 from builders.pixel_budget import MAX_ASPECT_RATIO, AspectRatioError, PixelBudget
 from gemex_dataset import scoring
 from gemex_dataset.build import build_gemex

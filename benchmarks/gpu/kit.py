@@ -319,7 +319,7 @@ def build_counts(built: Path) -> dict:
 
 
 def built_configs(built: Path) -> set[str]:
-    from builders.hub.validate import card_configs
+    from builders.built_folder import card_configs
 
     try:
         return set(card_configs(built)[0])

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import hashlib
 from importlib import resources
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
 from datasets import DatasetInfo, Features, SplitDict, SplitInfo
 from datasets.info import DatasetInfosDict
@@ -20,6 +20,7 @@ from huggingface_hub.repocard import REGEX_YAML_BLOCK
 
 from builders.assembly.conversations import ConversationLayout
 from builders.assembly.shards import SHARED_PREFIX, count_rows
+from builders.built_folder import config_shards
 
 SPLIT_ORDER = ("train", "validation", "test")
 
@@ -241,38 +242,6 @@ def set_card_section(card: DatasetCard, key: str, markdown: str) -> None:
     title = next((i for i, line in enumerate(lines) if line.startswith("# ")), -1)
     after = next((i for i in range(title + 1, len(lines)) if lines[i].startswith("## ")), len(lines))
     card.text = "".join(lines[:after]) + section + "\n" + "".join(lines[after:])
-
-
-def split_patterns(config: dict) -> dict[str, list[str]]:
-    """{split: [glob, ...]} of one config's `data_files` (every form MetadataConfigs accepts)."""
-    data_files = config.get("data_files", [])
-    if isinstance(data_files, (str, list)) and (
-        isinstance(data_files, str) or all(isinstance(d, str) for d in data_files)
-    ):
-        return {"train": [data_files] if isinstance(data_files, str) else list(data_files)}
-    if isinstance(data_files, dict):
-        data_files = [{"split": k, "path": v} for k, v in data_files.items()]
-    out: dict[str, list[str]] = {}
-    for entry in data_files:
-        paths = entry["path"]
-        out.setdefault(entry.get("split", "train"), []).extend([paths] if isinstance(paths, str) else paths)
-    return out
-
-
-def config_shards(folder: Path, config: dict) -> dict[str, list[Path]]:
-    """{split: shards on disk} of one config, in path order; a pattern matching nothing gives an empty list,
-    and one outside `data/` (`check_listed` reports it) is never followed out of the folder."""
-    found = {}
-    for split, patterns in split_patterns(config).items():
-        paths = {p for pattern in patterns if inside_data(pattern) for p in folder.glob(pattern) if p.is_file()}
-        found[split] = sorted(paths)
-    return found
-
-
-def inside_data(pattern: str) -> bool:
-    """Whether a card's `data_files` pattern stays under the folder's `data/`."""
-    parts = PurePosixPath(pattern).parts
-    return len(parts) > 1 and parts[0] == "data" and ".." not in parts and "\\" not in pattern
 
 
 def config_record(folder: Path, config: dict, info: DatasetInfo | None) -> dict:

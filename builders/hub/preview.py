@@ -32,8 +32,7 @@ from PIL import Image, ImageDraw, ImageFont
 from builders.assembly.card import config_info, config_record, load_card, set_card_section, update_card
 from builders.assembly.report import BuildReport
 from builders.assembly.shards import sha256
-from builders.files import atomic_path, write_text
-from builders.hub.validate import (
+from builders.built_folder import (
     PREVIEW_IMAGE,
     REPORT,
     card_configs,
@@ -42,6 +41,7 @@ from builders.hub.validate import (
     read_report,
     split_patterns,
 )
+from builders.files import atomic_path, write_text
 from builders.provenance import folder_synthetic, stamp_table
 
 BOX_COLOURS = (

@@ -52,18 +52,17 @@ from huggingface_hub import CommitOperationAdd, HfApi, get_token
 
 from builders.assembly.card import load_card, update_card
 from builders.assembly.shards import count_rows
-from builders.files import write_text
-from builders.hub.validate import (
+from builders.built_folder import (
     CARD,
     PREVIEW_IMAGE,
     REPORT,
     card_configs,
-    check_ready,
     config_shards,
     listed_files,
-    reached_through_link,
     read_report,
 )
+from builders.files import write_text
+from builders.hub.validate import check_ready, reached_through_link
 from builders.provenance import folder_synthetic
 
 Visibility = Literal["private", "gated", "public"]

@@ -40,7 +40,6 @@ the rule it breaks, so a failure reads as one line:
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from concurrent.futures import ThreadPoolExecutor
@@ -52,11 +51,22 @@ import pyarrow.parquet as pq
 from datasets import Features
 from datasets.info import DatasetInfosDict
 from datasets.naming import INVALID_WINDOWS_CHARACTERS_IN_PATH
-from datasets.utils.metadata import MetadataConfigs
-from huggingface_hub import DatasetCard
 
-from builders.assembly.card import config_record, config_shards, inside_data, split_patterns
+from builders.assembly.card import config_record
 from builders.assembly.shards import count_rows, sha256
+from builders.built_folder import (
+    CARD,
+    PREVIEW_IMAGE,
+    REPORT,
+    card_configs,
+    config_shards,
+    default_config,
+    inside_data,
+    listed_files,
+    read_report,
+    require_built_folder,
+    split_patterns,
+)
 from builders.hub.conversation_rows import split_problems
 from builders.hub.image_parts import file_problem as image_parts_problem
 
@@ -67,9 +77,6 @@ VIEWER_ROW_GROUP_BYTES = 300_000_000
 HUB_SHARD_BYTES = 5 << 30
 """Keep each Parquet file to a few GB at most: the viewer and `datasets` stream it whole per worker."""
 CONFIG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-CARD = "README.md"
-REPORT = "build_report.json"
-PREVIEW_IMAGE = "preview.png"
 TOOL_FILES = (PREVIEW_IMAGE,)
 """Files beside the shards that a tool writes and records in the report (`preview --add-config`)."""
 
@@ -84,50 +91,6 @@ class Problem:
 
     def line(self) -> str:
         return f"{self.file}: [{self.rule}] {self.detail}"
-
-
-def require_built_folder(folder: Path) -> Path:
-    """`folder` when it is a folder; otherwise a one-line ValueError saying what to name instead."""
-    folder = Path(folder)
-    if not folder.exists():
-        raise ValueError(f"{folder}: no such folder; name the folder a build wrote (the --out of `cxr-vqa build`)")
-    if not folder.is_dir():
-        raise ValueError(
-            f"{folder}: a file, not a built dataset folder; name the folder a build wrote (the --out of `cxr-vqa build`)"
-        )
-    return folder
-
-
-def built_dataset(folder: Path) -> str | None:
-    """The dataset a build report names (`gemex`, `rexvqa`); None without a readable report."""
-    try:
-        report = json.loads((Path(folder) / "build_report.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return report.get("dataset") if isinstance(report, dict) else None
-
-
-def card_configs(folder: Path) -> tuple[dict[str, dict], DatasetInfosDict]:
-    """The card's configs ({name: {"data_files": [...]}}) and infos; raises ValueError if the card is unusable."""
-    readme = require_built_folder(folder) / "README.md"
-    if not readme.exists():
-        raise ValueError("no README.md (the card)")
-    try:
-        data = DatasetCard.load(readme).data
-    except Exception as err:  # the card parser raises several types for bad YAML
-        raise ValueError(f"the YAML header does not parse: {err}") from err
-    configs = MetadataConfigs.from_dataset_card_data(data)
-    if not configs:
-        raise ValueError("the YAML header declares no `configs`")
-    return dict(configs), DatasetInfosDict.from_dataset_card_data(data)
-
-
-def default_config(configs: dict[str, dict]) -> str:
-    """The config `load_dataset(folder)` reads: the one marked default, else `default`, else the first."""
-    return next(
-        (name for name, c in configs.items() if c.get("default")),
-        "default" if "default" in configs else next(iter(configs)),
-    )
 
 
 def _rel(folder: Path, path: Path) -> str:
@@ -244,28 +207,6 @@ def check_config(folder: Path, name: str, config: dict, info, broken: set[Path] 
                 )
             )
     return problems
-
-
-def read_report(folder: Path) -> dict:
-    """The folder's `build_report.json`; ValueError (one line) when it is missing or unusable."""
-    path = folder / REPORT
-    if not path.is_file():
-        raise ValueError(
-            f"no {REPORT}: nothing says which files the build wrote and their checksums (rebuild the folder)"
-        )
-    try:
-        report = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as err:
-        raise ValueError(f"{REPORT} does not parse as JSON: {err}") from None
-    listed = {**report.get("shards", {}), **report.get("files", {})} if isinstance(report, dict) else None
-    if not isinstance(listed, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in listed.items()):
-        raise ValueError(f"{REPORT} has no usable `shards` map (relative path -> sha256)")
-    return report
-
-
-def listed_files(report: dict) -> dict[str, str]:
-    """{relative path: sha256} of every data file the build (or `preview --add-config`) wrote: what may be uploaded."""
-    return {**report.get("shards", {}), **report.get("files", {})}
 
 
 def _written_by_a_build(rel: str) -> bool:
