@@ -70,12 +70,11 @@ def main(argv: list[str] | None = None) -> dict:
     args = parse_args(argv)
     from train_throughput import build_synthetic_gemex
 
-    from tests import tiny_models
-    from training_recipes import sft
+    from training_recipes import sft, tiny_model
 
     workdir = Path(args.workdir)
     built = build_synthetic_gemex(workdir, args.rows, args.image_size)
-    model = tiny_models.saved_tiny_vlm("gemma3", str(workdir))
+    model = str(tiny_model.save_tiny_vlm("gemma3", workdir / "gemma3"))
     steps = args.rows // args.batch_size
     at = int(steps * args.resume_at)
     output_dir = workdir / "run"

@@ -106,11 +106,11 @@ def qwen_text_encoder():
 
 def qwen3_vl_processor():
     """Qwen3-VL's processor (image-only: its video processor needs torchvision) with Qwen3-VL's
-    released image processor settings, a tokenizer trained offline (tests/tiny_models.py) and the
+    released image processor settings, a tokenizer trained offline (`training_recipes.tiny_model`) and the
     released chat template."""
     from transformers import ProcessorMixin, Qwen2VLImageProcessorPil, Qwen3VLProcessor
 
-    from tests import tiny_models
+    from training_recipes import tiny_model
 
     class ImageOnlyQwen3VLProcessor(Qwen3VLProcessor):
         def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
@@ -122,7 +122,7 @@ def qwen3_vl_processor():
             self.video_processor = None
             ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
 
-    tokenizer = tiny_models.qwen_tokenizer()
+    tokenizer = tiny_model.qwen_tokenizer()
     image_processor = Qwen2VLImageProcessorPil(
         size={"shortest_edge": 65536, "longest_edge": 16777216},
         patch_size=16,
@@ -130,14 +130,14 @@ def qwen3_vl_processor():
         image_mean=[0.5] * 3,
         image_std=[0.5] * 3,
     )
-    return ImageOnlyQwen3VLProcessor(image_processor, tokenizer, chat_template=tiny_models.chat_template("qwen3_vl"))
+    return ImageOnlyQwen3VLProcessor(image_processor, tokenizer, chat_template=tiny_model.chat_template("qwen3_vl"))
 
 
 def processor_for(family: Family):
-    from tests import tiny_models
+    from training_recipes import tiny_model
 
     if family.model_type == "qwen2_5_vl":
-        processor = tiny_models.tiny_qwen2_5_vl().processor
+        processor = tiny_model.tiny_qwen2_5_vl().processor
         processor.image_processor.size = type(processor.image_processor.size)(
             shortest_edge=family.processor_budget.min_pixels, longest_edge=family.processor_budget.max_pixels
         )

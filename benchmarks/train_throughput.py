@@ -67,14 +67,14 @@ def build_processor(max_pixels: int = MAX_PIXELS, min_pixels: int = MIN_PIXELS):
     """Qwen2.5-VL's processor (images only) around a tokenizer trained offline, bounded to `max_pixels`."""
     from transformers import Qwen2VLImageProcessorPil
 
-    from tests import tiny_models  # offline tokenizer and the image-only Qwen2.5-VL processor
+    from training_recipes import tiny_model  # offline tokenizer and the image-only Qwen2.5-VL processor
 
-    tokenizer = tiny_models.qwen_tokenizer()
+    tokenizer = tiny_model.qwen_tokenizer()
     image_processor = Qwen2VLImageProcessorPil(
         size={"shortest_edge": min_pixels, "longest_edge": max_pixels}, patch_size=14, merge_size=2
     )
-    return tiny_models.image_only_qwen2_5_vl_processor_class()(
-        image_processor=image_processor, tokenizer=tokenizer, chat_template=tiny_models.chat_template("qwen2_5_vl")
+    return tiny_model.image_only_qwen2_5_vl_processor_class()(
+        image_processor=image_processor, tokenizer=tokenizer, chat_template=tiny_model.chat_template("qwen2_5_vl")
     )
 
 

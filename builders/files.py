@@ -114,8 +114,3 @@ def atomic_write(path: str | os.PathLike[str], binary: bool = False) -> Iterator
 def write_text(path: str | os.PathLike[str], text: str) -> None:
     with atomic_write(path) as file:
         file.write(text)
-
-
-def write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    with atomic_write(path, binary=True) as file:
-        file.write(data)

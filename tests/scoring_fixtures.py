@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import random
+from pathlib import Path
 
 from builders.box_frame import frame224_to_pixels, letterbox
 from gemex_dataset.features import QUESTION_TYPES
@@ -111,3 +112,9 @@ def rexvqa_rows(n: int = 50, seed: int = 0) -> list[dict]:
             }
         )
     return rows
+
+
+def write_jsonl(path: str | Path, predictions: list[tuple[str, str]]) -> None:
+    """A predictions file in the JSONL layout `read_predictions` takes: one `{question_id, prediction}` a line."""
+    lines = (json.dumps({"question_id": q, "prediction": p}, ensure_ascii=False) + "\n" for q, p in predictions)
+    Path(path).write_text("".join(lines), encoding="utf-8")

@@ -4,13 +4,12 @@ import json
 import pytest
 from datasets import ClassLabel, Dataset, Features, List, Value
 
-from builders.scoring.predictions import write_jsonl
 from cxr_vqa import evaluate
 from gemex_dataset import scoring as gemex_scoring
 from gemex_dataset.features import QUESTION_TYPES, features
 from rexvqa_dataset import scoring as rex_scoring
 
-from .scoring_fixtures import TASKS, gemex_rows, rexvqa_rows
+from .scoring_fixtures import TASKS, gemex_rows, rexvqa_rows, write_jsonl
 
 
 def _gemex_dir(tmp_path, per_type=6):
@@ -231,8 +230,8 @@ def test_unknown_split_is_a_one_line_error(tmp_path, capsys):
 
 
 def test_a_built_folder_with_a_preview_config_is_evaluated_on_its_rows_once(tmp_path):
+    from builders.built_folder import card_configs
     from builders.hub.preview import add_preview_config
-    from builders.hub.validate import card_configs
 
     from .publish_builds import copy_build
 

@@ -11,7 +11,6 @@ from builders.scoring.extraction import (
     extract_letter,
     extract_letter_set,
     extract_raw_boxes,
-    extract_reason,
     extract_yes_no,
     split_reply,
 )
@@ -98,10 +97,10 @@ def test_letters_beyond_the_options_are_not_answers():
 
 
 def test_reason_from_tags_labels_and_json():
-    assert extract_reason("<answer> Yes. <reason> Opacity at base. <location> [[1, 2, 3, 4]]") == "Opacity at base."
-    assert extract_reason("Answer: C\nReason: The heart is enlarged.") == "The heart is enlarged."
-    assert extract_reason('{"answer": "C", "reasoning": "big heart"}') == "big heart"
-    assert extract_reason("C") == ""
+    assert split_reply("<answer> Yes. <reason> Opacity at base. <location> [[1, 2, 3, 4]]").reason == "Opacity at base."
+    assert split_reply("Answer: C\nReason: The heart is enlarged.").reason == "The heart is enlarged."
+    assert split_reply('{"answer": "C", "reasoning": "big heart"}').reason == "big heart"
+    assert split_reply("C").reason == ""
 
 
 def test_answer_and_reason_drops_tags_and_boxes():

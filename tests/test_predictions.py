@@ -8,9 +8,10 @@ from builders.scoring.predictions import (
     match_to_split,
     read_predictions,
     rexrank_record,
-    write_jsonl,
     write_rexrank,
 )
+
+from .scoring_fixtures import write_jsonl
 
 
 def test_jsonl_round_trip(tmp_path):

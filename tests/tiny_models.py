@@ -12,10 +12,11 @@ import functools
 from pathlib import Path
 
 from training_recipes import tiny_model
-from training_recipes.tiny_model import (  # noqa: F401 - the tests and benchmarks read them from here
+from training_recipes.tiny_model import (  # noqa: F401 - the tests read them from here
     IMAGE_SIZE,
     TinyVLM,
     corpus,
+    image_only_qwen2_5_vl_processor_class,
     padded_vocab,
     qwen_tokenizer,
     tiny_gemma3,
@@ -25,23 +26,6 @@ from training_recipes.tiny_model import (  # noqa: F401 - the tests and benchmar
 
 FAMILIES = ("qwen2_5_vl", "idefics3", "gemma3")
 chat_template = tiny_model.chat_template
-
-
-def image_only_qwen2_5_vl_processor_class():
-    """Qwen2.5-VL's processor without its video processor, whose base class needs torchvision
-    (not installed here); images only, which is all the recipes use."""
-    from transformers import ProcessorMixin, Qwen2_5_VLProcessor
-
-    class ImageOnlyQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            self.image_token = "<|image_pad|>"
-            self.video_token = "<|video_pad|>"
-            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
-            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
-            self.video_processor = None
-            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
-
-    return ImageOnlyQwen2_5_VLProcessor
 
 
 def tiny_qwen2_5_vl() -> TinyVLM:

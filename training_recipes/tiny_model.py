@@ -113,7 +113,7 @@ def qwen_tokenizer() -> PreTrainedTokenizerFast:
 
 def tiny_qwen2_5_vl(processor_class=None) -> TinyVLM:
     """Qwen2.5-VL with its released processor class, whose video processor needs torchvision
-    (`processor_class` swaps in another: the tests' image-only one)."""
+    (`processor_class` swaps in another: `image_only_qwen2_5_vl_processor_class`'s)."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration, Qwen2VLImageProcessorPil
 
     tokenizer = qwen_tokenizer()
@@ -156,6 +156,23 @@ def tiny_qwen2_5_vl(processor_class=None) -> TinyVLM:
         vision_end_token_id=ids("<|vision_end|>"),
     )
     return TinyVLM("qwen2_5_vl", Qwen2_5_VLForConditionalGeneration(config), processor)
+
+
+def image_only_qwen2_5_vl_processor_class():
+    """Qwen2.5-VL's processor without its video processor, whose base class needs torchvision (which no
+    PyPI build imports beside the CPU torch); images only, which is all the recipes use."""
+    from transformers import ProcessorMixin, Qwen2_5_VLProcessor
+
+    class ImageOnlyQwen2_5_VLProcessor(Qwen2_5_VLProcessor):
+        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
+            self.image_token = "<|image_pad|>"
+            self.video_token = "<|video_pad|>"
+            self.image_token_id = tokenizer.convert_tokens_to_ids(self.image_token)
+            self.video_token_id = tokenizer.convert_tokens_to_ids(self.video_token)
+            self.video_processor = None
+            ProcessorMixin.__init__(self, image_processor, tokenizer, chat_template=chat_template)
+
+    return ImageOnlyQwen2_5_VLProcessor
 
 
 def released_qwen2_5_vl_processor(image_processor, tokenizer):

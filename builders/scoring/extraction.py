@@ -297,11 +297,6 @@ def extract_letter_set(text: str, options: Sequence[str]) -> frozenset[str] | No
     return frozenset(letters) or None
 
 
-def extract_reason(text: str) -> str:
-    """The reason segment, empty when the reply has none."""
-    return split_reply(text).reason
-
-
 def answer_and_reason(text: str) -> str:
     """The text the AR scores compare: answer + reason of a structured reply, else the whole
     reply; box coordinates and tags are removed either way (they are scored by the V-score)."""

@@ -18,11 +18,11 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from builders.files import atomic_write, write_text
+from builders.files import write_text
 
 
 class PredictionsError(ValueError):
@@ -135,12 +135,6 @@ def _reply_text(value) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return ""
     return value if isinstance(value, str) else json.dumps(value)
-
-
-def write_jsonl(path: str | Path, predictions: Iterable[tuple[str, str]]) -> None:
-    with atomic_write(path) as handle:
-        for question_id, prediction in predictions:
-            handle.write(json.dumps({"question_id": question_id, "prediction": prediction}, ensure_ascii=False) + "\n")
 
 
 def read_rexrank(path: str | Path) -> list[Prediction]:
