@@ -9,8 +9,9 @@ image's pixels, drops repeated questions, and writes one shard set per question 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -20,14 +21,14 @@ from tqdm.auto import tqdm
 from builders.assembly.conversations import ConversationLayout
 from builders.assembly.dataset_build import DatasetBuild
 from builders.assembly.image_source import ImageSource, Loaded
-from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
+from builders.assembly.report import BuildReport, Reject
 from builders.assembly.settings import BuildSettings
 from builders.assembly.staging import Staging
 from builders.box_frame import frame224_to_pixels_many
 from builders.columns import offsets
 from builders.images import ImageError, StoredImage
 from builders.provenance import keyed_digest
-from gemex_dataset import per_type_columns
+from gemex_dataset import per_type_columns as question_columns
 from gemex_dataset.anatomy import REGIONS
 from gemex_dataset.features import (
     COLUMN_DOCS,
@@ -43,7 +44,6 @@ from gemex_dataset.prompts import messages_array, to_messages
 from gemex_dataset.readers import RawQuestion, SourceFile, find_source_files
 from gemex_dataset.rows import question_row
 
-IMAGE_COLUMNS = ("question_id", "image", "image_width", "image_height", "boxes", "messages")
 LAYOUT_PREFERENCE = ("per_type", "grouped", "llava")
 """Which layout is read where a split comes in several: the per-type files hold every field (reports, region
 names), the grouped ones boxes without region names, the LLaVA file neither report nor region names."""
@@ -80,80 +80,76 @@ def one_layout_per_split(files: list[SourceFile]) -> tuple[list[SourceFile], str
     return kept, note
 
 
+GATED_PROMPT = (
+    "This dataset contains MIMIC-CXR images and report text. Access requires a credentialed PhysioNet account "
+    "and a signed data use agreement for MIMIC-CXR-JPG. Requests are approved by hand."
+)
+GATED_FIELDS = {
+    "PhysioNet username": "text",
+    "I hold credentialed access to MIMIC-CXR-JPG on PhysioNet": "checkbox",
+    "I have signed the PhysioNet Credentialed Health Data Use Agreement 1.5.0 and will not share the data": "checkbox",
+}
+
+
 class GemexBuild(DatasetBuild):
-    staging_key = "image_path"
+    dataset = "gemex"
+    question_features = staticmethod(features)
+    staging_key = image_path_column = "image_path"
+    unstaged_columns = ("question_id", "image", "image_width", "image_height", "boxes", "messages")
+    record_columns = ("_file", "_record")
+    config_column, configs = "question_type", QUESTION_TYPES
+    conversations = ConversationLayout(
+        PER_IMAGE_CONFIG,
+        "image_path",
+        per_image_features("embed"),
+        TURN_COLUMNS,
+        group_columns=lambda rows: {c: rows[0][c] for c in IMAGE_COLUMNS_PER_IMAGE},
+        group_id=lambda row: row["question_id"].rsplit("/", 2)[0],
+    )
+    """`sft_per_image`: an image's questions as one conversation."""
+    card_template = "gemex.md"
+    release_facts: ClassVar[dict] = {
+        "name": "GEMeX",
+        "licence": (
+            "physionet-credentialed-health-data-license-1.5.0",
+            "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/",
+        ),
+        "tags": ["grounding", "mimic-cxr"],
+        "gated_prompt": GATED_PROMPT,
+        "gated_fields": GATED_FIELDS,
+    }
+    missing_source = "no GEMeX annotation files under {} (expected *_question.jsonl, *.json or *.jsonl + *.csv)"
+    find_source_files = staticmethod(find_source_files)
 
     def __init__(self, settings: BuildSettings):
-        super().__init__(settings, BuildReport("gemex", settings.to_dict()))
-        self.features = features(settings.image_mode)
+        super().__init__(settings)
         self.image_names: dict[str, dict[str, str]] = {}  # split -> image path -> its short name (its dicom_id)
         self.whole_path_names: dict[
             str, set[str]
         ] = {}  # split -> the short names replaced by image paths in ids (`names_to_replace`)
 
-    def staging_schema(self) -> pa.Schema:
-        text = [f for f in features("none").arrow_schema if f.name not in IMAGE_COLUMNS]
-        return pa.schema(text + [pa.field("_file", pa.string()), pa.field("_record", pa.string())])
-
     def image_source(self) -> ImageSource | None:
         return ImageSource(self.settings, provenance=self.provenance) if self.settings.images else None
 
-    def conversation_layout(self) -> ConversationLayout | None:
-        """`sft_per_image`: an image's questions as one conversation (builds with images only, unless `--no-conversations`)."""
-        if "messages" not in self.features or self.settings.no_conversations:
-            return None
-        return ConversationLayout(
-            PER_IMAGE_CONFIG,
-            "image_path",
-            per_image_features(self.settings.image_mode),
-            TURN_COLUMNS,
-            group_columns=lambda rows: {c: rows[0][c] for c in IMAGE_COLUMNS_PER_IMAGE},
-            group_id=lambda row: row["question_id"].rsplit("/", 2)[0],
-            seed=self.settings.turn_seed,
-            text_tokens=self.settings.conversation_tokens,
-        )
-
-    def stage(self, staging: Staging) -> None:
-        files = find_source_files(Path(self.settings.source), self.settings.split)
-        if not files:
-            raise BuildError(
-                f"no GEMeX annotation files under {self.settings.source} (expected *_question.jsonl, *.json or *.jsonl + *.csv)"
-            )
+    def stage_files(self, staging: Staging, files: list[SourceFile]) -> None:
         files, self.report.source_note = one_layout_per_split(files)
         for src in tqdm(files, desc="reading annotations", unit="file", disable=len(files) < 4):
             digest = keyed_digest() if self.provenance.unmarked is None else None
-            for item in per_type_columns.read(src, digest=digest):
-                if isinstance(item, pa.Table):
-                    self.stage_questions(staging, src.split, item)
-                    continue
-                self.report.records_read += 1
-                if isinstance(item, Reject):
-                    self.reject(item)
-                    continue
-                self.stage_question(staging, item)
+            self.stage_items(staging, src.split, question_columns.read(src, digest=digest))
             self.provenance.annotation_file(src.path, digest)
             if src.csv:
                 self.provenance.annotation_file(src.csv)
 
-    def stage_question(self, staging: Staging, raw: RawQuestion) -> None:
-        try:
-            row, notes = question_row(raw, ordinal=0)
-        except RecordError as err:
-            self.reject(Reject(raw.file, raw.record, err.field, err.reason))
-            return
-        except RecursionError:
-            self.reject(Reject(raw.file, raw.record, None, "JSON nested too deeply to read"))
-            return
+    def record_row(self, raw: RawQuestion) -> dict:
+        row, notes = question_row(raw, ordinal=0)
         for region in notes.unknown_regions:
             self.report.count_unknown("region", region)
         del row["question_id"]
         row["_file"], row["_record"] = raw.file, raw.record
         self.note_images(raw.split, [(row["image_path"], row["dicom_id"])])
-        staging.add(raw.split, row)
+        return row
 
-    def stage_questions(self, staging: Staging, split: str, table: pa.Table) -> None:
-        """Stage rows already checked and converted a column at a time (`per_type_columns`)."""
-        self.report.records_read += table.num_rows
+    def stage_table(self, staging: Staging, split: str, table: pa.Table) -> None:
         regions = pc.list_flatten(table["regions"])
         unknown = regions.filter(pc.invert(pc.is_in(regions, pa.array(sorted(REGIONS)))))
         for item in pc.value_counts(unknown).to_pylist():
@@ -172,21 +168,7 @@ class GemexBuild(DatasetBuild):
         for path, dicom_id in images:
             names[path] = short_name(path, dicom_id)
 
-    def attach_images(self, rows: list[dict]) -> Iterator[tuple[list[dict], StoredImage | ImageError]]:
-        """Rows grouped by image, each group with its loaded image.
-
-        Images load ahead in the background (`ImageSource.load_ahead`) and each group is let go
-        once yielded, so memory holds a few images, not a whole chunk's.
-        """
-        groups: dict[str, list[dict]] = {}
-        for row in rows:
-            groups.setdefault(row["image_path"], []).append(row)
-        rows.clear()  # a group's rows get its image bytes: hold them only until the group is written
-        paths = list(groups)
-        for path, image in zip(paths, self.images.load_ahead(paths)):
-            yield groups.pop(path), image
-
-    def first_questions(self, split: str, table: pa.Table) -> pa.Table:
+    def prepared(self, split: str, table: pa.Table) -> pa.Table:
         """A chunk's rows (whole images, sorted by image) less repeated questions, each given its question id.
 
         The same question twice on one image (type, question, choices and answer) is rejected,
@@ -212,16 +194,15 @@ class GemexBuild(DatasetBuild):
                 )
         return kept
 
-    def with_image_columns(self, table: pa.Table, loaded: list[Loaded] | None) -> tuple[pa.Table, int]:
-        """A chunk's rows (sorted by image) with their image columns, made a column at a time; and how many images they show.
+    def with_image_columns(self, table: pa.Table, loaded: list[Loaded] | None) -> tuple[pa.Table, set[str]]:
+        """A chunk's rows (sorted by image) with their image columns, made a column at a time; and the images they show.
 
-        `loaded` holds the chunk's distinct images in `pc.unique` order (`chunks_with_images`).
-        `image_group` does the same a row at a time for embedded images. Rows of an image that
+        `group_rows` does the same a row at a time for embedded images. Rows of an image that
         cannot be read are rejected, except in `--image-mode none`, where they keep no sizes.
         """
-        if loaded is None:
-            return without_images(table), pc.count_distinct(table["image_path"]).as_py()
         paths = pc.unique(table["image_path"])
+        if loaded is None:
+            return self.without_images(table), set(paths.to_pylist())
         usable = np.array([isinstance(image, StoredImage) for image in loaded], dtype=bool)
         image_of_row = pc.index_in(table["image_path"], paths).to_numpy()
         if not usable.all() and self.settings.image_mode != "none":
@@ -246,7 +227,7 @@ class GemexBuild(DatasetBuild):
         ).reshape(-1, 2)
         sized = usable[image_of_row]
         width, height = sizes[image_of_row, 0], sizes[image_of_row, 1]
-        boxes, pixels = self.pixel_box_column(table["boxes_224"].combine_chunks(), width, height, sized)
+        boxes, pixels = pixel_box_column(table["boxes_224"].combine_chunks(), width, height, sized, self.to_pixels)
         table = (
             table.append_column("image_width", pa.array(width, pa.int32(), mask=~sized))
             .append_column("image_height", pa.array(height, pa.int32(), mask=~sized))
@@ -262,21 +243,8 @@ class GemexBuild(DatasetBuild):
             )
         if "messages" in self.features:
             table = table.append_column("messages", messages_array(table, pixels))
-        return table, int(usable.sum()) if self.settings.image_mode != "none" else len(loaded)
-
-    def pixel_box_column(
-        self, boxes_224: pa.Array, width: np.ndarray, height: np.ndarray, sized: np.ndarray
-    ) -> tuple[pa.Array, np.ndarray]:
-        """`boxes` of each row (null where not `sized`) from its `boxes_224` and its image's size; and the pixel boxes flat."""
-        box_row = pc.list_parent_indices(boxes_224).to_numpy()
-        corners = pc.list_flatten(pc.list_flatten(boxes_224)).to_numpy().reshape(-1, 4).astype(np.float64)
-        pixels = np.zeros_like(corners)
-        in_image = sized[box_row]
-        pixels[in_image] = self.to_pixels(corners[in_image], width[box_row][in_image], height[box_row][in_image])
-        corners_32 = pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel(), pa.float32()), 4)
-        return pa.ListArray.from_arrays(
-            offsets(pc.list_value_length(boxes_224).to_numpy()), corners_32, mask=pa.array(~sized)
-        ), pixels
+        shown = paths.filter(pa.array(usable)) if self.settings.image_mode != "none" else paths
+        return table, set(shown.to_pylist())
 
     def to_pixels(self, corners: np.ndarray, width: np.ndarray, height: np.ndarray) -> np.ndarray:
         """Boxes (n, 4) from the 224 frame into their images' pixels, the clipped ones counted in the report."""
@@ -285,8 +253,9 @@ class GemexBuild(DatasetBuild):
             self.report.notices["boxes clipped to the image"] += int(clipped.sum())
         return pixels
 
-    def image_group(self, rows: list[dict], image: StoredImage | ImageError) -> list[dict]:
+    def group_rows(self, rows: list[dict], images: dict[str, Loaded]) -> list[dict]:
         """The final rows of one image in an embed build, a row at a time: image columns and pixel boxes; rows of an image that fails rejected."""
+        (image,) = images.values()
         if isinstance(image, ImageError):
             for row in rows:
                 self.reject(Reject(row["_file"], row["_record"], "image_path", f"{image.problem}: {image.path}"))
@@ -307,52 +276,6 @@ class GemexBuild(DatasetBuild):
                 row["messages"] = to_messages(row)
         return rows
 
-    def write_split(self, staging: Staging, split: str, out: Path) -> None:
-        shards = self.split_shards(
-            out, split, list(QUESTION_TYPES), self.features, lambda row: QUESTION_TYPES[row["question_type"]]
-        )
-        images = 0
-        with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
-            if self.settings.image_mode == "embed":  # image bytes are handed over an image's rows at a time
-                for table in staging.sorted_batches(split):
-                    bar.update(table.num_rows)
-                    for rows, image in self.attach_images(self.first_questions(split, table).to_pylist()):
-                        final = self.image_group(rows, image)
-                        images += bool(final)
-                        shards.add_image_rows(
-                            final, len(image.bytes) if isinstance(image, StoredImage) and image.bytes else 0
-                        )
-            else:
-                chunks = (
-                    self.first_questions(split, table) for table in staging.sorted_batches(split, staging.BUCKET_ROWS)
-                )
-                for table, loaded in self.chunks_with_images(
-                    chunks, lambda table: pc.unique(table["image_path"]).to_pylist()
-                ):
-                    bar.update(table.num_rows)
-                    table, chunk_images = self.with_image_columns(table, loaded)
-                    images += chunk_images
-                    shards.add_table(table, table["question_type"].to_numpy())
-        self.finish_split(shards, split, out)
-        self.report.images[split] = images
-
-    card_template = "gemex.md"
-
-    def config_filters(self) -> dict[str, list]:
-        return {qtype: [["question_type", "==", k]] for k, qtype in enumerate(QUESTION_TYPES)}
-
-    def release_facts(self) -> dict:
-        return {
-            "name": "GEMeX",
-            "licence": (
-                "physionet-credentialed-health-data-license-1.5.0",
-                "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/",
-            ),
-            "tags": ["grounding", "mimic-cxr"],
-            "gated_prompt": GATED_PROMPT,
-            "gated_fields": GATED_FIELDS,
-        }
-
     def card_context(self, out: Path, configs: dict[str, dict]) -> dict:
         counts = {s: {t: self.report.rows.get(f"{s}/{t}", 0) for t in QUESTION_TYPES} for s in self.report.images}
         return {
@@ -361,6 +284,25 @@ class GemexBuild(DatasetBuild):
             "conversation_column_docs": PER_IMAGE_COLUMN_DOCS,
             "column_docs": COLUMN_DOCS,
         }
+
+
+def pixel_box_column(
+    boxes_224: pa.Array,
+    width: np.ndarray,
+    height: np.ndarray,
+    sized: np.ndarray,
+    to_pixels: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
+) -> tuple[pa.Array, np.ndarray]:
+    """`boxes` of each row (null where not `sized`) from its `boxes_224` and its image's size; and the pixel boxes flat."""
+    box_row = pc.list_parent_indices(boxes_224).to_numpy()
+    corners = pc.list_flatten(pc.list_flatten(boxes_224)).to_numpy().reshape(-1, 4).astype(np.float64)
+    pixels = np.zeros_like(corners)
+    in_image = sized[box_row]
+    pixels[in_image] = to_pixels(corners[in_image], width[box_row][in_image], height[box_row][in_image])
+    corners_32 = pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel(), pa.float32()), 4)
+    return pa.ListArray.from_arrays(
+        offsets(pc.list_value_length(boxes_224).to_numpy()), corners_32, mask=pa.array(~sized)
+    ), pixels
 
 
 def repeated_questions(table: pa.Table) -> np.ndarray:
@@ -442,19 +384,6 @@ def question_ids(split: str, table: pa.Table, whole_path_names: set[str] = froze
     return pc.binary_join_element_wise(pa.scalar(split), key, names, pc.cast(pa.array(ordinal), pa.string()), "/")
 
 
-def without_images(table: pa.Table) -> pa.Table:
-    """Rows of a build with no image root: no image sizes, boxes only in the 224 frame."""
-    nulls = pa.nulls(table.num_rows)
-    return (
-        table.drop_columns(["_file", "_record"])
-        .append_column(pa.field("image_width", pa.int32()), nulls.cast(pa.int32()))
-        .append_column(pa.field("image_height", pa.int32()), nulls.cast(pa.int32()))
-        .append_column(
-            pa.field("boxes", pa.list_(pa.list_(pa.float32(), 4))), nulls.cast(pa.list_(pa.list_(pa.float32(), 4)))
-        )
-    )
-
-
 OPTION_HELP = {
     "source": "the raw release: a folder holding any of its three layouts (or one annotation file)",
     "images": "the folder image paths are relative to (optional with --image-mode none)",
@@ -469,17 +398,6 @@ OPTION_HELP = {
     "which doubles the shared layout's local bytes",
 }
 """How a GEMeX build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
-
-
-GATED_PROMPT = (
-    "This dataset contains MIMIC-CXR images and report text. Access requires a credentialed PhysioNet account "
-    "and a signed data use agreement for MIMIC-CXR-JPG. Requests are approved by hand."
-)
-GATED_FIELDS = {
-    "PhysioNet username": "text",
-    "I hold credentialed access to MIMIC-CXR-JPG on PhysioNet": "checkbox",
-    "I have signed the PhysioNet Credentialed Health Data Use Agreement 1.5.0 and will not share the data": "checkbox",
-}
 
 
 def build_gemex(settings: BuildSettings) -> BuildReport:

@@ -14,8 +14,9 @@ with an image path that escapes the release folder. `--image-mode none` reads no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -25,7 +26,7 @@ from tqdm.auto import tqdm
 from builders.assembly.conversations import ConversationLayout
 from builders.assembly.dataset_build import DatasetBuild
 from builders.assembly.image_source import ImageSource, Loaded
-from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
+from builders.assembly.report import BuildReport, Reject
 from builders.assembly.settings import BuildSettings
 from builders.assembly.staging import Staging
 from builders.columns import empty_lists, offsets
@@ -47,27 +48,57 @@ from rexvqa_dataset.prompts import messages_array, to_messages
 from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder
 from rexvqa_dataset.rows import drop_missing_views, question_row, study_columns
 
-CONFIGS = (*TASK_CONFIGS, OTHER_TASK)
 KEPT_IN_EXTRA = "{} kept as released in extra (not representable in its column)"
 
 
-def config_of(row: dict) -> str:
-    return TASK_CONFIGS[row["task_name"]] if row["task_name"] >= 0 else OTHER_TASK
+GATED_PROMPT = (
+    "This dataset contains ReXVQA questions and ReXGradient-160K chest X-ray images and report text, released for "
+    "non-commercial research under the terms on ReXGradient-160K's Hub page. Requests are approved by hand."
+)
+GATED_FIELDS = {
+    "Name": "text",
+    "Affiliation": "text",
+    "I have been granted access to ReXGradient-160K on the Hugging Face Hub and accept its terms": "checkbox",
+    "I will use this dataset for non-commercial research only and will not share it": "checkbox",
+}
 
 
 class RexvqaBuild(DatasetBuild):
+    dataset = "rexvqa"
+    question_features = staticmethod(features)
     staging_key = "study_id"
+    image_path_column = "image_paths"
+    unstaged_columns = IMAGE_COLUMNS
+    config_column, configs = "task_name", (*TASK_CONFIGS, OTHER_TASK)
+    conversations = ConversationLayout(
+        PER_STUDY_CONFIG,
+        "study_id",
+        per_study_features("embed"),
+        TURN_COLUMNS,
+        group_columns=study_columns,
+        group_id=lambda row: f"{row['split']}/{row['study_id']}",
+    )
+    """`sft_per_study`: a study's questions as one conversation with all its images."""
+    card_template = "rexvqa.md"
+    release_facts: ClassVar[dict] = {
+        "name": "ReXVQA",
+        "licence": (
+            "rexgradient-160k-research-use",
+            "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K",
+        ),
+        "tags": ["multiple-choice", "rexgradient"],
+        "gated_prompt": GATED_PROMPT,
+        "gated_fields": GATED_FIELDS,
+    }
+    missing_source = "no ReXVQA files under {} (expected metadata/{{train,valid,test}}_vqa_data.json)"
+    find_source_files = staticmethod(find_source_files)
 
     def __init__(self, settings: BuildSettings):
         self.metadata = metadata_folder(Path(settings.source))
         if settings.images is None and settings.image_mode != "none":
             settings.images = self.metadata
-        super().__init__(settings, BuildReport("rexvqa", settings.to_dict()))
-        self.features = features(settings.image_mode)
-
-    def staging_schema(self) -> pa.Schema:
-        text = [f for f in features("none").arrow_schema if f.name not in IMAGE_COLUMNS]
-        return pa.schema(text + [pa.field("_file", pa.string())])
+        super().__init__(settings)
+        self.ids_of: dict[str, set[str]] = {}  # each file read -> its question ids
 
     def image_source(self) -> ImageSource | None:
         """`ImagePath`s start with `../deid_png/`: they may leave the metadata folder, not the release."""
@@ -77,51 +108,15 @@ class RexvqaBuild(DatasetBuild):
             self.settings, allowed_root=Path(self.settings.images).absolute().parent, provenance=self.provenance
         )
 
-    def conversation_layout(self) -> ConversationLayout | None:
-        """`sft_per_study`: a study's questions as one conversation with all its images (builds with images only,
-        unless `--no-conversations`)."""
-        if "messages" not in self.features or self.settings.no_conversations:
-            return None
-        return ConversationLayout(
-            PER_STUDY_CONFIG,
-            "study_id",
-            per_study_features(self.settings.image_mode),
-            TURN_COLUMNS,
-            group_columns=study_columns,
-            group_id=lambda row: f"{row['split']}/{row['study_id']}",
-            seed=self.settings.turn_seed,
-            text_tokens=self.settings.conversation_tokens,
-        )
-
-    def stage(self, staging: Staging) -> None:
-        files = find_source_files(Path(self.settings.source), self.settings.split)
-        if not files:
-            raise BuildError(
-                f"no ReXVQA files under {self.settings.source} (expected metadata/{{train,valid,test}}_vqa_data.json)"
-            )
-        earlier: dict[str, set[str]] = {}  # file -> the question ids read from it
+    def stage_files(self, staging: Staging, files: list[tuple[Path, str]]) -> None:
         for path, split in files:
             self.provenance.annotation_file(path)
             seen: set[str] = set()
             with tqdm(desc=f"reading {path.name}", unit="question", disable=None) as bar:
-                for item in record_columns.read(path, split, seen=seen):
-                    count = item.num_rows if isinstance(item, pa.Table) else 1
-                    self.report.records_read += count
-                    bar.update(count)
-                    if isinstance(item, Reject):
-                        self.reject(item)
-                    elif isinstance(item, pa.Table):
-                        repeated = self.repeated_ids(item["question_id"].to_pylist(), str(path), earlier)
-                        self.stage_questions(
-                            staging,
-                            split,
-                            item.filter(pa.array(~np.isin(np.arange(count), repeated))) if repeated else item,
-                        )
-                    elif not self.repeated_ids([item.question_id], item.file, earlier):
-                        self.stage_question(staging, item)
-            earlier[str(path)] = seen
+                self.stage_items(staging, split, counted(record_columns.read(path, split, seen=seen), bar))
+            self.ids_of[str(path)] = seen
 
-    def repeated_ids(self, ids: list[str], file: str, earlier: dict[str, set[str]]) -> list[int]:
+    def repeated_ids(self, ids: list[str], file: str) -> list[int]:
         """Positions of the ids an earlier file had, each rejected as duplicate_question_id (the first kept).
 
         The files' own id sets are all that is kept of the ids (one string per question, not two),
@@ -129,7 +124,7 @@ class RexvqaBuild(DatasetBuild):
         """
         repeated = []
         for k, question_id in enumerate(ids):
-            first = next((other for other, other_ids in earlier.items() if question_id in other_ids), None)
+            first = next((other for other, other_ids in self.ids_of.items() if question_id in other_ids), None)
             if first is not None:
                 repeated.append(k)
                 self.reject(Reject(file, question_id, "question_id", "duplicate_question_id"))
@@ -138,22 +133,20 @@ class RexvqaBuild(DatasetBuild):
                 ] += 1
         return repeated
 
-    def stage_questions(self, staging: Staging, split: str, table: pa.Table) -> None:
-        """Stage rows already checked and converted a column at a time (`record_columns`)."""
+    def stage_table(self, staging: Staging, split: str, table: pa.Table) -> None:
+        if table.num_rows and (
+            repeated := self.repeated_ids(table["question_id"].to_pylist(), table["_file"][0].as_py())
+        ):
+            table = table.filter(pa.array(~np.isin(np.arange(table.num_rows), repeated)))
         views_kept = pc.sum(table[record_columns.VIEWS_KEPT]).as_py() or 0
         if views_kept:
             self.report.notices[KEPT_IN_EXTRA.format("ImageViewPosition")] += views_kept
         staging.add_table(split, table)
 
-    def stage_question(self, staging: Staging, raw: RawRecord) -> None:
-        try:
-            row, notes = question_row(raw)
-        except RecordError as err:
-            self.reject(Reject(raw.file, raw.question_id, err.field, err.reason))
-            return
-        except RecursionError:
-            self.reject(Reject(raw.file, raw.question_id, None, "JSON nested too deeply to read"))
-            return
+    def record_row(self, raw: RawRecord) -> dict | None:
+        if self.repeated_ids([raw.question_id], raw.file):
+            return None
+        row, notes = question_row(raw)
         if notes.unknown_task is not None:
             self.report.count_unknown("task_name", notes.unknown_task)
         for age in notes.odd_ages:
@@ -161,23 +154,9 @@ class RexvqaBuild(DatasetBuild):
         for key in notes.kept_in_extra:
             self.report.notices[KEPT_IN_EXTRA.format(key)] += 1
         row["_file"] = raw.file
-        staging.add(raw.split, row)
+        return row
 
-    def studies(self, rows: list[dict]) -> Iterator[tuple[list[dict], dict[str, StoredImage | ImageError]]]:
-        """Rows grouped by study, each with its images loaded (by released path) once, ahead in the background."""
-        groups: dict[str, list[dict]] = {}
-        for row in rows:
-            groups.setdefault(row["study_id"], []).append(row)
-        rows.clear()  # a study's rows get its image bytes: hold them only until the study is written
-        paths_of = {
-            study: list(dict.fromkeys(p for row in study_rows for p in row["image_paths"]))
-            for study, study_rows in groups.items()
-        }
-        loaded = self.images.load_ahead(p for paths in paths_of.values() for p in paths)
-        for study, paths in paths_of.items():
-            yield groups.pop(study), {path: next(loaded) for path in paths}
-
-    def study_rows(self, rows: list[dict], images: dict[str, StoredImage | ImageError]) -> list[dict]:
+    def group_rows(self, rows: list[dict], images: dict[str, StoredImage | ImageError]) -> list[dict]:
         """The final rows of one study, image columns attached; rows without a usable image rejected."""
         out = []
         for row in rows:
@@ -216,16 +195,15 @@ class RexvqaBuild(DatasetBuild):
     def with_image_columns(self, table: pa.Table, loaded: list[Loaded] | None) -> tuple[pa.Table, set[str]]:
         """A chunk's rows with their image columns, and the paths of the images they show.
 
-        `loaded` holds the chunk's distinct images in `unique_paths` order (`chunks_with_images`).
         Rows whose every image loads get theirs a column at a time (`attach_loaded`); the others
-        go through `study_rows`, a row at a time, which keeps them with their other images or
+        go through `group_rows`, a row at a time, which keeps them with their other images or
         rejects them. Rows keep their order.
         """
         if loaded is None:
-            return without_images(table), set()
+            return self.without_images(table, empty=("missing_images",)), set()
         paths = table["image_paths"].combine_chunks()
         flat = pc.list_flatten(paths)
-        unique = unique_paths(table)
+        unique = self.chunk_paths(table)
         usable = np.array([isinstance(image, StoredImage) for image in loaded], dtype=bool)
         image_of_item, row_of_item = pc.index_in(flat, unique).to_numpy(), pc.list_parent_indices(paths).to_numpy()
         whole = np.ones(table.num_rows, dtype=bool)
@@ -238,7 +216,7 @@ class RexvqaBuild(DatasetBuild):
         for position, row in zip(np.flatnonzero(~whole).tolist(), rows):
             row["_position"] = position
         by_path = dict(zip(unique.to_pylist(), loaded))
-        final = self.study_rows(rows, {path: by_path[path] for row in rows for path in row["image_paths"]})
+        final = self.group_rows(rows, {path: by_path[path] for row in rows for path in row["image_paths"]})
         used |= {p for row in final for p in row["image_paths"] if isinstance(by_path[p], StoredImage)}
         schema = self.features.arrow_schema
         merged = pa.concat_tables([clean.select(schema.names).cast(schema), pa.Table.from_pylist(final, schema=schema)])
@@ -269,57 +247,13 @@ class RexvqaBuild(DatasetBuild):
             rows = rows.append_column("messages", messages_array(rows, counts))
         return rows
 
-    def write_split(self, staging: Staging, split: str, out: Path) -> None:
-        shards = self.split_shards(out, split, list(CONFIGS), self.features, config_of)
-        images: set[str] = set()
-        with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
-            if self.settings.image_mode == "embed":  # image bytes are handed over a study's rows at a time
-                for table in staging.sorted_batches(split):
-                    bar.update(table.num_rows)
-                    for rows, loaded in self.studies(table.to_pylist()):
-                        final = self.study_rows(rows, loaded)
-                        used = {
-                            p for row in final for p in row["image_paths"] if isinstance(loaded.get(p), StoredImage)
-                        }
-                        images.update(used)
-                        shards.add_image_rows(final, sum(len(loaded[p].bytes or b"") for p in used))
-            else:
-                chunks = staging.sorted_batches(split, staging.BUCKET_ROWS)
-                for table, loaded in self.chunks_with_images(chunks, lambda table: unique_paths(table).to_pylist()):
-                    bar.update(table.num_rows)
-                    table, used = self.with_image_columns(table, loaded)
-                    images.update(used)
-                    config_index = pc.if_else(pc.less(table["task_name"], 0), len(TASK_CONFIGS), table["task_name"])
-                    shards.add_table(table, config_index.to_numpy())
-        self.finish_split(shards, split, out)
-        self.report.images[split] = len(images)
-
-    card_template = "rexvqa.md"
-
-    def config_filters(self) -> dict[str, list]:
-        return {config: [["task_name", "==", k]] for k, config in enumerate(TASK_CONFIGS)} | {
-            OTHER_TASK: [["task_name", "==", -1]]
-        }
-
-    def release_facts(self) -> dict:
-        return {
-            "name": "ReXVQA",
-            "licence": (
-                "rexgradient-160k-research-use",
-                "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K",
-            ),
-            "tags": ["multiple-choice", "rexgradient"],
-            "gated_prompt": GATED_PROMPT,
-            "gated_fields": GATED_FIELDS,
-        }
-
     def card_context(self, out: Path, configs: dict[str, dict]) -> dict:
         splits = list(self.report.images)
-        counts = {s: {c: self.report.rows.get(f"{s}/{c}", 0) for c in CONFIGS} for s in splits}
+        counts = {s: {c: self.report.rows.get(f"{s}/{c}", 0) for c in self.configs} for s in splits}
         return {
             "counts": counts,
-            "totals": {c: sum(counts[s][c] for s in splits) for c in CONFIGS},
-            "tasks": dict(zip(CONFIGS, [*TASKS, "other (unknown task)"])),
+            "totals": {c: sum(counts[s][c] for s in splits) for c in self.configs},
+            "tasks": dict(zip(self.configs, [*TASKS, "other (unknown task)"])),
             "column_docs": COLUMN_DOCS,
             "conversation_column_docs": PER_STUDY_COLUMN_DOCS,
             "categories": self.category_counts(out),
@@ -342,20 +276,11 @@ class RexvqaBuild(DatasetBuild):
         return sorted(counts.items(), key=lambda kv: (-kv[1], str(kv[0])))
 
 
-def unique_paths(table: pa.Table) -> pa.Array:
-    """The distinct image paths of a chunk's rows, in order of first appearance."""
-    return pc.unique(pc.list_flatten(table["image_paths"]))
-
-
-def without_images(table: pa.Table) -> pa.Table:
-    """Rows of an `--image-mode none` build: no image read, so none missing and no sizes."""
-    sizes = pa.nulls(table.num_rows, pa.list_(pa.int32()))
-    return (
-        table.drop_columns(["_file"])
-        .append_column("missing_images", empty_lists(table.num_rows))
-        .append_column("image_widths", sizes)
-        .append_column("image_heights", sizes)
-    )
+def counted(items: Iterable, bar: tqdm) -> Iterator:
+    """`items`, each question counted on `bar` (a table's rows each)."""
+    for item in items:
+        bar.update(item.num_rows if isinstance(item, pa.Table) else 1)
+        yield item
 
 
 OPTION_HELP = {
@@ -371,18 +296,6 @@ OPTION_HELP = {
     "which doubles the shared layout's local bytes",
 }
 """How a ReXVQA build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
-
-
-GATED_PROMPT = (
-    "This dataset contains ReXVQA questions and ReXGradient-160K chest X-ray images and report text, released for "
-    "non-commercial research under the terms on ReXGradient-160K's Hub page. Requests are approved by hand."
-)
-GATED_FIELDS = {
-    "Name": "text",
-    "Affiliation": "text",
-    "I have been granted access to ReXGradient-160K on the Hugging Face Hub and accept its terms": "checkbox",
-    "I will use this dataset for non-commercial research only and will not share it": "checkbox",
-}
 
 
 def build_rexvqa(settings: BuildSettings) -> BuildReport:

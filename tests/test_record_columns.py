@@ -19,7 +19,7 @@ from rexvqa_dataset.reader import RawRecord, find_source_files, read_file
 from rexvqa_dataset.rows import question_row
 from rexvqa_dataset.synthetic import generate
 
-STAGING = RexvqaBuild.staging_schema(None)
+STAGING = RexvqaBuild.staging_schema()
 BROKEN = "@@broken@@"
 BAD_BYTES = "@@bad-bytes@@"
 SURROGATE = "@@surrogate@@"

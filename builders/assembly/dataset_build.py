@@ -16,35 +16,80 @@ import shutil
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from datasets import Features
+from tqdm.auto import tqdm
 
 from builders.assembly.card import build_configs, configs_as_built, declared_configs, release_card_data, render_card
 from builders.assembly.conversations import CHARS_PER_TOKEN, ConversationLayout
 from builders.assembly.cycle_collector import rare_collections
 from builders.assembly.image_source import ImageSource, Loaded
 from builders.assembly.lifecycle import staged_output
-from builders.assembly.report import BuildError, BuildReport, Reject
+from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
 from builders.assembly.settings import BuildSettings
 from builders.assembly.shards import SplitShards, sha256
 from builders.assembly.staging import Staging
+from builders.columns import empty_lists
 from builders.files import stop_point
+from builders.images import StoredImage
 from builders.provenance import Provenance
 
 
 class DatasetBuild(ABC):
-    """The steps every dataset's build takes, in order; each dataset fills in its own.
+    """The steps every dataset's build takes, in order; each dataset fills in what is its own.
 
-    `stage` reads and checks the raw records into a `Staging`, `write_split` writes one
-    split's shards, `write_card` the card; `run` wraps them in the atomic output folder
-    and saves the report, which must account for every record read. Every annotation file
-    and image read goes through `provenance`, which decides whether the build is synthetic.
+    `stage` finds the release's files and reads and checks their records into a `Staging`
+    (`stage_files`: the dataset's reader; `record_row` and `stage_table`, its checked rows);
+    `write_split` writes one split's shards, an image's (a study's) rows at a time when images
+    are embedded (`group_rows`), a sorted chunk at a time otherwise (`with_image_columns`);
+    `write_card` the card. `run` wraps them in the atomic output folder and saves the report,
+    which must account for every record read. Every annotation file and image read goes through
+    `provenance`, which decides whether the build is synthetic.
+
+    A dataset declares what its rows are: `question_features` (by image mode), the column its
+    rows are staged, grouped and conversed by (`staging_key`), the column naming their images
+    (`image_path_column`, one path or a list), the columns filled only when images are read
+    (`unstaged_columns`) and those that locate a staged row's record (`record_columns`), its
+    configs (`configs`, chosen by the class label in `config_column`), its conversation config
+    (`conversations`), and its card (`card_template`, `release_facts`, `card_context`).
     """
 
-    def __init__(self, settings: BuildSettings, report: BuildReport):
-        self.settings, self.report = settings, report
+    dataset: str
+    """The dataset's name in the report (`gemex`, `rexvqa`)."""
+    question_features: Callable[[str], Features]
+    """The dataset's columns in an image mode (`features(image_mode)` of its `features` module)."""
+    staging_key: str
+    """The staged column a split's rows are sorted by, which keeps an image's (or study's) rows together."""
+    image_path_column: str
+    """The column naming a row's images as released: a path, or a list of them."""
+    unstaged_columns: tuple[str, ...]
+    """The columns of `question_features` made once images are read (the second pass), not staged."""
+    record_columns: tuple[str, ...] = ("_file",)
+    """Staged text columns (not written) that name where a row's record is in the release, for its rejects."""
+    config_column: str
+    """The class-label column that picks each row's question config: label k is `configs[k]`; a row with
+    no label (-1) is in the last config."""
+    configs: tuple[str, ...]
+    conversations: ConversationLayout
+    """The one-conversation-per-image config, seed and length limit as the settings give them (`conversation_layout`)."""
+    card_template: str
+    """The card's Jinja template in `cards/` (`render_card`)."""
+    release_facts: dict
+    """The source release as the card's YAML names it: `release_card_data`'s name, licence, tags and gate."""
+    missing_source: str
+    """What a source holding none of the release's files is told: `{}` is the source."""
+    find_source_files: Callable[[Path, str | None], list]
+    """The release's annotation files under a source folder (or the one file), of one split or all."""
+
+    def __init__(self, settings: BuildSettings):
+        self.settings = settings
+        self.report = BuildReport(self.dataset, settings.to_dict())
+        self.features = self.question_features(settings.image_mode)
         self.provenance = Provenance()
         self.images: ImageSource | None = None
         self.checksums: dict[str, Future[str]] = {}
@@ -55,33 +100,155 @@ class DatasetBuild(ABC):
         if self.settings.strict:
             raise BuildError(f"--strict: rejected {item.line()}")
 
-    staging_key: str
-    """The staged column a split's rows are sorted by, which keeps an image's (or study's) rows together."""
-
-    @abstractmethod
-    def staging_schema(self) -> pa.Schema: ...
+    @classmethod
+    def staging_schema(cls) -> pa.Schema:
+        """The staged text columns: the rows' columns less those images make, and where each record is."""
+        text = [f for f in cls.question_features("none").arrow_schema if f.name not in cls.unstaged_columns]
+        return pa.schema(text + [pa.field(name, pa.string()) for name in cls.record_columns])
 
     @abstractmethod
     def image_source(self) -> ImageSource | None: ...
 
-    @abstractmethod
-    def stage(self, staging: Staging) -> None: ...
+    def stage(self, staging: Staging) -> None:
+        files = self.find_source_files(Path(self.settings.source), self.settings.split)
+        if not files:
+            raise BuildError(self.missing_source.format(self.settings.source))
+        self.stage_files(staging, files)
 
     @abstractmethod
-    def write_split(self, staging: Staging, split: str, out: Path) -> None: ...
+    def stage_files(self, staging: Staging, files: list) -> None:
+        """Read every file found (`stage_items` each one's questions)."""
 
-    features: Features
-    """The build's columns, as its image mode makes them."""
-    card_template: str
-    """The card's Jinja template in `cards/` (`render_card`)."""
+    def stage_items(self, staging: Staging, split: str, items: Iterable) -> None:
+        """Stage what a reader yields, each item counted as read: tables of rows checked a column at a time
+        (`stage_table`), rejects, and records to check one at a time (`stage_record`)."""
+        for item in items:
+            if isinstance(item, pa.Table):
+                self.report.records_read += item.num_rows
+                self.stage_table(staging, split, item)
+                continue
+            self.report.records_read += 1
+            if isinstance(item, Reject):
+                self.reject(item)
+            else:
+                self.stage_record(staging, item)
+
+    def stage_record(self, staging: Staging, raw) -> None:
+        """Stage one record's row (`record_row`), or reject it naming its file, record and field."""
+        try:
+            row = self.record_row(raw)
+        except RecordError as err:
+            self.reject(Reject(raw.file, raw.record, err.field, err.reason))
+            return
+        except RecursionError:
+            self.reject(Reject(raw.file, raw.record, None, "JSON nested too deeply to read"))
+            return
+        if row is not None:
+            staging.add(raw.split, row)
 
     @abstractmethod
+    def record_row(self, raw) -> dict | None:
+        """One record's staged row (its notes counted in the report), None for a record not to stage; raises
+        `RecordError` naming the field at fault."""
+
+    @abstractmethod
+    def stage_table(self, staging: Staging, split: str, table: pa.Table) -> None:
+        """Stage rows already checked and converted a column at a time (the reader's tables)."""
+
+    def image_paths(self, row: dict) -> list[str]:
+        paths = row[self.image_path_column]
+        return paths if isinstance(paths, list) else [paths]
+
+    def chunk_paths(self, table: pa.Table) -> pa.Array:
+        """The distinct image paths of a chunk's rows, in order of first appearance."""
+        paths = table[self.image_path_column]
+        return pc.unique(pc.list_flatten(paths) if pa.types.is_list(paths.type) else paths)
+
+    def config_of(self, row: dict) -> str:
+        return self.configs[row[self.config_column] if row[self.config_column] >= 0 else -1]
+
+    def config_index(self, table: pa.Table) -> np.ndarray:
+        """Each row's config, as its position in `configs` (`config_of` a column at a time)."""
+        label = table[self.config_column]
+        return pc.if_else(pc.less(label, 0), len(self.configs) - 1, label).to_numpy()
+
     def config_filters(self) -> dict[str, list]:
         """Each question config's Parquet filter, by which it reads its rows from a shared shard set."""
+        labels = len(self.features[self.config_column].names)
+        return {config: [[self.config_column, "==", k if k < labels else -1]] for k, config in enumerate(self.configs)}
+
+    def prepared(self, split: str, table: pa.Table) -> pa.Table:
+        """A sorted chunk's rows as they are written (whole images, or studies); as staged unless a dataset says."""
+        return table
+
+    def write_split(self, staging: Staging, split: str, out: Path) -> None:
+        """One split's shards; embedded image bytes are handed over an image's (a study's) rows at a time."""
+        shards = SplitShards(
+            out / "data" / split,
+            list(self.configs),
+            self.features,
+            self.settings.shared_shards,
+            self.config_of,
+            synthetic=lambda: self.provenance.synthetic,
+            conversations=self.conversation_layout(),
+        )
+        shown: set[str] = set()
+        with tqdm(desc=f"writing {split}", unit="row", disable=None) as bar:
+            if self.settings.image_mode == "embed":
+                for table in staging.sorted_batches(split):
+                    bar.update(table.num_rows)
+                    for rows, images in self.image_groups(self.prepared(split, table).to_pylist()):
+                        final = self.group_rows(rows, images)
+                        used = {p for row in final for p in self.image_paths(row) if isinstance(images[p], StoredImage)}
+                        shown |= used
+                        shards.add_image_rows(final, sum(len(images[p].bytes or b"") for p in used))
+            else:
+                chunks = (self.prepared(split, table) for table in staging.sorted_batches(split, staging.BUCKET_ROWS))
+                for table, loaded in self.chunks_with_images(chunks, lambda table: self.chunk_paths(table).to_pylist()):
+                    bar.update(table.num_rows)
+                    table, used = self.with_image_columns(table, loaded)
+                    shown |= used
+                    shards.add_table(table, self.config_index(table))
+        self.finish_split(shards, split, out)
+        self.report.images[split] = len(shown)
+
+    def image_groups(self, rows: list[dict]) -> Iterator[tuple[list[dict], dict[str, Loaded]]]:
+        """Rows grouped by `staging_key`, each group with its images (by released path) loaded once.
+
+        Images load ahead in the background (`ImageSource.load_ahead`) and each group is let go
+        once yielded, so memory holds a few images, not a whole chunk's.
+        """
+        groups: dict[str, list[dict]] = {}
+        for row in rows:
+            groups.setdefault(row[self.staging_key], []).append(row)
+        rows.clear()  # a group's rows get its image bytes: hold them only until the group is written
+        paths_of = {
+            key: list(dict.fromkeys(p for row in group for p in self.image_paths(row))) for key, group in groups.items()
+        }
+        loaded = self.images.load_ahead(p for paths in paths_of.values() for p in paths)
+        for key, paths in paths_of.items():
+            yield groups.pop(key), {path: next(loaded) for path in paths}
 
     @abstractmethod
-    def release_facts(self) -> dict:
-        """The source release as the card's YAML names it: `release_card_data`'s name, licence, tags and gate."""
+    def group_rows(self, rows: list[dict], images: dict[str, Loaded]) -> list[dict]:
+        """The final rows of one image (study) in an embed build, a row at a time; rows without a usable image rejected."""
+
+    @abstractmethod
+    def with_image_columns(self, table: pa.Table, loaded: list[Loaded] | None) -> tuple[pa.Table, set[str]]:
+        """A chunk's final rows made a column at a time, and the paths of the images they show.
+
+        `loaded` holds the chunk's distinct images in `chunk_paths` order (`chunks_with_images`);
+        None in a build that reads no image (`without_images`).
+        """
+
+    def without_images(self, table: pa.Table, empty: tuple[str, ...] = ()) -> pa.Table:
+        """Rows of a build that reads no image: the image columns null, those of `empty` empty lists."""
+        table = table.drop_columns(list(self.record_columns))
+        for field in self.features.arrow_schema:
+            if field.name not in table.column_names:
+                column = empty_lists(table.num_rows) if field.name in empty else pa.nulls(table.num_rows, field.type)
+                table = table.append_column(field, column)
+        return table
 
     @abstractmethod
     def card_context(self, out: Path, configs: dict[str, dict]) -> dict:
@@ -99,7 +266,7 @@ class DatasetBuild(ABC):
         )
         synthetic = self.provenance.synthetic
         data = release_card_data(
-            configs, infos, synthetic=synthetic, rows=self.report.rows_written, **self.release_facts()
+            configs, infos, synthetic=synthetic, rows=self.report.rows_written, **self.release_facts
         )
         card = render_card(
             self.card_template,
@@ -117,8 +284,11 @@ class DatasetBuild(ABC):
         (out / "README.md").write_text(card, encoding="utf-8")
 
     def conversation_layout(self) -> ConversationLayout | None:
-        """The build's one-conversation-per-image config (`builders.assembly.conversations`), or None (a build without images)."""
-        return None
+        """The build's one-conversation-per-image config (`builders.assembly.conversations`): in builds with
+        images (`messages`) unless `--no-conversations`."""
+        if "messages" not in self.features or self.settings.no_conversations:
+            return None
+        return replace(self.conversations, seed=self.settings.turn_seed, text_tokens=self.settings.conversation_tokens)
 
     def conversation_card(self, configs: dict[str, dict]) -> dict | None:
         """What the card says of the conversation config: its name, rows per split, length limit, seed and columns."""
@@ -135,17 +305,6 @@ class DatasetBuild(ABC):
             "columns": list(layout.features),
             "turn_columns": layout.turn_columns,
         }
-
-    def split_shards(self, out: Path, split: str, configs: list[str], features, config_of) -> SplitShards:
-        return SplitShards(
-            out / "data" / split,
-            configs,
-            features,
-            self.settings.shared_shards,
-            config_of,
-            synthetic=lambda: self.provenance.synthetic,
-            conversations=self.conversation_layout(),
-        )
 
     def chunks_with_images(
         self, chunks: Iterable[pa.Table], paths_of: Callable[[pa.Table], list[str]]
