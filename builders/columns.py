@@ -1,5 +1,5 @@
 """Whole-column questions about Arrow arrays, answered as numpy masks: what the column readers
-(`gemex_dataset.per_type_columns`, `rexvqa_dataset.record_columns`) and column-wise prompts ask."""
+(`gemex_dataset.record_columns`, `rexvqa_dataset.record_columns`) and column-wise prompts ask."""
 
 from __future__ import annotations
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -22,13 +21,13 @@ from builders.assembly.conversations import ConversationLayout
 from builders.assembly.dataset_build import DatasetBuild
 from builders.assembly.image_source import ImageSource, Loaded
 from builders.assembly.report import BuildReport, Reject
-from builders.assembly.settings import BuildSettings
+from builders.assembly.settings import BuildSettings, layout_help
 from builders.assembly.staging import Staging
 from builders.box_frame import frame224_to_pixels_many
 from builders.columns import offsets
 from builders.images import ImageError, StoredImage
 from builders.provenance import keyed_digest
-from gemex_dataset import per_type_columns as question_columns
+from gemex_dataset import record_columns
 from gemex_dataset.anatomy import REGIONS
 from gemex_dataset.features import (
     COLUMN_DOCS,
@@ -41,7 +40,7 @@ from gemex_dataset.features import (
     per_image_features,
 )
 from gemex_dataset.prompts import messages_array, to_messages
-from gemex_dataset.readers import RawQuestion, SourceFile, find_source_files
+from gemex_dataset.records import RawQuestion, SourceFile, find_source_files
 from gemex_dataset.rows import question_row
 
 LAYOUT_PREFERENCE = ("per_type", "grouped", "llava")
@@ -80,23 +79,12 @@ def one_layout_per_split(files: list[SourceFile]) -> tuple[list[SourceFile], str
     return kept, note
 
 
-GATED_PROMPT = (
-    "This dataset contains MIMIC-CXR images and report text. Access requires a credentialed PhysioNet account "
-    "and a signed data use agreement for MIMIC-CXR-JPG. Requests are approved by hand."
-)
-GATED_FIELDS = {
-    "PhysioNet username": "text",
-    "I hold credentialed access to MIMIC-CXR-JPG on PhysioNet": "checkbox",
-    "I have signed the PhysioNet Credentialed Health Data Use Agreement 1.5.0 and will not share the data": "checkbox",
-}
-
-
 class GemexBuild(DatasetBuild):
     dataset = "gemex"
     question_features = staticmethod(features)
     staging_key = image_path_column = "image_path"
     unstaged_columns = ("question_id", "image", "image_width", "image_height", "boxes", "messages")
-    record_columns = ("_file", "_record")
+    source_columns = ("_file", "_record")
     config_column, configs = "question_type", QUESTION_TYPES
     conversations = ConversationLayout(
         PER_IMAGE_CONFIG,
@@ -107,17 +95,6 @@ class GemexBuild(DatasetBuild):
         group_id=lambda row: row["question_id"].rsplit("/", 2)[0],
     )
     """`sft_per_image`: an image's questions as one conversation."""
-    card_template = "gemex.md"
-    release_facts: ClassVar[dict] = {
-        "name": "GEMeX",
-        "licence": (
-            "physionet-credentialed-health-data-license-1.5.0",
-            "https://physionet.org/content/mimic-cxr-jpg/view-license/2.1.0/",
-        ),
-        "tags": ["grounding", "mimic-cxr"],
-        "gated_prompt": GATED_PROMPT,
-        "gated_fields": GATED_FIELDS,
-    }
     missing_source = "no GEMeX annotation files under {} (expected *_question.jsonl, *.json or *.jsonl + *.csv)"
     find_source_files = staticmethod(find_source_files)
 
@@ -135,7 +112,7 @@ class GemexBuild(DatasetBuild):
         files, self.report.source_note = one_layout_per_split(files)
         for src in tqdm(files, desc="reading annotations", unit="file", disable=len(files) < 4):
             digest = keyed_digest() if self.provenance.unmarked is None else None
-            self.stage_items(staging, src.split, question_columns.read(src, digest=digest))
+            self.stage_items(staging, src.split, record_columns.read(src, digest=digest))
             self.provenance.annotation_file(src.path, digest)
             if src.csv:
                 self.provenance.annotation_file(src.csv)
@@ -184,12 +161,10 @@ class GemexBuild(DatasetBuild):
         if repeats:
             first_id = dict(zip(np.flatnonzero(repeat_of < 0).tolist(), kept["question_id"].to_pylist()))
             for row in repeats:
+                first = first_id[int(repeat_of[row])]
                 self.reject(
-                    Reject(
-                        table["_file"][row].as_py(),
-                        table["_record"][row].as_py(),
-                        "question",
-                        f"the same question twice on one image (first kept as {first_id[int(repeat_of[row])]})",
+                    staged_reject(
+                        table, row, "question", f"the same question twice on one image (first kept as {first})"
                     )
                 )
         return kept
@@ -209,14 +184,7 @@ class GemexBuild(DatasetBuild):
             lost = ~usable[image_of_row]
             for row in np.flatnonzero(lost).tolist():
                 image = loaded[image_of_row[row]]
-                self.reject(
-                    Reject(
-                        table["_file"][row].as_py(),
-                        table["_record"][row].as_py(),
-                        "image_path",
-                        f"{image.problem}: {image.path}",
-                    )
-                )
+                self.reject(staged_reject(table, row, "image_path", f"{image.problem}: {image.path}"))
             table, image_of_row = table.filter(pa.array(~lost)), image_of_row[~lost]
         elif not usable.all():
             self.report.notices["images unreadable in --image-mode none (boxes left in the 224 frame only)"] += int(
@@ -284,6 +252,11 @@ class GemexBuild(DatasetBuild):
             "conversation_column_docs": PER_IMAGE_COLUMN_DOCS,
             "column_docs": COLUMN_DOCS,
         }
+
+
+def staged_reject(table: pa.Table, row: int, field: str, reason: str) -> Reject:
+    """The reject of a staged row (by position), naming its file and record."""
+    return Reject(table["_file"][row].as_py(), table["_record"][row].as_py(), field, reason)
 
 
 def pixel_box_column(
@@ -389,13 +362,9 @@ OPTION_HELP = {
     "images": "the folder image paths are relative to (optional with --image-mode none)",
     "split": "the split of every file read (default: from train/valid/test folder names)",
     "image_ext": "image files carry this suffix instead of the released one (e.g. dcm for MIMIC-CXR DICOM)",
-    "shard_layout": "by-config (auto, the default): a shard set per question type, what the Hub's viewer shows; an embedded "
-    "image is in each of its question types' files and in sft_per_image's (local Parquet about 4.6x the distinct image and "
-    "text bytes, 3.7x with --no-conversations; the Hub stores each image about once). shared: one set per "
-    "split, configs select rows by a Parquet filter (about 1.9x: each image once, and once more in "
-    "sft_per_image; 0.93x with --no-conversations); not for the Hub: its viewer ignores filters",
-    "no_conversations": "write no sft_per_image config: with --image-mode embed its own files hold every image once more, "
-    "which doubles the shared layout's local bytes",
+    **layout_help(
+        ("question type", "question types"), PER_IMAGE_CONFIG, by_config=("4.6", "3.7"), shared=("1.9", "0.93")
+    ),
 }
 """How a GEMeX build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
 

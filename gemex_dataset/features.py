@@ -9,7 +9,7 @@ from __future__ import annotations
 from datasets import ClassLabel, Features, Image, List, Value
 
 from builders.assembly.conversations import conversation_column_docs, conversation_features
-from builders.assembly.sft import MESSAGES
+from builders.assembly.sft import question_features
 
 QUESTION_TYPES: tuple[str, ...] = ("open_ended", "closed_ended", "single_choice", "multi_choice")
 """The four question formats, in the paper's order; also the names of the per-type configs."""
@@ -54,10 +54,8 @@ def features(image_mode: str) -> Features:
     stored image (`image_width` x `image_height`); `boxes_224` are the released
     224 x 224 letterbox-frame boxes, unchanged.
     """
-    columns: dict = {"question_id": Value("string")}
-    if image_mode != "none":
-        columns["image"] = Image()
-    columns.update(
+    return question_features(
+        {"image": Image()},
         {
             "image_path": Value("string"),
             "image_width": Value("int32"),
@@ -80,11 +78,9 @@ def features(image_mode: str) -> Features:
             "source_layout": Value("string"),
             "row_id": Value("string"),
             "q_id": Value("int64"),
-        }
+        },
+        image_mode,
     )
-    if image_mode != "none":
-        columns["messages"] = MESSAGES
-    return Features(columns)
 
 
 PER_IMAGE_CONFIG = "sft_per_image"

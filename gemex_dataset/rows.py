@@ -17,7 +17,7 @@ from builders.assembly.report import RecordError
 from gemex_dataset.anatomy import REGIONS
 from gemex_dataset.features import LLAVA_Q_TYPES, QUESTION_TYPES
 from gemex_dataset.prompts import TYPE_PROMPTS
-from gemex_dataset.readers import RawQuestion, path_ids
+from gemex_dataset.records import RawQuestion, path_ids
 
 FAR_OUTSIDE = 22
 """Pixels (10% of the 224 frame) a box may reach past the frame before it is rejected rather than clipped."""

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import ClassVar
 
 import numpy as np
 import pyarrow as pa
@@ -27,7 +26,7 @@ from builders.assembly.conversations import ConversationLayout
 from builders.assembly.dataset_build import DatasetBuild
 from builders.assembly.image_source import ImageSource, Loaded
 from builders.assembly.report import BuildReport, Reject
-from builders.assembly.settings import BuildSettings
+from builders.assembly.settings import BuildSettings, layout_help
 from builders.assembly.staging import Staging
 from builders.columns import empty_lists, offsets
 from builders.images import ImageError, StoredImage
@@ -45,22 +44,10 @@ from rexvqa_dataset.features import (
     per_study_features,
 )
 from rexvqa_dataset.prompts import messages_array, to_messages
-from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder
+from rexvqa_dataset.records import RawRecord, find_source_files, metadata_folder
 from rexvqa_dataset.rows import drop_missing_views, question_row, study_columns
 
 KEPT_IN_EXTRA = "{} kept as released in extra (not representable in its column)"
-
-
-GATED_PROMPT = (
-    "This dataset contains ReXVQA questions and ReXGradient-160K chest X-ray images and report text, released for "
-    "non-commercial research under the terms on ReXGradient-160K's Hub page. Requests are approved by hand."
-)
-GATED_FIELDS = {
-    "Name": "text",
-    "Affiliation": "text",
-    "I have been granted access to ReXGradient-160K on the Hugging Face Hub and accept its terms": "checkbox",
-    "I will use this dataset for non-commercial research only and will not share it": "checkbox",
-}
 
 
 class RexvqaBuild(DatasetBuild):
@@ -79,17 +66,6 @@ class RexvqaBuild(DatasetBuild):
         group_id=lambda row: f"{row['split']}/{row['study_id']}",
     )
     """`sft_per_study`: a study's questions as one conversation with all its images."""
-    card_template = "rexvqa.md"
-    release_facts: ClassVar[dict] = {
-        "name": "ReXVQA",
-        "licence": (
-            "rexgradient-160k-research-use",
-            "https://huggingface.co/datasets/rajpurkarlab/ReXGradient-160K",
-        ),
-        "tags": ["multiple-choice", "rexgradient"],
-        "gated_prompt": GATED_PROMPT,
-        "gated_fields": GATED_FIELDS,
-    }
     missing_source = "no ReXVQA files under {} (expected metadata/{{train,valid,test}}_vqa_data.json)"
     find_source_files = staticmethod(find_source_files)
 
@@ -287,13 +263,7 @@ OPTION_HELP = {
     "source": "the raw release: its root or its metadata/ folder (or one *_vqa_data.json file)",
     "images": "the folder image paths are relative to (default: the metadata folder)",
     "split": "the split of every file read (default: from the file names, train/valid/test_vqa_data.json)",
-    "shard_layout": "by-config (auto, the default): a shard set per task, what the Hub's viewer shows; an embedded "
-    "image is in each of its tasks' files and in sft_per_study's (local Parquet about 3.3x the distinct image and "
-    "text bytes, 2.3x with --no-conversations; the Hub stores each image about once). shared: one set per "
-    "split, configs select rows by a Parquet filter (about 1.9x: each image once, and once more in "
-    "sft_per_study; 0.95x with --no-conversations); not for the Hub: its viewer ignores filters",
-    "no_conversations": "write no sft_per_study config: with --image-mode embed its own files hold every image once more, "
-    "which doubles the shared layout's local bytes",
+    **layout_help(("task", "tasks"), PER_STUDY_CONFIG, by_config=("3.3", "2.3"), shared=("1.9", "0.95")),
 }
 """How a ReXVQA build reads the options whose meaning is the dataset's own (`BuildSettings` holds the rest)."""
 

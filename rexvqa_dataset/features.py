@@ -11,7 +11,7 @@ import re
 from datasets import ClassLabel, Features, Image, List, Value
 
 from builders.assembly.conversations import conversation_column_docs, conversation_features
-from builders.assembly.sft import MESSAGES
+from builders.assembly.sft import question_features
 
 TASKS: tuple[str, ...] = (
     "Presence Assessment",
@@ -91,10 +91,8 @@ def features(image_mode: str) -> Features:
     the typed columns cannot give back exactly, so that `rows.raw_record` rebuilds the
     released record.
     """
-    columns: dict = {"question_id": Value("string")}
-    if image_mode != "none":
-        columns["images"] = List(Image())
-    columns.update(
+    return question_features(
+        {"images": List(Image())},
         {
             "image_paths": List(Value("string")),
             "view_positions": List(Value("string")),
@@ -126,11 +124,9 @@ def features(image_mode: str) -> Features:
             "impression": Value("string"),
             "split": Value("string"),
             "extra": Value("string"),
-        }
+        },
+        image_mode,
     )
-    if image_mode != "none":
-        columns["messages"] = MESSAGES
-    return Features(columns)
 
 
 PER_STUDY_CONFIG = "sft_per_study"

@@ -6,7 +6,7 @@ What follows the parse is columnar: each raw key of a batch becomes one typed Ar
 (`RAW_TYPES`), `clean_rows` asks of every row what the schema and
 `rexvqa_dataset.rows.question_row` ask, and `staged_rows` builds the columns
 `question_row` would give. Both are deliberately stricter than the record path: a record
-they cannot vouch for goes through `reader.checked_record` and `question_row` instead,
+they cannot vouch for goes through `records.checked_record` and `question_row` instead,
 which keep or reject it with its file, question id and field. Rows come out in file order
 either way.
 """
@@ -27,7 +27,7 @@ from builders.assembly.report import Reject
 from builders.columns import positions, rows_with, true, valid
 from builders.json_stream import RecordStream, name_not_utf8, open_text
 from rexvqa_dataset.features import LETTERS, TASKS
-from rexvqa_dataset.reader import RawRecord, checked_record, read_file, stream_reject
+from rexvqa_dataset.records import RawRecord, checked_record, read_file, stream_reject
 from rexvqa_dataset.rows import NAMED_KEYS, REPORT_FIELDS, TEXT_FIELDS, YEARS_PER_UNIT, aligned_views
 
 BATCH_RECORDS = 8192
@@ -59,7 +59,7 @@ _AGE_RE2 = r"^(?P<number>\d{3})(?P<unit>[DWMY])$"
 def read(
     path: Path, split: str, batch_records: int = BATCH_RECORDS, seen: set[str] | None = None
 ) -> Iterator[pa.Table | RawRecord | Reject]:
-    """The questions of one `*_vqa_data.json` file in file order: staged rows as tables, the rest as `reader.read_file` gives them.
+    """The questions of one `*_vqa_data.json` file in file order: staged rows as tables, the rest as `records.read_file` gives them.
 
     `seen` (empty) is filled with the file's question ids, for the caller to find them in later files.
     """

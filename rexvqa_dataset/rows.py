@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from builders.assembly.report import RecordError
 from rexvqa_dataset.features import LETTERS, TASKS
-from rexvqa_dataset.reader import RawRecord
+from rexvqa_dataset.records import RawRecord
 
 ABSENT_KEY = "cxr_vqa:absent"
 """In `extra`: named keys the record did not have, so that `raw_record` leaves them out."""

@@ -23,9 +23,9 @@ from builders.provenance import (
     verify_shard,
 )
 from cxr_vqa.cli import main
-from gemex_dataset import per_type_columns
+from gemex_dataset import record_columns
 from gemex_dataset.build import build_gemex
-from gemex_dataset.readers import find_source_files
+from gemex_dataset.records import find_source_files
 from gemex_dataset.synthetic import generate
 from rexvqa_dataset.build import build_rexvqa
 from rexvqa_dataset.synthetic import generate as generate_rexvqa
@@ -107,7 +107,7 @@ def test_annotation_files_are_hashed_as_they_are_read_in_every_layout(tmp_path):
     assert {src.layout for src in files} == {"per_type", "grouped", "llava"}
     for src in files:
         digest = keyed_digest()
-        list(per_type_columns.read(src, block_bytes=700, digest=digest))
+        list(record_columns.read(src, block_bytes=700, digest=digest))
         assert digest.hexdigest() == file_hash(src.path), src.path
 
 

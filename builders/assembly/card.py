@@ -135,6 +135,15 @@ def card_data(configs: dict[str, dict], infos: dict[str, DatasetInfo], **fields)
     return data
 
 
+def release_facts(dataset: str) -> dict:
+    """The source release of `dataset` as its card names it (`cards/<dataset>.yaml`): `release_card_data`'s
+    name, licence, tags and gate."""
+    import yaml
+
+    facts = yaml.safe_load(resources.files("cards").joinpath(f"{dataset}.yaml").read_text(encoding="utf-8"))
+    return {**facts, "licence": tuple(facts["licence"])}
+
+
 def release_card_data(
     configs: dict[str, dict],
     infos: dict[str, DatasetInfo],

@@ -25,7 +25,14 @@ import pyarrow.compute as pc
 from datasets import Features
 from tqdm.auto import tqdm
 
-from builders.assembly.card import build_configs, configs_as_built, declared_configs, release_card_data, render_card
+from builders.assembly.card import (
+    build_configs,
+    configs_as_built,
+    declared_configs,
+    release_card_data,
+    release_facts,
+    render_card,
+)
 from builders.assembly.conversations import CHARS_PER_TOKEN, ConversationLayout
 from builders.assembly.cycle_collector import rare_collections
 from builders.assembly.image_source import ImageSource, Loaded
@@ -54,13 +61,14 @@ class DatasetBuild(ABC):
     A dataset declares what its rows are: `question_features` (by image mode), the column its
     rows are staged, grouped and conversed by (`staging_key`), the column naming their images
     (`image_path_column`, one path or a list), the columns filled only when images are read
-    (`unstaged_columns`) and those that locate a staged row's record (`record_columns`), its
+    (`unstaged_columns`) and those that locate a staged row's record (`source_columns`), its
     configs (`configs`, chosen by the class label in `config_column`), its conversation config
-    (`conversations`), and its card (`card_template`, `release_facts`, `card_context`).
+    (`conversations`), and what its card shows beyond every card's (`card_context`).
     """
 
     dataset: str
-    """The dataset's name in the report (`gemex`, `rexvqa`)."""
+    """The dataset's name in the report (`gemex`, `rexvqa`); its card's template and release facts are
+    `cards/<dataset>.md` and `.yaml` (`render_card`, `release_facts`)."""
     question_features: Callable[[str], Features]
     """The dataset's columns in an image mode (`features(image_mode)` of its `features` module)."""
     staging_key: str
@@ -69,7 +77,7 @@ class DatasetBuild(ABC):
     """The column naming a row's images as released: a path, or a list of them."""
     unstaged_columns: tuple[str, ...]
     """The columns of `question_features` made once images are read (the second pass), not staged."""
-    record_columns: tuple[str, ...] = ("_file",)
+    source_columns: tuple[str, ...] = ("_file",)
     """Staged text columns (not written) that name where a row's record is in the release, for its rejects."""
     config_column: str
     """The class-label column that picks each row's question config: label k is `configs[k]`; a row with
@@ -77,10 +85,6 @@ class DatasetBuild(ABC):
     configs: tuple[str, ...]
     conversations: ConversationLayout
     """The one-conversation-per-image config, seed and length limit as the settings give them (`conversation_layout`)."""
-    card_template: str
-    """The card's Jinja template in `cards/` (`render_card`)."""
-    release_facts: dict
-    """The source release as the card's YAML names it: `release_card_data`'s name, licence, tags and gate."""
     missing_source: str
     """What a source holding none of the release's files is told: `{}` is the source."""
     find_source_files: Callable[[Path, str | None], list]
@@ -104,7 +108,7 @@ class DatasetBuild(ABC):
     def staging_schema(cls) -> pa.Schema:
         """The staged text columns: the rows' columns less those images make, and where each record is."""
         text = [f for f in cls.question_features("none").arrow_schema if f.name not in cls.unstaged_columns]
-        return pa.schema(text + [pa.field(name, pa.string()) for name in cls.record_columns])
+        return pa.schema(text + [pa.field(name, pa.string()) for name in cls.source_columns])
 
     @abstractmethod
     def image_source(self) -> ImageSource | None: ...
@@ -243,7 +247,7 @@ class DatasetBuild(ABC):
 
     def without_images(self, table: pa.Table, empty: tuple[str, ...] = ()) -> pa.Table:
         """Rows of a build that reads no image: the image columns null, those of `empty` empty lists."""
-        table = table.drop_columns(list(self.record_columns))
+        table = table.drop_columns(list(self.source_columns))
         for field in self.features.arrow_schema:
             if field.name not in table.column_names:
                 column = empty_lists(table.num_rows) if field.name in empty else pa.nulls(table.num_rows, field.type)
@@ -266,10 +270,10 @@ class DatasetBuild(ABC):
         )
         synthetic = self.provenance.synthetic
         data = release_card_data(
-            configs, infos, synthetic=synthetic, rows=self.report.rows_written, **self.release_facts
+            configs, infos, synthetic=synthetic, rows=self.report.rows_written, **release_facts(self.dataset)
         )
         card = render_card(
-            self.card_template,
+            f"{self.dataset}.md",
             data,
             synthetic=synthetic,
             settings=self.settings.to_dict(),

@@ -18,6 +18,25 @@ from builders.assembly.shards import SHARD_LAYOUTS
 IMAGE_MODES = ("reference", "embed", "none")
 
 
+def layout_help(
+    config_kind: tuple[str, str], conversation: str, by_config: tuple[str, str], shared: tuple[str, str]
+) -> dict[str, str]:
+    """A dataset's words for `--shard-layout` and `--no-conversations`: what its question configs are split by
+    (`config_kind`, singular and plural), its conversation config, and the local Parquet bytes of an embed build
+    in each layout, as multiples of the distinct image and text bytes (with conversations, and without)."""
+    one, many = config_kind
+    return {
+        "shard_layout": f"by-config (auto, the default): a shard set per {one}, what the Hub's viewer shows; an embedded "
+        f"image is in each of its {many}' files and in {conversation}'s (local Parquet about {by_config[0]}x the distinct "
+        f"image and text bytes, {by_config[1]}x with --no-conversations; the Hub stores each image about once). shared: "
+        "one set per split, configs select rows by a Parquet filter (about "
+        f"{shared[0]}x: each image once, and once more in {conversation}; {shared[1]}x with --no-conversations); not for "
+        "the Hub: its viewer ignores filters",
+        "no_conversations": f"write no {conversation} config: with --image-mode embed its own files hold every image once "
+        "more, which doubles the shared layout's local bytes",
+    }
+
+
 @dataclass
 class BuildSettings:
     """How to build one dataset folder from a raw release."""

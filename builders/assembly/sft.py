@@ -26,6 +26,17 @@ MESSAGES = List({"role": Value("string"), "content": List({"type": Value("string
 MESSAGES_ARROW = Features({"messages": MESSAGES}).arrow_schema.field("messages").type
 
 
+def question_features(image: dict, columns: dict, image_mode: str) -> Features:
+    """A question row's columns: `question_id`, its image column (`image`: name -> feature), the dataset's own
+    `columns`, and `messages`. `none` mode reads no image: neither the image column nor `messages` (the
+    `sft` config needs the image)."""
+    with_images = image_mode != "none"
+    return Features(
+        {"question_id": Value("string"), **(image if with_images else {}), **columns}
+        | ({"messages": MESSAGES} if with_images else {})
+    )
+
+
 def chat_messages(
     instruction: str, question: str, images: int, target: str | None, fold_system: bool = False
 ) -> list[dict]:

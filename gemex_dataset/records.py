@@ -28,7 +28,7 @@ PER_TYPE_FILES = {f"{t}_question.jsonl": t for t in QUESTION_TYPES}
 QUESTION_TYPE_OF_LLAVA = {q_type: t for t, q_type in LLAVA_Q_TYPES.items()}
 """The question type named by a LLaVA record's `q_type` (or a grouped record's key)."""
 PATH_PATTERN = r"^p(?P<group>[0-9]{2})/p(?P<subject>[0-9]+)/s(?P<study>[0-9]+)/(?P<dicom>[^/]+)\.(?:jpg|jpeg|png|dcm)$"
-"""A MIMIC-CXR-JPG image path, case aside; written for both Python's `re` and Arrow's RE2 (`per_type_columns`)."""
+"""A MIMIC-CXR-JPG image path, case aside; written for both Python's `re` and Arrow's RE2 (`record_columns`)."""
 _PATH = re.compile(PATH_PATTERN, re.I)
 _DECODER = json.JSONDecoder()
 SPLIT_FOLDERS = {
@@ -144,7 +144,7 @@ def per_type_question(src: SourceFile, number: int, value: dict | Reject) -> Raw
 
 def read_per_type(src: SourceFile) -> Iterator[RawQuestion | Reject]:
     """The questions of one per-type file, a record at a time (the whole-column reader is
-    `gemex_dataset.per_type_columns`; this one is what it falls back on)."""
+    `gemex_dataset.record_columns`; this one is what it falls back on)."""
     for number, value in _json_lines(src.path):
         yield per_type_question(src, number, value)
 

@@ -5,7 +5,7 @@ against one explicit schema (`release_schema`). `clean_rows` asks of every row w
 schema and `gemex_dataset.rows.question_row` ask, and `staged_rows` turns the rows that
 pass into the staged columns `question_row` would give them. Both are deliberately
 stricter than the record path: a row they cannot vouch for (and every line of a block
-Arrow refuses) goes through `readers.per_type_question` and `question_row` instead, which
+Arrow refuses) goes through `records.per_type_question` and `question_row` instead, which
 keep or reject it with the file, line and field. Rows come out in release order either way.
 """
 
@@ -24,7 +24,7 @@ from builders.columns import empty_lists, offsets, positions, rows_with, true, v
 from builders.json_blocks import BLOCK_BYTES, LineBlock, line_blocks, read_block
 from builders.json_stream import name_not_utf8
 from gemex_dataset.features import QUESTION_TYPES
-from gemex_dataset.readers import (
+from gemex_dataset.records import (
     PATH_PATTERN,
     PER_TYPE_FILES,
     RawQuestion,

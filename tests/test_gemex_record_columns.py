@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from builders.assembly.report import RecordError, Reject
-from gemex_dataset import per_type_columns
-from gemex_dataset.readers import RawQuestion, find_source_files, read_file
+from gemex_dataset import record_columns
+from gemex_dataset.records import RawQuestion, find_source_files, read_file
 from gemex_dataset.rows import question_row
 from gemex_dataset.synthetic import generate
 
@@ -222,7 +222,7 @@ def test_columns_give_the_record_paths_rows_rejects_and_order(spoilt_release, bl
     rejects = set()
     for src in files:
         by_record = staged(read_file(src))
-        by_columns = staged(per_type_columns.read(src, block_bytes))
+        by_columns = staged(record_columns.read(src, block_bytes))
         assert by_columns == by_record, src.path
         rejects.update(item[4].split(":")[0][:30] for item in by_record if item[0] == "reject")
     assert len(rejects) > 20  # many kinds of reject, not one
@@ -238,7 +238,7 @@ def test_only_the_lines_the_columns_cannot_vouch_for_take_the_record_path(tmp_pa
     lines = src.path.read_text(encoding="utf-8").splitlines()
     lines[5] = json.dumps(spoil(json.loads(lines[5]), "box_far", "single_choice"))
     src.path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    items = list(per_type_columns.read(src, 1 << 14))
+    items = list(record_columns.read(src, 1 << 14))
     assert sum(item.num_rows for item in items if isinstance(item, pa.Table)) == len(lines) - 1
     [spoilt] = [item for item in items if not isinstance(item, pa.Table)]
     assert isinstance(spoilt, RawQuestion) and spoilt.record == "line 6"

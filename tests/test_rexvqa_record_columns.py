@@ -15,7 +15,7 @@ import pytest
 from builders.assembly.report import RecordError, Reject
 from rexvqa_dataset import record_columns
 from rexvqa_dataset.build import RexvqaBuild
-from rexvqa_dataset.reader import RawRecord, find_source_files, read_file
+from rexvqa_dataset.records import RawRecord, find_source_files, read_file
 from rexvqa_dataset.rows import question_row
 from rexvqa_dataset.synthetic import generate
 

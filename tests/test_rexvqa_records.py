@@ -1,4 +1,4 @@
-"""rexvqa_dataset.reader and rows: strict on what formats.md marks sure, tolerant of the rest, exact round trip."""
+"""rexvqa_dataset.records and rows: strict on what formats.md marks sure, tolerant of the rest, exact round trip."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from builders.assembly.report import Reject
-from rexvqa_dataset.reader import RawRecord, find_source_files, metadata_folder, read_file
+from rexvqa_dataset.records import RawRecord, find_source_files, metadata_folder, read_file
 from rexvqa_dataset.rows import RecordError, age_in_years, question_row, raw_record, same_value
 from rexvqa_dataset.synthetic import make_study
 
