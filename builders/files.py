@@ -4,31 +4,18 @@ A file is written under a hidden temporary name in its own folder (`.<name>.tmp-
 flushed to disk, then renamed over the target (`os.replace`, atomic on POSIX). A process
 killed at any moment leaves either the previous file or no file, never a half-written one
 under the real name; the temporary files of dead processes are removed by the next write
-to the same target.
-
-`CXR_VQA_STOP_AT=<point>` makes the process stop itself (SIGSTOP) when it reaches `point`
-(`stop_point`: a write's rename here, the steps of a build in `builders.assembly`), so fault
-tests can kill a real build at a known place.
+to the same target. Fault tests stop a write just before its rename (`builders.stop_points`: `atomic-write`).
 """
 
 from __future__ import annotations
 
 import os
-import signal
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import IO
 
-STOP_AT_ENV = "CXR_VQA_STOP_AT"
-STOP_POINTS = ("start-up", "reading", "shards", "card", "renaming", "written", "atomic-write")
-
-
-def stop_point(point: str) -> None:
-    """Stop this process here (SIGSTOP) when `CXR_VQA_STOP_AT` names `point`; otherwise nothing."""
-    if os.environ.get(STOP_AT_ENV) == point:
-        os.environ.pop(STOP_AT_ENV)
-        os.kill(os.getpid(), signal.SIGSTOP)
+from builders.stop_points import stop_point
 
 
 def leftovers(path: Path, kind: str) -> list[Path]:

@@ -73,7 +73,9 @@ def run_build_gemex(args: argparse.Namespace) -> int:
     from cxr_vqa.options import parsed_options
     from gemex_dataset.build import build_gemex
 
-    _print_report(build_gemex(parsed_options(BuildSettings, args)), args.out)
+    report = build_gemex(parsed_options(BuildSettings, args))
+    args.written = args.out
+    _print_report(report, args.out)
     return 0
 
 
@@ -82,7 +84,9 @@ def run_build_rexvqa(args: argparse.Namespace) -> int:
     from cxr_vqa.options import parsed_options
     from rexvqa_dataset.build import build_rexvqa
 
-    _print_report(build_rexvqa(parsed_options(BuildSettings, args)), args.out)
+    report = build_rexvqa(parsed_options(BuildSettings, args))
+    args.written = args.out
+    _print_report(report, args.out)
     return 0
 
 
@@ -116,20 +120,10 @@ def run_synthesize_gemex(args: argparse.Namespace) -> int:
     return 0
 
 
-def built_folder(args: argparse.Namespace) -> Path:
-    """The build folder a command names, positional or in the older `--dataset FOLDER` spelling."""
-    if args.folder is not None and args.dataset is not None and args.folder != args.dataset:
-        raise ValueError(f"two folders named ({args.folder} and --dataset {args.dataset}): name the build folder once")
-    folder = args.folder or args.dataset
-    if folder is None:
-        raise ValueError(f"name the built dataset folder: cxr-vqa {args.command} FOLDER ...")
-    return folder
-
-
 def run_convert(args: argparse.Namespace) -> int:
     from gemex_dataset.conversion import write_llava
 
-    count = write_llava(built_folder(args), args.out, split=args.split)
+    count = write_llava(args.dataset, args.out, split=args.split)
     print(f"{args.out}: {count} LLaVA conversation records")
     return 0
 
@@ -254,10 +248,7 @@ def parser() -> argparse.ArgumentParser:
     convert = commands.add_parser(
         "convert", help="write a built GEMeX dataset in the authors' LLaVA conversation layout"
     )
-    convert.add_argument("folder", nargs="?", type=Path, metavar="FOLDER", help=f"{FOLDER_HELP}, of GEMeX")
-    convert.add_argument(
-        "--dataset", type=Path, metavar="FOLDER", help="the folder, in the older spelling (still read)"
-    )
+    convert.add_argument("dataset", type=Path, metavar="FOLDER", help=f"{FOLDER_HELP}, of GEMeX")
     convert.add_argument(
         "--to", choices=["llava"], default="llava", help="the layout to write: the authors' LLaVA conversation JSON"
     )
@@ -347,20 +338,18 @@ def _error_line(err: Exception) -> str | None:
 def main(argv: list[str] | None = None) -> int:
     mask_logged_secrets()
     previous_handler = signal.signal(signal.SIGTERM, _terminate)
-    from builders.assembly.lifecycle import completed
-
-    completed.clear()
+    args = None
     try:
-        from builders.files import stop_point
+        from builders.stop_points import stop_point
 
         stop_point("start-up")
         args = parser().parse_args(argv)
         return args.func(args)
-    except KeyboardInterrupt:
-        print(f"cxr-vqa: interrupted (Ctrl-C); {_output_state()}", file=sys.stderr)
+    except KeyboardInterrupt as err:
+        print(f"cxr-vqa: interrupted (Ctrl-C); {_output_state(err, args)}", file=sys.stderr)
         return 130
-    except Terminated:
-        print(f"cxr-vqa: terminated (SIGTERM); {_output_state()}", file=sys.stderr)
+    except Terminated as err:
+        print(f"cxr-vqa: terminated (SIGTERM); {_output_state(err, args)}", file=sys.stderr)
         return 143
     except Exception as err:  # noqa: BLE001 - every error ends in one masked line, or a bug's masked traceback
         line = _error_line(err)
@@ -375,12 +364,12 @@ def main(argv: list[str] | None = None) -> int:
             signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
-def _output_state() -> str:
-    """What a signal left on disk: a build whose output was already renamed into place had completed."""
-    from builders.assembly.lifecycle import completed
-
-    if completed:
-        return f"it came after the build had completed: {completed[-1]} is written whole (its report: {completed[-1] / 'build_report.json'})"
+def _output_state(signal_: BaseException, args: argparse.Namespace | None) -> str:
+    """What a signal left on disk: a build whose output was already renamed into place (`written`: as the
+    signal arrived, `builders.assembly.lifecycle.staged_output`, or once the build had returned) had completed."""
+    written = getattr(signal_, "written", None) or getattr(args, "written", None)
+    if written:
+        return f"it came after the build had completed: {written} is written whole (its report: {Path(written) / 'build_report.json'})"
     return "no partial output was left behind"
 
 

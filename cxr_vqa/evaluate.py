@@ -1,7 +1,6 @@
 """`cxr-vqa evaluate FOLDER`: score a predictions file (or a baseline) on a split of a built GEMeX or ReXVQA folder.
 
-Which scorer is the one the folder's build report names (``--benchmark`` to say it; the older
-spelling ``evaluate gemex|rexvqa --dataset FOLDER`` is still read). Every score is a percentage
+Which scorer is the one the folder's build report names (``--benchmark`` to say it). Every score is a percentage
 (0-100). Reads only the columns the scorer needs from the folder's split (images are never decoded),
 joins the predictions by ``question_id``, prints a Markdown table and, with ``--out``, writes
 JSON holding every number, the per-question outcomes and the settings. Scores are over the
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from builders import pixel_budget
 from builders.box_frame import BOX_CONVENTIONS
-from builders.built_folder import card_configs, default_shards
+from builders.built_folder import built_dataset, card_configs, default_shards
 from builders.files import write_text
 from builders.scoring.judge import JudgeError
 from builders.scoring.predictions import (
@@ -53,18 +52,12 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         description=__doc__.split("\n\n")[0],
     )
     parser.add_argument(
-        "folder", nargs="?", type=Path, metavar="FOLDER", help="the built dataset folder (the --out of `cxr-vqa build`)"
+        "dataset", type=Path, metavar="FOLDER", help="the built dataset folder (the --out of `cxr-vqa build`)"
     )
     parser.add_argument(
         "--benchmark",
         choices=BENCHMARKS,
         help="which scorer (default: the dataset the folder's build_report.json names, else its columns)",
-    )
-    parser.add_argument(
-        "--dataset",
-        type=Path,
-        metavar="FOLDER",
-        help="the folder, in the older spelling `evaluate gemex|rexvqa --dataset FOLDER` (still read)",
     )
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument(
@@ -215,13 +208,12 @@ def unmatched_origin(args: argparse.Namespace, unknown: list[str]) -> str:
     gemex_ids = [QUESTION_ID.match(question_id) for question_id in unknown]
     if args.benchmark == "rexvqa" and all(gemex_ids):
         return (
-            f"they look like GEMeX question ids (e.g. {example!r}): score them with "
-            "`cxr-vqa evaluate gemex --dataset <a GEMeX build>`"
+            f"they look like GEMeX question ids (e.g. {example!r}): score them with `cxr-vqa evaluate <a GEMeX build>`"
         )
     if args.benchmark == "gemex" and not any(gemex_ids):
         return (
             f"they are not GEMeX question ids (`<split>/<dicom_id>/<question_type>/<n>`; e.g. {example!r}): a ReXVQA "
-            "predictions file is scored with `cxr-vqa evaluate rexvqa --dataset <a ReXVQA build>`"
+            "predictions file is scored with `cxr-vqa evaluate <a ReXVQA build>`"
         )
     splits = sorted({match["split"] for match in gemex_ids if match})
     if args.benchmark == "gemex" and splits and args.split not in splits:
@@ -377,42 +369,9 @@ def evaluate_rexvqa(args: argparse.Namespace) -> tuple[dict, str]:
     )
 
 
-def _with_defaults(args: argparse.Namespace) -> argparse.Namespace:
-    """`args` with every option it lacks set to the command's default (for callers building a Namespace)."""
-    parser = add_parser(MaskingArgumentParser().add_subparsers())
-    defaults = vars(parser.parse_args(["--baseline", "random"]))
-    return argparse.Namespace(**{**defaults, "baseline": None, **vars(args)})
-
-
-def resolve_folder(args: argparse.Namespace) -> None:
-    """Set `args.dataset` (the folder) and `args.benchmark` from either spelling: `evaluate FOLDER`,
-    or the older `evaluate gemex|rexvqa --dataset FOLDER`."""
-    folder = args.folder
-    if args.dataset is not None:
-        if folder is not None:
-            if str(folder) not in BENCHMARKS:
-                raise EvaluationError(
-                    f"two folders named ({folder} and --dataset {args.dataset}): name the build folder once, "
-                    f"`cxr-vqa evaluate {args.dataset} ...`"
-                )
-            if args.benchmark not in (None, str(folder)):
-                raise EvaluationError(f"evaluate {folder} --benchmark {args.benchmark}: two scorers named; give one")
-            args.benchmark = str(folder)
-        folder = args.dataset
-    if folder is None:
-        raise EvaluationError(
-            "name the built dataset folder: `cxr-vqa evaluate FOLDER --predictions FILE` (or --baseline random)"
-        )
-    args.dataset = Path(folder)
-    if args.benchmark is None:
-        args.benchmark = folder_benchmark(args.dataset)
-
-
 def folder_benchmark(folder: Path) -> str:
     """The dataset a built folder holds: what its build report names, else what its columns show."""
     import pyarrow.parquet as pq
-
-    from builders.built_folder import built_dataset
 
     if not folder.is_dir():
         raise EvaluationError(
@@ -435,23 +394,19 @@ def folder_benchmark(folder: Path) -> str:
 
 def check_benchmark(args: argparse.Namespace) -> None:
     """A folder whose build report names the other dataset is refused before anything loads."""
-    report = args.dataset / "build_report.json"
-    try:
-        built = json.loads(report.read_text()).get("dataset")
-    except (OSError, ValueError, AttributeError):
-        return
+    built = built_dataset(args.dataset)
     if built in BENCHMARKS and built != args.benchmark:
         raise EvaluationError(
             f"{args.dataset}: a {built} build (its build_report.json says so), not {args.benchmark}: "
-            f"score it with `cxr-vqa evaluate {built} --dataset {args.dataset}`"
+            f"score it with `cxr-vqa evaluate {args.dataset} --benchmark {built}`"
         )
 
 
 def run(args: argparse.Namespace) -> int:
     """Run one evaluation; 0 on success, 1 when `--strict` finds prediction problems, 2 on an error."""
-    args = _with_defaults(args)
     try:
-        resolve_folder(args)
+        if args.benchmark is None:
+            args.benchmark = folder_benchmark(args.dataset)
         check_benchmark(args)
         report, text = (evaluate_gemex if args.benchmark == "gemex" else evaluate_rexvqa)(args)
     except (EvaluationError, PredictionsError, MissingExtraError, JudgeError) as error:

@@ -1,6 +1,6 @@
 """Real faults on real `cxr-vqa build` processes: kills at named points, signals, a full disk, a race.
 
-`CXR_VQA_STOP_AT=<point>` makes the build stop itself there (`builders.files.stop_point`);
+`CXR_VQA_STOP_AT=<point>` makes the build stop itself there (`builders.stop_points`);
 the test then kills or signals the stopped process, so each fault lands where it is named.
 """
 

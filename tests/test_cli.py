@@ -163,7 +163,7 @@ def test_a_folder_that_does_not_exist_is_named_as_such(tmp_path, capsys):
         ["validate", missing],
         ["preview", missing, "--out", str(tmp_path / "p.html")],
         ["publish", missing, "--repo", "org/name", "--dry-run"],
-        ["convert", "--dataset", missing, "--out", str(tmp_path / "x.json")],
+        ["convert", missing, "--out", str(tmp_path / "x.json")],
     ):
         assert "nowhere: no such folder; name the folder a build wrote" in one_line_error(args, capsys)
 
@@ -174,7 +174,7 @@ def test_convert_of_a_rexvqa_build_says_what_it_converts(tmp_path, capsys):
     release = generate(tmp_path / "raw", num_studies=6)
     out = tmp_path / "rexvqa"
     assert main(["build", "rexvqa", "--source", str(release.root), "--out", str(out), "--image-mode", "none"]) == 0
-    error = one_line_error(["convert", "--dataset", str(out), "--out", str(tmp_path / "x.json")], capsys)
+    error = one_line_error(["convert", str(out), "--out", str(tmp_path / "x.json")], capsys)
     assert "a rexvqa build; convert writes GEMeX builds" in error and not (tmp_path / "x.json").exists()
 
 
@@ -195,9 +195,7 @@ def test_convert_of_a_split_the_build_lacks_names_those_it_has(gemex_release, tm
         )
         == 0
     )
-    error = one_line_error(
-        ["convert", "--dataset", str(out), "--split", "valid", "--out", str(tmp_path / "x.json")], capsys
-    )
+    error = one_line_error(["convert", str(out), "--split", "valid", "--out", str(tmp_path / "x.json")], capsys)
     assert "no 'valid' split (it has test, train, validation)" in error
 
 
@@ -299,7 +297,7 @@ def test_every_option_has_help_and_shows_its_default():
 
 
 def test_every_command_that_reads_a_build_names_its_folder_first(tmp_path):
-    """One grammar, `cxr-vqa COMMAND FOLDER ...`; `--dataset FOLDER` of convert and evaluate still read."""
+    """One grammar, `cxr-vqa COMMAND FOLDER ...`; the older `--dataset FOLDER` of convert and evaluate is refused."""
     for name, command in every_parser(parser()):
         if name.split()[0] in ("validate", "preview", "publish", "convert", "evaluate"):
             positional = [a for a in command._actions if not a.option_strings]
@@ -312,8 +310,13 @@ def test_every_command_that_reads_a_build_names_its_folder_first(tmp_path):
         main(["build", "gemex", "--source", str(release.root / "per_type"), "--out", str(out), "--image-mode", "none"])
         == 0
     )
-    for spelling in ([str(out)], ["--dataset", str(out)]):
-        assert main(["convert", *spelling, "--out", str(tmp_path / "train.json")]) == 0
-    for spelling in ([str(out)], ["gemex", "--dataset", str(out)], [str(out), "--benchmark", "gemex"]):
+    assert main(["convert", str(out), "--out", str(tmp_path / "train.json")]) == 0
+    for spelling in ([str(out)], [str(out), "--benchmark", "gemex"]):
         assert main(["evaluate", *spelling, "--baseline", "majority", "--text-metrics", ""]) == 0
-    assert main(["evaluate", str(out), "--dataset", str(out), "--baseline", "majority"]) == 2  # two folders: which?
+    for older in (
+        ["convert", "--dataset", str(out), "--out", str(tmp_path / "older.json")],
+        ["evaluate", "gemex", "--dataset", str(out), "--baseline", "majority"],
+    ):
+        with pytest.raises(SystemExit) as exit_:
+            main(older)
+        assert exit_.value.code == 2

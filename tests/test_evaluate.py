@@ -1,4 +1,3 @@
-import argparse
 import json
 
 import pytest
@@ -41,9 +40,9 @@ def judged_gemex_argv(tmp_path, judge_url: str, *extra: str, per_type: int = 1) 
     predictions = tmp_path / "pred.jsonl"
     write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
     return [
-        "gemex",
-        "--dataset",
         str(folder),
+        "--benchmark",
+        "gemex",
         "--predictions",
         str(predictions),
         "--text-metrics",
@@ -89,9 +88,9 @@ def test_gemex_perfect_predictions_end_to_end(tmp_path, capsys):
     out = tmp_path / "scores.json"
     code = _run(
         [
-            "gemex",
-            "--dataset",
             str(folder),
+            "--benchmark",
+            "gemex",
             "--predictions",
             str(predictions),
             "--out",
@@ -117,7 +116,7 @@ def test_gemex_bad_predictions_file_is_reported_and_strict_fails(tmp_path, capsy
     replies = [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows[1:]]
     write_jsonl(predictions, replies + [("nope", "Yes."), replies[0]])
     code = _run(
-        ["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", "", "--strict"]
+        [str(folder), "--benchmark", "gemex", "--predictions", str(predictions), "--text-metrics", "", "--strict"]
     )
     captured = capsys.readouterr()
     assert code == 1
@@ -128,7 +127,7 @@ def test_gemex_bad_predictions_file_is_reported_and_strict_fails(tmp_path, capsy
 def test_gemex_baselines_print_the_floor(tmp_path, capsys):
     folder, _ = _gemex_dir(tmp_path)
     for baseline in ("random", "majority"):
-        assert _run(["gemex", "--dataset", str(folder), "--baseline", baseline, "--text-metrics", "rougeL"]) == 0
+        assert _run([str(folder), "--benchmark", "gemex", "--baseline", baseline, "--text-metrics", "rougeL"]) == 0
         assert f"baseline {baseline}" in capsys.readouterr().out
 
 
@@ -140,9 +139,9 @@ def test_rexvqa_end_to_end_with_rexrank_round_trip(tmp_path, capsys):
     assert (
         _run(
             [
-                "rexvqa",
-                "--dataset",
                 str(folder),
+                "--benchmark",
+                "rexvqa",
                 "--predictions",
                 str(predictions),
                 "--write-rexrank",
@@ -154,15 +153,14 @@ def test_rexvqa_end_to_end_with_rexrank_round_trip(tmp_path, capsys):
         == 0
     )
     assert "| Overall | 40 | 100.00 |" in capsys.readouterr().out
-    assert _run(["rexvqa", "--dataset", str(folder), "--predictions", str(submission)]) == 0
+    assert _run([str(folder), "--benchmark", "rexvqa", "--predictions", str(submission)]) == 0
     assert "| Overall | 40 | 100.00 |" in capsys.readouterr().out
     report = json.loads(out.read_text())
     assert set(report["scores"]["per_task"]) <= set(TASKS) and report["scores"]["overall"]["failed_extraction"] == 0
 
 
-def test_run_accepts_a_namespace_and_reports_errors_in_one_line(tmp_path, capsys):
-    args = argparse.Namespace(benchmark="rexvqa", dataset=tmp_path / "absent", baseline="random")
-    assert evaluate.run(args) == 2
+def test_run_reports_errors_in_one_line(tmp_path, capsys):
+    assert _run([str(tmp_path / "absent"), "--benchmark", "rexvqa", "--baseline", "random"]) == 2
     assert "no such dataset folder" in capsys.readouterr().err
 
 
@@ -193,7 +191,7 @@ def test_evaluate_a_real_gemex_build(tmp_path, capsys, image_mode, convention):
     predictions = tmp_path / "pred.jsonl"
     write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r, convention)) for r in rows])
     out = tmp_path / "scores.json"
-    argv = ["gemex", "--dataset", str(folder), "--box-convention", convention, "--text-metrics", "rougeL,bleu1"]
+    argv = [str(folder), "--benchmark", "gemex", "--box-convention", convention, "--text-metrics", "rougeL,bleu1"]
     assert _run(argv + ["--predictions", str(predictions), "--out", str(out)]) == 0
     scores = json.loads(out.read_text())["scores"]["all"]
     assert scores["questions"] == len(rows) and scores["A"] == pytest.approx(100) and scores["V_skipped"] == 0
@@ -224,7 +222,7 @@ def test_gemex_with_the_llm_judge_on_a_local_server(tmp_path, capsys):
 
 def test_unknown_split_is_a_one_line_error(tmp_path, capsys):
     folder, _ = _rex_dir(tmp_path, n=5)
-    assert _run(["rexvqa", "--dataset", str(folder), "--split", "valid", "--baseline", "majority"]) == 2
+    assert _run([str(folder), "--benchmark", "rexvqa", "--split", "valid", "--baseline", "majority"]) == 2
     err = capsys.readouterr().err
     assert "cxr-vqa evaluate: error:" in err and "valid" in err
 
@@ -254,9 +252,9 @@ def test_hostile_predictions_end_in_one_line_or_a_written_out(tmp_path, capsys, 
     assert (
         _run(
             [
-                "gemex",
-                "--dataset",
                 str(folder),
+                "--benchmark",
+                "gemex",
                 "--predictions",
                 str(predictions),
                 "--text-metrics",
@@ -275,9 +273,9 @@ def test_hostile_predictions_end_in_one_line_or_a_written_out(tmp_path, capsys, 
     assert (
         _run(
             [
-                "gemex",
-                "--dataset",
                 str(folder),
+                "--benchmark",
+                "gemex",
                 "--predictions",
                 str(predictions),
                 "--text-metrics",
@@ -295,11 +293,11 @@ def test_hostile_predictions_end_in_one_line_or_a_written_out(tmp_path, capsys, 
     monkeypatch.setenv("HF_TOKEN", "hf_pastedTokenValue0123456789")
     secrets = [("hf_pastedTokenValue0123456789", "A"), ("Bearer sk-abcdefghijklmnopqrstuv", "B")]
     write_jsonl(predictions, [(r["question_id"], "A") for r in rows] + secrets)
-    assert _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", ""]) == 0
+    assert _run([str(folder), "--benchmark", "gemex", "--predictions", str(predictions), "--text-metrics", ""]) == 0
     err = capsys.readouterr().err
     assert "name a question_id not in the split" in err and "pastedToken" not in err and "abcdefghijklmnop" not in err
     write_jsonl(predictions, secrets)  # nothing of the split: refused, the ids it names masked too
-    assert _run(["gemex", "--dataset", str(folder), "--predictions", str(predictions), "--text-metrics", ""]) == 2
+    assert _run([str(folder), "--benchmark", "gemex", "--predictions", str(predictions), "--text-metrics", ""]) == 2
     err = capsys.readouterr().err
     assert "nothing was scored" in err and "pastedToken" not in err and "abcdefghijklmnop" not in err
 
@@ -337,9 +335,9 @@ def test_predictions_of_another_split_stop_before_scoring_and_name_it(gemex_buil
     assert (
         _run(
             [
-                "gemex",
-                "--dataset",
                 str(gemex_build),
+                "--benchmark",
+                "gemex",
                 "--predictions",
                 str(predictions),
                 "--text-metrics",
@@ -357,9 +355,9 @@ def test_predictions_of_another_split_stop_before_scoring_and_name_it(gemex_buil
     assert (
         _run(
             [
-                "gemex",
-                "--dataset",
                 str(gemex_build),
+                "--benchmark",
+                "gemex",
                 "--split",
                 "validation",
                 "--predictions",
@@ -380,11 +378,11 @@ def test_predictions_of_the_other_dataset_are_named_as_such(gemex_build, tmp_pat
     write_jsonl(rex_predictions, [(r["question_id"], "A") for r in rex_rows])
     gemex_ids = [r["question_id"] for r in evaluate.load_split(gemex_build, "test", ["question_id"], ["question_id"])]
     write_jsonl(gemex_predictions, [(question_id, "Yes") for question_id in gemex_ids])
-    assert _run(["gemex", "--dataset", str(gemex_build), "--predictions", str(rex_predictions)]) == 2
+    assert _run([str(gemex_build), "--benchmark", "gemex", "--predictions", str(rex_predictions)]) == 2
     assert "not GEMeX question ids" in capsys.readouterr().err
-    assert _run(["rexvqa", "--dataset", str(rex_folder), "--predictions", str(gemex_predictions)]) == 2
+    assert _run([str(rex_folder), "--benchmark", "rexvqa", "--predictions", str(gemex_predictions)]) == 2
     assert "look like GEMeX question ids" in capsys.readouterr().err
-    assert _run(["rexvqa", "--dataset", str(gemex_build), "--baseline", "random"]) == 2
+    assert _run([str(gemex_build), "--benchmark", "rexvqa", "--baseline", "random"]) == 2
     assert "a gemex build (its build_report.json says so)" in capsys.readouterr().err
 
 
@@ -392,7 +390,9 @@ def test_a_partial_predictions_file_is_scored_with_its_missing_questions_wrong(g
     rows = evaluate.load_split(gemex_build, "test", ["question_id"], ["question_id"])
     predictions = tmp_path / "first.jsonl"
     write_jsonl(predictions, [(rows[0]["question_id"], "Yes")])  # a --max_samples 1 run
-    assert _run(["gemex", "--dataset", str(gemex_build), "--predictions", str(predictions), "--text-metrics", ""]) == 0
+    assert (
+        _run([str(gemex_build), "--benchmark", "gemex", "--predictions", str(predictions), "--text-metrics", ""]) == 0
+    )
     assert f"{len(rows) - 1} question(s) of the split have no prediction" in capsys.readouterr().err
 
 

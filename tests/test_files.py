@@ -44,7 +44,7 @@ def completed(*argv: str) -> None:
 def test_a_killed_evaluate_leaves_the_old_results_or_none(gemex_embed, tmp_path):
     dataset = str(gemex_embed[0])
     scores = tmp_path / "scores.json"
-    evaluate = ["evaluate", "gemex", "--dataset", dataset, "--text-metrics", "", "--out", str(scores)]
+    evaluate = ["evaluate", dataset, "--benchmark", "gemex", "--text-metrics", "", "--out", str(scores)]
 
     pid = killed_at_the_rename(*evaluate, "--baseline", "majority")
     assert not scores.exists()

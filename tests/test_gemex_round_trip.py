@@ -68,7 +68,7 @@ def test_grouped_round_trip(gemex_release, tmp_path):
 
 def test_convert_command_writes_the_llava_layout(gemex_release, gemex_embed, tmp_path):
     out = tmp_path / "llava.json"
-    assert main(["convert", "--dataset", str(gemex_embed[0]), "--split", "test", "--out", str(out)]) == 0
+    assert main(["convert", str(gemex_embed[0]), "--split", "test", "--out", str(out)]) == 0
     written = json.loads(out.read_text())
     released = json.loads((gemex_release.root / "llava" / "test" / "test_conversations.json").read_text())
     assert Counter(json.dumps(r, sort_keys=True) for r in written) == Counter(

@@ -183,7 +183,7 @@ def test_evaluate_says_which_question_has_an_image_too_narrow_for_qwen_boxes(tmp
     path = tmp_path / "gemex" / "data" / "test" / "default-00000-of-00001.parquet"
     path.parent.mkdir(parents=True)
     Dataset.from_list(rows, features=features("none")).to_parquet(str(path))
-    argv = ["gemex", "--dataset", str(tmp_path / "gemex"), "--baseline", "majority", "--text-metrics", ""]
+    argv = [str(tmp_path / "gemex"), "--benchmark", "gemex", "--baseline", "majority", "--text-metrics", ""]
     assert evaluate.main([*argv, "--box-convention", "qwen2.5-vl"]) == 2
     error = capsys.readouterr().err.strip()
     assert error.count("\n") == 0 and f"question {narrow['question_id']}: its image of 2 x 30000 pixels" in error

@@ -135,7 +135,7 @@ def logged_replies(output: dict, path: Path) -> Path:
 
 
 def cxr_vqa_evaluate(benchmark: str, dataset: Path, out: Path, *options: str) -> dict:
-    assert cli.main(["evaluate", benchmark, "--dataset", str(dataset), "--out", str(out), *options]) == 0
+    assert cli.main(["evaluate", str(dataset), "--benchmark", benchmark, "--out", str(out), *options]) == 0
     return json.loads(out.read_text())["scores"]
 
 

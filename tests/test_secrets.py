@@ -94,7 +94,7 @@ def test_logged_messages_are_masked(monkeypatch, caplog):
 @pytest.mark.parametrize(
     "argv",
     [
-        ["evaluate", "gemex", "--dataset", ".", "--baseline", "Bearer sk-pastedKey0123456789abcdef"],
+        ["evaluate", ".", "--benchmark", "gemex", "--baseline", "Bearer sk-pastedKey0123456789abcdef"],
         ["build", "gemex", "--source", ".", "--out", "x", "--num-proc", HUB_TOKEN],
         ["publish", ".", "--repo", "org/x", HUB_TOKEN],  # unrecognized arguments: ...
     ],

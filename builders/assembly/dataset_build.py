@@ -42,9 +42,9 @@ from builders.assembly.settings import BuildSettings
 from builders.assembly.shards import SplitShards, sha256
 from builders.assembly.staging import Staging
 from builders.columns import empty_lists
-from builders.files import stop_point
 from builders.images import StoredImage
 from builders.provenance import Provenance
+from builders.stop_points import stop_point
 
 
 class DatasetBuild(ABC):

@@ -9,11 +9,10 @@ had moved aside to swap in its own, and is put back.
 `--overwrite` replaces only a folder that a build wrote (`is_build_folder`: its
 `build_report.json` says so), never a raw release, a file or `.`; leftovers are found by their
 exact name (`leftovers`), never by a glob pattern built from `out`'s name, which may itself hold
-`[`, `*` or `?`. `completed` lists the outputs renamed into place in this process, so that a
-Ctrl-C arriving after that can be reported as what it is.
+`[`, `*` or `?`. An interrupt (Ctrl-C, SIGTERM) that arrives once the output is renamed into place
+carries that output as its `written` attribute, so that it can be reported as what it is.
 
-Fault tests stop a real build at a known place (`builders.files.stop_point`: `start-up`, `reading`,
-`shards`, `card`, `renaming`, `written`, `atomic-write`) and kill it there.
+Fault tests stop a real build at a known place (`builders.stop_points`) and kill it there.
 """
 
 from __future__ import annotations
@@ -29,14 +28,13 @@ from contextlib import contextmanager, suppress
 from pathlib import Path
 
 from builders.assembly.report import BuildError
-from builders.files import leftovers, stop_point
+from builders.files import leftovers
+from builders.stop_points import stop_point
 
 REPORT_NAME = "build_report.json"
 REPORT_KEYS = {"dataset", "settings", "records_read", "rows_written", "shards"}
 """Keys every report a build saves holds (`BuildReport.to_dict`)."""
 log = logging.getLogger("cxr_vqa")
-completed: list[Path] = []
-"""Outputs this process has renamed into place, whole (read by the CLI when a late Ctrl-C arrives)."""
 
 
 class OutputBusy(BuildError):
@@ -216,6 +214,9 @@ def staged_output(
             out.rename(previous)
         stop_point("renaming")
         partial.rename(out)
-        completed.append(out)
-        remove(previous)
-        stop_point("written")
+        try:
+            remove(previous)
+            stop_point("written")
+        except BaseException as late:
+            late.written = out  # what stopped the build came after its output was whole
+            raise

@@ -11,7 +11,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.files import stop_point
+from builders.stop_points import stop_point
 
 
 @dataclass
