@@ -34,22 +34,13 @@ from gemex_dataset.records import (
     read_file,
 )
 from gemex_dataset.rows import FAR_OUTSIDE
+from schemas import schema
 
 CHOICE_TYPES = ("single_choice", "multi_choice")
 LETTERS = pa.array([chr(65 + k) for k in range(26)])
 CHOICE_PREFIXES = pa.array([f"{chr(65 + k)}: " for k in range(26)])
-REQUIRED = (
-    "question",
-    "type",
-    "answer",
-    "reason",
-    "visual_regions",
-    "visual_locations",
-    "image_path",
-    "ori_report",
-    "q_id",
-    "row_id",
-)
+REQUIRED = tuple(schema("gemex_per_type")["required"])
+"""The fields every per-type record must hold, as its JSON Schema says."""
 
 
 def release_schema(question_type: str) -> pa.Schema:

@@ -29,6 +29,7 @@ from builders.json_stream import RecordStream, name_not_utf8, open_text
 from rexvqa_dataset.features import LETTERS, TASKS
 from rexvqa_dataset.records import RawRecord, checked_record, read_file, stream_reject
 from rexvqa_dataset.rows import NAMED_KEYS, REPORT_FIELDS, TEXT_FIELDS, YEARS_PER_UNIT, aligned_views
+from schemas import schema
 
 BATCH_RECORDS = 8192
 LIST_KEYS = ("options", "ImagePath", "ImageViewPosition", "ImageModality")
@@ -36,17 +37,8 @@ RAW_TYPES: dict[str, pa.DataType] = {
     key: pa.string() for key in (*TEXT_FIELDS, *REPORT_FIELDS, "correct_answer", "task_name")
 }
 RAW_TYPES |= {key: pa.list_(pa.string()) for key in LIST_KEYS} | {"validation_code": pa.int64()}
-REQUIRED = (
-    "question",
-    "options",
-    "correct_answer",
-    "correct_answer_explanation",
-    "task_name",
-    "category",
-    "subcategory",
-    "study_id",
-    "ImagePath",
-)
+REQUIRED = tuple(schema("rexvqa_record")["required"])
+"""The keys every record must hold, as its JSON Schema says."""
 VIEWS_KEPT = "_views_kept_in_extra"
 """A column of the yielded tables (not staged): rows whose views went to `extra`, for the build report's notice."""
 _RAW_VALUES = itemgetter(*RAW_TYPES)

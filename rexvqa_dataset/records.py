@@ -27,6 +27,11 @@ class RawRecord:
     split: str
     data: dict
 
+    @property
+    def record(self) -> str:
+        """Where the record is in its file, as a reject names it: its question id."""
+        return self.question_id
+
 
 def metadata_folder(source: Path) -> Path:
     """The folder holding the `*_vqa_data.json` files: `source` itself, its `metadata/`, or a file's folder."""

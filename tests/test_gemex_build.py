@@ -252,7 +252,7 @@ def test_card_documents_every_column(gemex_embed):
 def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_made_a_row_at_a_time(
     tmp_path, header_readers
 ):
-    """Only `embed` attaches images row by row (`image_group`); the other modes attach them column-wise."""
+    """Only `embed` attaches images row by row (`group_rows`); the other modes attach them column-wise."""
     from gemex_dataset.prompts import to_messages
     from gemex_dataset.synthetic import generate
 

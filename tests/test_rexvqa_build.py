@@ -327,8 +327,8 @@ def test_cli_build_and_synthesize(tmp_path, capsys):
 def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_made_a_row_at_a_time(
     tmp_path, header_readers
 ):
-    """Only `embed` attaches images a study at a time (`study_rows`); `reference` attaches them column-wise,
-    falling back to `study_rows` for the rows with an image that does not load (`none` reads no image)."""
+    """Only `embed` attaches images a study at a time (`group_rows`); `reference` attaches them column-wise,
+    falling back to `group_rows` for the rows with an image that does not load (`none` reads no image)."""
     import pyarrow.parquet as pq
 
     from rexvqa_dataset.prompts import to_messages
@@ -363,3 +363,16 @@ def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_ma
     assert sorted(map(str, builds["reference"].rejects)) == sorted(map(str, builds["embed"].rejects))
     assert builds["reference"].notices == builds["embed"].notices
     assert dict(builds["reference"].images) == dict(builds["embed"].images)
+
+
+def test_a_record_the_row_check_refuses_is_rejected_by_its_question_id(tmp_path):
+    """Options whose letters do not run A, B, C, D pass the schema; the row check rejects them, naming the id."""
+    release = generate(tmp_path / "release", num_studies=4, seed=1)
+    path = release.metadata / "train_vqa_data.json"
+    records = json.loads(path.read_text())
+    question_id = next(iter(records))
+    records[question_id]["options"][0] = "B. " + records[question_id]["options"][0][3:]
+    path.write_text(json.dumps(records, indent=2))
+    report = build_rexvqa(BuildSettings(source=release.root, out=tmp_path / "out", image_mode="none"))
+    assert [(r.file, r.record, r.field) for r in report.rejects] == [(str(path), question_id, "options[0]")]
+    assert report.rows_written == report.records_read - 1
