@@ -127,10 +127,20 @@ def built_folder(args: argparse.Namespace) -> Path:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from gemex_dataset.conversion import write_llava
+    if args.to == "llava":
+        from gemex_dataset.conversion import write_llava
 
-    count = write_llava(built_folder(args), args.out, split=args.split)
-    print(f"{args.out}: {count} LLaVA conversation records")
+        count = write_llava(built_folder(args), args.out, split=args.split or "train")
+        print(f"{args.out}: {count} LLaVA conversation records")
+        return 0
+    from builders.pixel_budget import from_arguments
+    from cxr_vqa.other_trainers import write_for_trainer
+
+    splits = [args.split] if args.split else None
+    written = write_for_trainer(
+        built_folder(args), args.out, args.to, args.box_convention, from_arguments(args), splits
+    )
+    print("\n".join(written.lines(args.out)))
     return 0
 
 
@@ -252,17 +262,39 @@ def parser() -> argparse.ArgumentParser:
     synth_rexvqa.set_defaults(func=run_synthesize_rexvqa)
 
     convert = commands.add_parser(
-        "convert", help="write a built GEMeX dataset in the authors' LLaVA conversation layout"
+        "convert",
+        help="write a build for another trainer: LLaMA-Factory, ms-swift, or GEMeX's authors' LLaVA JSON",
     )
-    convert.add_argument("folder", nargs="?", type=Path, metavar="FOLDER", help=f"{FOLDER_HELP}, of GEMeX")
+    convert.add_argument("folder", nargs="?", type=Path, metavar="FOLDER", help=FOLDER_HELP)
     convert.add_argument(
         "--dataset", type=Path, metavar="FOLDER", help="the folder, in the older spelling (still read)"
     )
     convert.add_argument(
-        "--to", choices=["llava"], default="llava", help="the layout to write: the authors' LLaVA conversation JSON"
+        "--to",
+        choices=["llava", "llamafactory", "swift"],
+        default="llava",
+        help="llava: GEMeX's authors' LLaVA conversation JSON (one split, one file); llamafactory: sharegpt JSON "
+        "Lines and dataset_info.json; swift: ms-swift's messages JSON Lines, boxes as grounding objects "
+        "(docs/other-trainers.md)",
     )
-    convert.add_argument("--split", default="train", help="the split to write (train, validation or test)")
-    convert.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    convert.add_argument(
+        "--split",
+        help="the split to write (default: train for llava; every split for llamafactory and swift)",
+    )
+    convert.add_argument(
+        "--out", type=Path, required=True, help="the JSON file to write (llava); the folder to write (the others)"
+    )
+    from builders import pixel_budget
+    from builders.box_frame import BOX_CONVENTIONS
+
+    convert.add_argument(
+        "--box-convention",
+        choices=BOX_CONVENTIONS,
+        default="qwen2.5-vl",
+        help="llamafactory: how GEMeX boxes are written in the replies, the model family's convention; images are "
+        "written at the pixel budget (their stored size for pixels)",
+    )
+    pixel_budget.add_arguments(convert)
     convert.set_defaults(func=run_convert)
 
     check = commands.add_parser("validate", help="check a built folder is ready for the Hub's dataset viewer")
