@@ -72,8 +72,13 @@ def missing_images(rows: list[dict], root: Path, column: str) -> list[tuple[str,
     return missing
 
 
-def check_missing(missing: list[tuple[str, Path]], root: Path, allowed: int = MISSING_ALLOWED) -> None:
-    """Stop when more than `allowed` images are missing; else name each on stderr."""
+def check_missing(
+    missing: list[tuple[str, Path]],
+    root: Path,
+    allowed: int = MISSING_ALLOWED,
+    consequence: str = "the row is left out",
+) -> None:
+    """Stop when more than `allowed` images are missing; else name each on stderr with its `consequence`."""
     if len(missing) > allowed:
         shown = "; ".join(f"{row}: {path}" for row, path in missing[:3])
         raise MissingImagesError(
@@ -82,7 +87,7 @@ def check_missing(missing: list[tuple[str, Path]], root: Path, allowed: int = MI
             "the ReXVQA release's metadata/ for ReXVQA)?"
         )
     for row, path in missing:
-        print(f"--image-root: {row}: no image {path}; the row is left out", file=sys.stderr)
+        print(f"--image-root: {row}: no image {path}; {consequence}", file=sys.stderr)
 
 
 def sizes_and_boxes(row: dict, root: Path, column: str) -> dict:
@@ -137,3 +142,19 @@ def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming:
     except ImageError as err:
         raise ValueError(f"--image-root {root}: {row_name(row)}: {err}") from err
     return Dataset.from_list(out, features=features)
+
+
+def with_local_sizes(rows: list[dict], root: str | os.PathLike[str]) -> list[dict]:
+    """`rows` (holding their image path column) with image sizes and boxes filled from the files under `root`
+    where the build left them empty, for scoring boxes; a row whose image is missing keeps them empty."""
+    root = Path(root)
+    if not root.is_dir():
+        raise ValueError(f"--image-root {root}: no such folder")
+    column = path_column(list(rows[0]) if rows else list(IMAGE_COLUMNS))
+    missing = missing_images(rows, root, column)
+    check_missing(missing, root, consequence="its boxes are not scored")
+    left_out = {row for row, _ in missing}
+    try:
+        return [row if row_name(row) in left_out else {**row, **sizes_and_boxes(row, root, column)} for row in rows]
+    except ImageError as err:
+        raise ValueError(f"--image-root {root}: {err}") from err

@@ -144,6 +144,15 @@ def run_convert(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_attach(args: argparse.Namespace) -> int:
+    from cxr_vqa.attach import attach_images
+
+    report = attach_images(args.folder, args.image_root, args.out, args.image_mode, args.overwrite)
+    _print_report(report, args.out)
+    print(f"  annotations from {args.folder}, images from {args.image_root} ({args.image_mode})")
+    return 0
+
+
 def run_demo(args: argparse.Namespace) -> int:
     from cxr_vqa.demo import run_demo as demo
 
@@ -296,6 +305,28 @@ def parser() -> argparse.ArgumentParser:
     )
     pixel_budget.add_arguments(convert)
     convert.set_defaults(func=run_convert)
+
+    attach = commands.add_parser(
+        "attach",
+        help="build again a folder made without images (--image-mode none, or reference elsewhere) with local images",
+    )
+    attach.add_argument("folder", type=Path, metavar="FOLDER", help=FOLDER_HELP)
+    attach.add_argument(
+        "--image-root",
+        type=Path,
+        required=True,
+        help="your copy of the images: the folder the rows' image paths are relative to (MIMIC-CXR-JPG's files/, "
+        "ReXVQA's metadata/, beside deid_png/)",
+    )
+    attach.add_argument("--out", type=Path, required=True, help="the dataset folder to write")
+    attach.add_argument(
+        "--image-mode",
+        choices=["reference", "embed"],
+        default="reference",
+        help="reference: absolute paths to your files; embed: image bytes in the Parquet",
+    )
+    attach.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    attach.set_defaults(func=run_attach)
 
     check = commands.add_parser("validate", help="check a built folder is ready for the Hub's dataset viewer")
     check.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
