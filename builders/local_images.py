@@ -18,6 +18,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 from datasets import Dataset, Image, List, Value
 
 from builders.box_frame import frame224_to_pixels
@@ -79,12 +80,13 @@ def check_missing(
     consequence: str = "the row is left out",
 ) -> None:
     """Stop when more than `allowed` images are missing; else name each on stderr with its `consequence`."""
-    if len(missing) > allowed:
+    files = {path for _, path in missing}
+    if len(files) > allowed:
         shown = "; ".join(f"{row}: {path}" for row, path in missing[:3])
         raise MissingImagesError(
-            f"--image-root {root}: {len(missing)} images missing (more than {allowed}), e.g. {shown}: "
-            "is it the folder the rows' image paths are relative to (MIMIC-CXR-JPG's files/ for GEMeX, "
-            "the ReXVQA release's metadata/ for ReXVQA)?"
+            f"--image-root {root}: {len(files)} images missing (more than {allowed}; {len(missing)} rows name them), "
+            f"e.g. {shown}: is it the folder the rows' image paths are relative to (MIMIC-CXR-JPG's files/ for "
+            "GEMeX, the ReXVQA release's metadata/ for ReXVQA)?"
         )
     for row, path in missing:
         print(f"--image-root: {row}: no image {path}; {consequence}", file=sys.stderr)
@@ -100,7 +102,8 @@ def sizes_and_boxes(row: dict, root: Path, column: str) -> dict:
             out[width_column], out[height_column] = image_size(located(root, row[column]))
         width, height = out.get(width_column, row.get(width_column)), out.get(height_column, row.get(height_column))
         if row.get("boxes") is None and row.get("boxes_224") is not None:
-            out["boxes"] = [frame224_to_pixels(box, width, height)[0] for box in row["boxes_224"]]
+            boxes = [frame224_to_pixels(box, width, height)[0] for box in row["boxes_224"]]
+            out["boxes"] = np.asarray(boxes, dtype=np.float32).reshape(-1, 4).tolist()  # as a build stores them
     elif not row.get(width_column) or len(row[width_column]) != len(row[column]):
         sizes = [image_size(located(root, path)) for path in row[column]]
         out[width_column], out[height_column] = [w for w, _ in sizes], [h for _, h in sizes]
