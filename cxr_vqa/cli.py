@@ -304,6 +304,9 @@ def parser() -> argparse.ArgumentParser:
         "written at the pixel budget (their stored size for pixels)",
     )
     pixel_budget.add_arguments(convert)
+    convert.add_argument(
+        "--num-proc", type=int, default=4, help="llamafactory, swift: threads that decode and write the images"
+    )
     convert.set_defaults(func=run_convert)
 
     attach = commands.add_parser(

@@ -25,14 +25,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import threading
 from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from datasets import Image, List, load_dataset
 
-from builders.box_frame import scale_box
-from builders.files import write_text
+from builders.box_frame import qwen25vl_resized_size, scale_box
+from builders.files import atomic_path, atomic_write, write_text
 from builders.hub.validate import card_configs, config_shards
 from builders.pixel_budget import PixelBudget
 from gemex_dataset.prompts import location_text
@@ -80,24 +82,43 @@ class Written:
 
 
 class ImageFiles:
-    """Each distinct stored image written once as a PNG under ``images/``, named by a hash of what is stored."""
+    """Each distinct stored image written once as a PNG under ``images/``, named by a hash of what is stored,
+    decoded and written on `workers` threads (Pillow decodes and encodes outside the GIL) while rows go on;
+    at most a few images a thread wait in memory."""
 
-    def __init__(self, out: Path, resize_kwargs: dict[str, int]):
+    def __init__(self, out: Path, resize_kwargs: dict[str, int], workers: int = 1):
         self.out = out
         self.resize_kwargs = resize_kwargs
-        self.sizes: dict[str, tuple[int, int]] = {}
+        self.pool = ThreadPoolExecutor(max_workers=max(1, workers))
+        self.slots = threading.BoundedSemaphore(4 * max(1, workers))
+        self.written: dict[str, Future] = {}
 
     def name(self, stored: dict) -> str:
-        """The image's path relative to the output folder, written on first sight; its size in `sizes`."""
+        """The image's path relative to the output folder; written on first sight."""
         key = hashlib.sha256(stored["bytes"] if stored.get("bytes") else str(stored["path"]).encode()).hexdigest()
         relative = f"{IMAGES}/{key[:2]}/{key[:32]}.png"
-        if relative not in self.sizes:
-            target = self.out / relative
-            target.parent.mkdir(parents=True, exist_ok=True)
-            image = decode_image(stored, self.resize_kwargs or None)
-            image.save(target, format="PNG")
-            self.sizes[relative] = image.size
+        if relative not in self.written:
+            self.slots.acquire()
+            self.written[relative] = self.pool.submit(self.write, stored, self.out / relative)
+            self.written[relative].add_done_callback(lambda _: self.slots.release())
         return relative
+
+    def write(self, stored: dict, target: Path) -> None:
+        with atomic_path(target) as temp:
+            decode_image(stored, self.resize_kwargs or None).save(temp, format="PNG")
+
+    def size(self, width: int, height: int) -> tuple[int, int]:
+        """The written size of a stored image of `width` x `height` (as `decode_image` resizes it)."""
+        return qwen25vl_resized_size(width, height, **self.resize_kwargs) if self.resize_kwargs else (width, height)
+
+    def finish(self) -> int:
+        """Wait for every image (an image that failed raises its error here); how many were written."""
+        try:
+            for future in self.written.values():
+                future.result()
+        finally:
+            self.pool.shutdown(cancel_futures=True)
+        return len(self.written)
 
 
 def text_messages(messages: list[dict]) -> list[dict]:
@@ -119,9 +140,9 @@ def questions_of(row: dict) -> list[dict]:
     return [{**shared, **turn} for turn in row["turns"]]
 
 
-def swift_objects(row: dict, messages: list[dict], settings: ConversationSettings, size: tuple[int, int]) -> dict:
+def swift_objects(row: dict, messages: list[dict], settings: ConversationSettings, images: ImageFiles) -> dict:
     """GEMeX boxes as ms-swift grounding: each reply's ``<location>`` written with a ``<bbox>`` tag a box, and
-    ``objects`` holding the boxes (in the written image's pixels, `size`) and their region names, in tag order."""
+    ``objects`` holding the boxes (in the written image's pixels) and their region names, in tag order."""
     refs, boxes = [], []
     replies = iter(m for m in messages if m["role"] == "assistant")
     for question in questions_of(row):
@@ -130,7 +151,8 @@ def swift_objects(row: dict, messages: list[dict], settings: ConversationSetting
         if not reply["content"].endswith(located):
             raise ValueError(f"question {question['question_id']}: its reply does not end with {located!r}")
         width, height = question["image_width"], question["image_height"]
-        own = [scale_box(box, size[0] / width, size[1] / height) for box in question.get("boxes") or []]
+        written = images.size(width, height)
+        own = [scale_box(box, written[0] / width, written[1] / height) for box in question.get("boxes") or []]
         tags = ", ".join(BBOX_TAG for _ in own)
         reply["content"] = reply["content"][: -len(located)] + f"<location> [{tags}]"
         boxes += own
@@ -149,7 +171,7 @@ def trainer_rows(dataset, kind: str, tool: str, settings: ConversationSettings, 
         messages = text_messages(to_messages(row, kind, settings))
         record = {"messages": messages, "images": names}
         if tool == "swift" and kind == "gemex":
-            record["objects"] = swift_objects(row, messages, settings, images.sizes[names[0]])
+            record["objects"] = swift_objects(row, messages, settings, images)
         record["question_ids"] = question_ids(row)
         yield record
 
@@ -171,6 +193,21 @@ def configs_to_write(folder: Path, configs: dict[str, dict]) -> list[str]:
     return wanted
 
 
+def write_split(
+    folder: Path, config: str, split: str, out: Path, tool: str, settings: ConversationSettings, images: ImageFiles
+) -> tuple[str, int]:
+    """One config's split as `<dataset>_<config>_<split>.jsonl` in `out`; its name and rows."""
+    dataset = load_dataset(str(folder), config, split=split)
+    kind = dataset_kind(dataset.column_names, dataset.features)
+    name = f"{kind}_{config}_{split}"
+    rows = 0
+    with atomic_write(out / f"{name}.jsonl") as file:
+        for record in trainer_rows(dataset, kind, tool, settings, images):
+            file.write(json.dumps(record, ensure_ascii=False) + "\n")
+            rows += 1
+    return name, rows
+
+
 def write_for_trainer(
     folder: Path,
     out: Path,
@@ -178,6 +215,7 @@ def write_for_trainer(
     box_convention: str = "qwen2.5-vl",
     budget: PixelBudget | None = None,
     splits: list[str] | None = None,
+    workers: int = 1,
 ) -> Written:
     """Write the build `folder` for `tool` (one of `TOOLS`) into `out`; see the module's docstring."""
     if tool not in TOOLS:
@@ -186,22 +224,24 @@ def write_for_trainer(
     configs, _ = card_configs(folder)
     wanted = configs_to_write(folder, configs)
     settings = conversion_settings(box_convention, budget or PixelBudget())
-    images = ImageFiles(out, settings.resize_kwargs)
+    missing = [
+        split for split in splits or [] for config in wanted if split not in config_shards(folder, configs[config])
+    ]
+    if missing:
+        raise ValueError(
+            f"{folder}: no {missing[0]!r} split in config {wanted[0]} (pass --split train, validation or test)"
+        )
+    images = ImageFiles(out, settings.resize_kwargs, workers)
     written = Written()
     info: dict[str, dict] = {}
-    for config in wanted:
-        available = config_shards(folder, configs[config])
-        for split in splits or list(available):
-            if split not in available:
-                raise ValueError(f"{folder}: config {config} has no {split!r} split (it has {', '.join(available)})")
-            dataset = load_dataset(str(folder), config, split=split)
-            kind = dataset_kind(dataset.column_names, dataset.features)
-            name = f"{kind}_{config}_{split}"
-            lines = [json.dumps(r, ensure_ascii=False) for r in trainer_rows(dataset, kind, tool, settings, images)]
-            write_text(out / f"{name}.jsonl", "".join(line + "\n" for line in lines))
-            written.files[f"{name}.jsonl"] = len(lines)
-            info[name] = {"file_name": f"{name}.jsonl", **SHAREGPT_ENTRY}
+    try:
+        for config in wanted:
+            for split in splits or list(config_shards(folder, configs[config])):
+                name, rows = write_split(folder, config, split, out, tool, settings, images)
+                written.files[f"{name}.jsonl"] = rows
+                info[name] = {"file_name": f"{name}.jsonl", **SHAREGPT_ENTRY}
+    finally:
+        written.images = images.finish()
     if tool == "llamafactory":
         write_text(out / DATASET_INFO, json.dumps(info, indent=2) + "\n")
-    written.images = len(images.sizes)
     return written
