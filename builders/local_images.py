@@ -14,6 +14,7 @@ rows left out.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 from pathlib import Path
@@ -92,6 +93,12 @@ def check_missing(
         print(f"--image-root: {row}: no image {path}; {consequence}", file=sys.stderr)
 
 
+@functools.lru_cache(maxsize=1 << 16)
+def header_size(path: Path) -> tuple[int, int]:
+    """An image's (width, height) from its header, read once however many questions show it."""
+    return image_size(path)
+
+
 def sizes_and_boxes(row: dict, root: Path, column: str) -> dict:
     """The row's image sizes from the files' headers where the build left them empty, and GEMeX's boxes in
     those pixels from `boxes_224` where it left them empty."""
@@ -99,19 +106,20 @@ def sizes_and_boxes(row: dict, root: Path, column: str) -> dict:
     out = {}
     if column == "image_path":
         if row.get(width_column) is None or row.get(height_column) is None:
-            out[width_column], out[height_column] = image_size(located(root, row[column]))
+            out[width_column], out[height_column] = header_size(located(root, row[column]))
         width, height = out.get(width_column, row.get(width_column)), out.get(height_column, row.get(height_column))
         if row.get("boxes") is None and row.get("boxes_224") is not None:
             boxes = [frame224_to_pixels(box, width, height)[0] for box in row["boxes_224"]]
             out["boxes"] = np.asarray(boxes, dtype=np.float32).reshape(-1, 4).tolist()  # as a build stores them
     elif not row.get(width_column) or len(row[width_column]) != len(row[column]):
-        sizes = [image_size(located(root, path)) for path in row[column]]
+        sizes = [header_size(located(root, path)) for path in row[column]]
         out[width_column], out[height_column] = [w for w, _ in sizes], [h for _, h in sizes]
     return out
 
 
 def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming: bool = False) -> Dataset:
-    """`dataset` with each row's image(s) from `root / path`, sizes and boxes filled; see the module's docstring."""
+    """`dataset` with each row's image(s) from `root / path`, sizes and boxes filled; see the module's docstring.
+    A `datasets` map (cached beside the split), reading no more than the image files' headers."""
     if streaming:
         raise ValueError("--image-root reads a split whole, to count missing images first: not with --streaming")
     root = Path(root)
@@ -119,32 +127,35 @@ def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming:
         raise ValueError(f"--image-root {root}: no such folder")
     column = path_column(dataset.column_names)
     image_column = IMAGE_COLUMNS[column]
-    rows = dataset.remove_columns([c for c in (image_column, "messages") if c in dataset.column_names]).to_list()
-    missing = missing_images(rows, root, column)
+    dataset = dataset.remove_columns([c for c in (image_column, "messages") if c in dataset.column_names])
+    named_by = [c for c in ("question_id", "conversation_id", "study_id") if c in dataset.column_names][:1]
+    named = dataset.select_columns([*named_by, column]).to_list()
+    missing = missing_images(named, root, column)
     check_missing(missing, root)
-    left_out = {row for row, _ in missing}
-    kept = [k for k, row in enumerate(rows) if row_name(row) not in left_out]
+    if missing:
+        left_out = {row for row, _ in missing}
+        dataset = dataset.select([k for k, row in enumerate(named) if row_name(row) not in left_out])
     features = dataset.features.copy()
-    features.pop("messages", None)
     features[image_column] = Image() if column == "image_path" else List(Image())
-    for width_column in SIZE_COLUMNS[column]:
-        features.setdefault(width_column, Value("int32") if column == "image_path" else List(Value("int32")))
-    out = []
-    try:
-        for k in kept:
-            row = rows[k]
-            paths = [row[column]] if column == "image_path" else list(row[column])
-            images = [{"path": str(located(root, path)), "bytes": None} for path in paths]
-            out.append(
-                {
-                    **row,
-                    **sizes_and_boxes(row, root, column),
-                    image_column: images[0] if column == "image_path" else images,
-                }
-            )
-    except ImageError as err:
-        raise ValueError(f"--image-root {root}: {row_name(row)}: {err}") from err
-    return Dataset.from_list(out, features=features)
+    for size_column in SIZE_COLUMNS[column]:
+        features.setdefault(size_column, Value("int32") if column == "image_path" else List(Value("int32")))
+
+    def attach(batch: dict[str, list]) -> dict[str, list]:
+        rows = [dict(zip(batch, values)) for values in zip(*batch.values())]
+        out = []
+        for row in rows:
+            try:
+                filled = {**row, **sizes_and_boxes(row, root, column)}
+            except ImageError as err:
+                raise ValueError(f"--image-root {root}: {row_name(row)}: {err}") from err
+            images = [
+                {"path": str(located(root, p)), "bytes": None}
+                for p in ([row[column]] if column == "image_path" else row[column])
+            ]
+            out.append({**filled, image_column: images[0] if column == "image_path" else images})
+        return {c: [row.get(c) for row in out] for c in features}
+
+    return dataset.map(attach, batched=True, features=features, desc="Attaching local images")
 
 
 def with_local_sizes(rows: list[dict], root: str | os.PathLike[str]) -> list[dict]:
