@@ -224,3 +224,26 @@ def test_attach_rexvqa_gives_the_questions_and_images_of_a_reference_build(
 def test_convert_refuses_a_build_without_images_and_names_attach(gemex_none, tmp_path, capsys):
     assert main(["convert", str(gemex_none), "--to", "swift", "--out", str(tmp_path / "out")]) == 1
     assert "cxr-vqa attach FOLDER --image-root DIR" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("layout", ["llava", "grouped"])
+def test_attach_writes_each_layout_back_as_released(layout, gemex_release, tmp_path):
+    """Rows read from the LLaVA or grouped layout are written back in it: the same question ids and rows."""
+    source = gemex_release.root / layout
+    build_gemex(BuildSettings(source=source, out=tmp_path / "none", image_mode="none"))
+    build_gemex(
+        BuildSettings(source=source, out=tmp_path / "embed", images=gemex_release.image_root, image_mode="embed")
+    )
+    argv = [
+        "attach",
+        str(tmp_path / "none"),
+        "--image-root",
+        str(gemex_release.image_root),
+        "--out",
+        str(tmp_path / "out"),
+    ]
+    assert main([*argv, "--image-mode", "embed"]) == 0
+    for split in ("train", "test"):
+        got = load_dataset(str(tmp_path / "out"), "sft", split=split).to_list()
+        want = load_dataset(str(tmp_path / "embed"), "sft", split=split).to_list()
+        assert sorted(got, key=lambda r: r["question_id"]) == sorted(want, key=lambda r: r["question_id"])
