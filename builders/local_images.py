@@ -37,16 +37,20 @@ HELP = (
 )
 
 
-class MissingImagesError(ValueError):
+class LocalImagesError(ValueError):
+    """Something the user fixes before the images can be attached (the root, a file): one line, no traceback."""
+
+
+class MissingImagesError(LocalImagesError):
     """More images missing under the image root than a run goes on without."""
 
 
 def path_column(column_names: list[str]) -> str:
-    """The split's released image path column; ValueError when it has none."""
+    """The split's released image path column; LocalImagesError when it has none."""
     for column in IMAGE_COLUMNS:
         if column in column_names:
             return column
-    raise ValueError(f"no {' or '.join(IMAGE_COLUMNS)} column: the rows name no image to attach")
+    raise LocalImagesError(f"no {' or '.join(IMAGE_COLUMNS)} column: the rows name no image to attach")
 
 
 def row_name(row: dict) -> str:
@@ -121,10 +125,10 @@ def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming:
     """`dataset` with each row's image(s) from `root / path`, sizes and boxes filled; see the module's docstring.
     A `datasets` map (cached beside the split), reading no more than the image files' headers."""
     if streaming:
-        raise ValueError("--image-root reads a split whole, to count missing images first: not with --streaming")
+        raise LocalImagesError("--image-root reads a split whole, to count missing images first: not with --streaming")
     root = Path(root)
     if not root.is_dir():
-        raise ValueError(f"--image-root {root}: no such folder")
+        raise LocalImagesError(f"--image-root {root}: no such folder")
     column = path_column(dataset.column_names)
     image_column = IMAGE_COLUMNS[column]
     dataset = dataset.remove_columns([c for c in (image_column, "messages") if c in dataset.column_names])
@@ -147,7 +151,7 @@ def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming:
             try:
                 filled = {**row, **sizes_and_boxes(row, root, column)}
             except ImageError as err:
-                raise ValueError(f"--image-root {root}: {row_name(row)}: {err}") from err
+                raise LocalImagesError(f"--image-root {root}: {row_name(row)}: {err}") from err
             images = [
                 {"path": str(located(root, p)), "bytes": None}
                 for p in ([row[column]] if column == "image_path" else row[column])
@@ -163,7 +167,7 @@ def with_local_sizes(rows: list[dict], root: str | os.PathLike[str]) -> list[dic
     where the build left them empty, for scoring boxes; a row whose image is missing keeps them empty."""
     root = Path(root)
     if not root.is_dir():
-        raise ValueError(f"--image-root {root}: no such folder")
+        raise LocalImagesError(f"--image-root {root}: no such folder")
     column = path_column(list(rows[0]) if rows else list(IMAGE_COLUMNS))
     missing = missing_images(rows, root, column)
     check_missing(missing, root, consequence="its boxes are not scored")
@@ -171,4 +175,4 @@ def with_local_sizes(rows: list[dict], root: str | os.PathLike[str]) -> list[dic
     try:
         return [row if row_name(row) in left_out else {**row, **sizes_and_boxes(row, root, column)} for row in rows]
     except ImageError as err:
-        raise ValueError(f"--image-root {root}: {err}") from err
+        raise LocalImagesError(f"--image-root {root}: {err}") from err

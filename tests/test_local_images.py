@@ -4,7 +4,11 @@ and `cxr-vqa attach`, which turns it into a build with images."""
 from __future__ import annotations
 
 import json
+import os
 import shutil
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from datasets import load_dataset
@@ -20,6 +24,7 @@ from training_recipes.data import ConversationSettings, conversational
 
 from . import tiny_models
 
+ROOT = Path(__file__).resolve().parent.parent
 SETTINGS = ConversationSettings("qwen2.5-vl", resize_kwargs=PixelBudget().resize_kwargs(28))
 
 
@@ -247,3 +252,23 @@ def test_attach_writes_each_layout_back_as_released(layout, gemex_release, tmp_p
         got = load_dataset(str(tmp_path / "out"), "sft", split=split).to_list()
         want = load_dataset(str(tmp_path / "embed"), "sft", split=split).to_list()
         assert sorted(got, key=lambda r: r["question_id"]) == sorted(want, key=lambda r: r["question_id"])
+
+
+def test_generate_names_a_wrong_image_root_in_one_line(gemex_none, tmp_path):
+    model_dir = tiny_models.save_tiny_vlm("idefics3", tmp_path / "model")
+    argv = ["--model_name_or_path", str(model_dir), "--dataset_path", str(gemex_none), "--split", "test"]
+    argv += ["--output_file", str(tmp_path / "p.jsonl"), "--image_root", str(tmp_path / "nowhere")]
+    done = subprocess.run(
+        [sys.executable, "training_recipes/generate.py", *argv],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        check=False,
+        timeout=300,
+    )
+    assert done.returncode == 1
+    assert (
+        done.stderr.strip().splitlines()[-1]
+        == f"generate.py: error: --image-root {tmp_path / 'nowhere'}: no such folder"
+    )

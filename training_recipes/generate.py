@@ -30,7 +30,7 @@ from transformers import AutoModelForImageTextToText, HfArgumentParser
 
 from builders.files import write_text
 from builders.local_images import HELP as LOCAL_IMAGES_HELP
-from builders.local_images import with_local_images
+from builders.local_images import LocalImagesError, with_local_images
 from builders.pixel_budget import HELP as PIXEL_HELP
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 from training_recipes.data import (
@@ -239,5 +239,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         main()
-    except RecipeError as error:
+    except (RecipeError, LocalImagesError) as error:
         sys.exit(f"generate.py: error: {error}")

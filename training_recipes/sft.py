@@ -44,7 +44,7 @@ from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from builders.local_images import HELP as LOCAL_IMAGES_HELP
-from builders.local_images import with_local_images
+from builders.local_images import LocalImagesError, with_local_images
 from builders.pixel_budget import HELP as PIXEL_HELP
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 from training_recipes.data import conversational, layout_config, mix, sequence_lengths, settings_for
@@ -455,5 +455,5 @@ def main(argv: list[str] | None = None):
 if __name__ == "__main__":
     try:
         main()
-    except RecipeError as error:
+    except (RecipeError, LocalImagesError) as error:
         sys.exit(f"sft.py: error: {error}")
