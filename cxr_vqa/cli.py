@@ -138,7 +138,7 @@ def run_convert(args: argparse.Namespace) -> int:
 
     splits = [args.split] if args.split else None
     written = write_for_trainer(
-        built_folder(args), args.out, args.to, args.box_convention, from_arguments(args), splits
+        built_folder(args), args.out, args.to, args.box_convention, from_arguments(args), splits, args.num_proc
     )
     print("\n".join(written.lines(args.out)))
     return 0
