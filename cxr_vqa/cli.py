@@ -121,10 +121,29 @@ def run_synthesize_gemex(args: argparse.Namespace) -> int:
 
 
 def run_convert(args: argparse.Namespace) -> int:
-    from gemex_dataset.conversion import write_llava
+    if args.to == "llava":
+        from gemex_dataset.conversion import write_llava
 
-    count = write_llava(args.dataset, args.out, split=args.split)
-    print(f"{args.out}: {count} LLaVA conversation records")
+        count = write_llava(args.dataset, args.out, split=args.split or "train")
+        print(f"{args.out}: {count} LLaVA conversation records")
+        return 0
+    from builders.pixel_budget import from_arguments
+    from cxr_vqa.other_trainers import write_for_trainer
+
+    splits = [args.split] if args.split else None
+    written = write_for_trainer(
+        args.dataset, args.out, args.to, args.box_convention, from_arguments(args), splits, args.num_proc
+    )
+    print("\n".join(written.lines(args.out)))
+    return 0
+
+
+def run_attach(args: argparse.Namespace) -> int:
+    from cxr_vqa.attach import attach_images
+
+    report = attach_images(args.dataset, args.image_root, args.out, args.image_mode, args.overwrite)
+    _print_report(report, args.out)
+    print(f"  annotations from {args.dataset}, images from {args.image_root} ({args.image_mode})")
     return 0
 
 
@@ -246,15 +265,62 @@ def parser() -> argparse.ArgumentParser:
     synth_rexvqa.set_defaults(func=run_synthesize_rexvqa)
 
     convert = commands.add_parser(
-        "convert", help="write a built GEMeX dataset in the authors' LLaVA conversation layout"
+        "convert",
+        help="write a build for another trainer: LLaMA-Factory, ms-swift, or GEMeX's authors' LLaVA JSON",
     )
-    convert.add_argument("dataset", type=Path, metavar="FOLDER", help=f"{FOLDER_HELP}, of GEMeX")
+    convert.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
     convert.add_argument(
-        "--to", choices=["llava"], default="llava", help="the layout to write: the authors' LLaVA conversation JSON"
+        "--to",
+        choices=["llava", "llamafactory", "swift"],
+        default="llava",
+        help="llava: GEMeX's authors' LLaVA conversation JSON (one split, one file); llamafactory: sharegpt JSON "
+        "Lines and dataset_info.json; swift: ms-swift's messages JSON Lines, boxes as grounding objects "
+        "(docs/other-trainers.md)",
     )
-    convert.add_argument("--split", default="train", help="the split to write (train, validation or test)")
-    convert.add_argument("--out", type=Path, required=True, help="the JSON file to write")
+    convert.add_argument(
+        "--split",
+        help="the split to write (default: train for llava; every split for llamafactory and swift)",
+    )
+    convert.add_argument(
+        "--out", type=Path, required=True, help="the JSON file to write (llava); the folder to write (the others)"
+    )
+    from builders import pixel_budget
+    from builders.box_frame import BOX_CONVENTIONS
+
+    convert.add_argument(
+        "--box-convention",
+        choices=BOX_CONVENTIONS,
+        default="qwen2.5-vl",
+        help="llamafactory: how GEMeX boxes are written in the replies, the model family's convention; images are "
+        "written at the pixel budget (their stored size for pixels)",
+    )
+    pixel_budget.add_arguments(convert)
+    convert.add_argument(
+        "--num-proc", type=int, default=4, help="llamafactory, swift: threads that decode and write the images"
+    )
     convert.set_defaults(func=run_convert)
+
+    attach = commands.add_parser(
+        "attach",
+        help="build again a folder made without images (--image-mode none, or reference elsewhere) with local images",
+    )
+    attach.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
+    attach.add_argument(
+        "--image-root",
+        type=Path,
+        required=True,
+        help="your copy of the images: the folder the rows' image paths are relative to (MIMIC-CXR-JPG's files/, "
+        "ReXVQA's metadata/, beside deid_png/)",
+    )
+    attach.add_argument("--out", type=Path, required=True, help="the dataset folder to write")
+    attach.add_argument(
+        "--image-mode",
+        choices=["reference", "embed"],
+        default="reference",
+        help="reference: absolute paths to your files; embed: image bytes in the Parquet",
+    )
+    attach.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
+    attach.set_defaults(func=run_attach)
 
     check = commands.add_parser("validate", help="check a built folder is ready for the Hub's dataset viewer")
     check.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)

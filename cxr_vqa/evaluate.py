@@ -20,7 +20,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 
-from builders import pixel_budget
+from builders import local_images, pixel_budget
 from builders.box_frame import BOX_CONVENTIONS
 from builders.built_folder import built_dataset, card_configs, default_shards
 from builders.files import write_text
@@ -81,6 +81,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     gemex = parser.add_argument_group("GEMeX")
     gemex.add_argument("--box-convention", choices=BOX_CONVENTIONS, default="pixels", help="how the model writes boxes")
     pixel_budget.add_arguments(gemex)  # qwen2.5-vl boxes are in the pixels of the image resized to it
+    gemex.add_argument("--image-root", type=Path, metavar="DIR", help=local_images.HELP)
     gemex.add_argument(
         "--text-metrics",
         default=None,
@@ -279,9 +280,11 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     from builders.scoring import text_metrics
     from gemex_dataset import scoring
 
-    rows = load_split(
-        args.dataset, args.split, scoring.COLUMNS, ("question_id", "question_type", "answer", "reason", "boxes")
-    )
+    image_root = getattr(args, "image_root", None)
+    wanted = (*scoring.COLUMNS, "image_path") if image_root else scoring.COLUMNS
+    rows = load_split(args.dataset, args.split, wanted, ("question_id", "question_type", "answer", "reason", "boxes"))
+    if image_root:
+        rows = local_images.with_local_sizes(rows, image_root)
     if args.box_convention == "qwen2.5-vl":
         check_resizable(rows)
     predictions, check, source = _predictions(args, rows, scoring)

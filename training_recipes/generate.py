@@ -29,6 +29,8 @@ from datasets import Dataset, load_dataset
 from transformers import AutoModelForImageTextToText, HfArgumentParser
 
 from builders.files import write_text
+from builders.local_images import HELP as LOCAL_IMAGES_HELP
+from builders.local_images import LocalImagesError, with_local_images
 from builders.pixel_budget import HELP as PIXEL_HELP
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 from training_recipes.data import (
@@ -67,6 +69,7 @@ class GenerateArguments:
         default=MAX_PIXELS, metadata={"help": PIXEL_HELP["max_pixels"] + " Give the training run's."}
     )
     min_pixels: int = field(default=MIN_PIXELS, metadata={"help": PIXEL_HELP["min_pixels"]})
+    image_root: str | None = field(default=None, metadata={"help": LOCAL_IMAGES_HELP})
     sort_by_length: bool = field(
         default=True,
         metadata={
@@ -212,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
     device = args.device or ("cuda" if torch.cuda.is_available() else "cpu")
     model, processor = load_model(args.model_name_or_path, args.dtype or default_dtype(), device)
     dataset = load_dataset(args.dataset_path, args.dataset_config, split=args.split)
+    if args.image_root:
+        dataset = with_local_images(dataset, args.image_root)
     if args.max_samples is not None:
         dataset = dataset.select(range(min(args.max_samples, len(dataset))))
     budget = PixelBudget(args.min_pixels, args.max_pixels)
@@ -234,5 +239,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     try:
         main()
-    except RecipeError as error:
+    except (RecipeError, LocalImagesError) as error:
         sys.exit(f"generate.py: error: {error}")

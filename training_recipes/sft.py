@@ -43,6 +43,8 @@ from transformers.trainer_pt_utils import LengthGroupedSampler
 from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
+from builders.local_images import HELP as LOCAL_IMAGES_HELP
+from builders.local_images import LocalImagesError, with_local_images
 from builders.pixel_budget import HELP as PIXEL_HELP
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 from training_recipes.data import conversational, layout_config, mix, sequence_lengths, settings_for
@@ -88,12 +90,20 @@ class DataArguments:
     )
     max_pixels: int = field(default=MAX_PIXELS, metadata={"help": PIXEL_HELP["max_pixels"]})
     min_pixels: int = field(default=MIN_PIXELS, metadata={"help": PIXEL_HELP["min_pixels"]})
+    image_root: str | None = field(default=None, metadata={"help": LOCAL_IMAGES_HELP})
 
 
 def load_split(
-    path: str, config: str | None, split: str, max_samples: int | None = None, streaming: bool = False
+    path: str,
+    config: str | None,
+    split: str,
+    max_samples: int | None = None,
+    streaming: bool = False,
+    image_root: str | None = None,
 ) -> Dataset | IterableDataset:
     dataset = load_dataset(path, config, split=split, streaming=streaming)
+    if image_root:
+        dataset = with_local_images(dataset, image_root, streaming)
     if streaming:
         return dataset.take(max_samples) if max_samples is not None else dataset
     if max_samples is not None:
@@ -106,11 +116,13 @@ def training_data(data_args: DataArguments, settings, split: str, seed: int, max
     weighted = []
     if data_args.gemex_path:
         config = layout_config("gemex", data_args.layout, data_args.gemex_config)
-        gemex = load_split(data_args.gemex_path, config, split, max_samples, data_args.streaming)
+        gemex = load_split(data_args.gemex_path, config, split, max_samples, data_args.streaming, data_args.image_root)
         weighted.append((gemex, data_args.gemex_weight))
     if data_args.rexvqa_path:
         config = layout_config("rexvqa", data_args.layout, data_args.rexvqa_config)
-        rexvqa = load_split(data_args.rexvqa_path, config, split, max_samples, data_args.streaming)
+        rexvqa = load_split(
+            data_args.rexvqa_path, config, split, max_samples, data_args.streaming, data_args.image_root
+        )
         weighted.append((rexvqa, data_args.rexvqa_weight))
     if not weighted:
         raise ValueError("give --gemex_path, --rexvqa_path or both")
@@ -443,5 +455,5 @@ def main(argv: list[str] | None = None):
 if __name__ == "__main__":
     try:
         main()
-    except RecipeError as error:
+    except (RecipeError, LocalImagesError) as error:
         sys.exit(f"sft.py: error: {error}")

@@ -1,0 +1,178 @@
+"""A build's rows meet a local copy of the image release: `--image-root DIR`.
+
+A build made with `--image-mode none` (the shareable annotations), or a `reference` build made on
+another machine, names each row's image by its released path (`image_path`, or a study's
+`image_paths`), relative to the folder the build's `--images` named. `with_local_images` attaches
+`DIR / path` as the row's image column (`image`, `images`), as a path that the recipes decode at the
+pixel budget exactly as they decode an embedded image, and fills what a build without images leaves
+empty: each image's size from its header, and boxes in its pixels from the released 224-frame boxes.
+
+Missing files are counted first, all of them, before anything trains: more than `MISSING_ALLOWED`
+stops the run with one line naming the first ones and their rows; fewer are named one by one and their
+rows left out.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from pathlib import Path
+
+import numpy as np
+from datasets import Dataset, Image, List, Value
+
+from builders.box_frame import frame224_to_pixels
+from builders.images import ImageError, image_size
+
+IMAGE_COLUMNS = {"image_path": "image", "image_paths": "images"}
+"""A row's released image path column, and the image column it fills."""
+SIZE_COLUMNS = {"image_path": ("image_width", "image_height"), "image_paths": ("image_widths", "image_heights")}
+MISSING_ALLOWED = 5
+"""Missing images a run goes on without (their rows left out, each named); one more stops it before training."""
+HELP = (
+    "Attach each row's image from DIR / its image_path(s): a build made with --image-mode none (or a reference build "
+    "made elsewhere) meets your copy of the images (the folder the build's --images named: MIMIC-CXR-JPG's files/, "
+    f"ReXVQA's metadata/). More than {MISSING_ALLOWED} missing images stop the run before it starts."
+)
+
+
+class LocalImagesError(ValueError):
+    """Something the user fixes before the images can be attached (the root, a file): one line, no traceback."""
+
+
+class MissingImagesError(LocalImagesError):
+    """More images missing under the image root than a run goes on without."""
+
+
+def path_column(column_names: list[str]) -> str:
+    """The split's released image path column; LocalImagesError when it has none."""
+    for column in IMAGE_COLUMNS:
+        if column in column_names:
+            return column
+    raise LocalImagesError(f"no {' or '.join(IMAGE_COLUMNS)} column: the rows name no image to attach")
+
+
+def row_name(row: dict) -> str:
+    for key in ("question_id", "conversation_id", "study_id"):
+        if row.get(key) is not None:
+            return f"{key.removesuffix('_id')} {row[key]}"
+    return "a row"
+
+
+def located(root: Path, path: str) -> Path:
+    return Path(os.path.normpath(root / path))
+
+
+def missing_images(rows: list[dict], root: Path, column: str) -> list[tuple[str, Path]]:
+    """(row, file) of every image the rows name that is no file under `root`, each file checked once."""
+    seen: dict[str, bool] = {}
+    missing = []
+    for row in rows:
+        paths = row[column] if column == "image_paths" else [row[column]]
+        for path in paths or []:
+            if path not in seen:
+                seen[path] = located(root, path).is_file()
+            if not seen[path]:
+                missing.append((row_name(row), located(root, path)))
+    return missing
+
+
+def check_missing(
+    missing: list[tuple[str, Path]],
+    root: Path,
+    allowed: int = MISSING_ALLOWED,
+    consequence: str = "the row is left out",
+) -> None:
+    """Stop when more than `allowed` images are missing; else name each on stderr with its `consequence`."""
+    files = {path for _, path in missing}
+    if len(files) > allowed:
+        shown = "; ".join(f"{row}: {path}" for row, path in missing[:3])
+        raise MissingImagesError(
+            f"--image-root {root}: {len(files)} images missing (more than {allowed}; {len(missing)} rows name them), "
+            f"e.g. {shown}: is it the folder the rows' image paths are relative to (MIMIC-CXR-JPG's files/ for "
+            "GEMeX, the ReXVQA release's metadata/ for ReXVQA)?"
+        )
+    for row, path in missing:
+        print(f"--image-root: {row}: no image {path}; {consequence}", file=sys.stderr)
+
+
+@functools.lru_cache(maxsize=1 << 16)
+def header_size(path: Path) -> tuple[int, int]:
+    """An image's (width, height) from its header, read once however many questions show it."""
+    return image_size(path)
+
+
+def sizes_and_boxes(row: dict, root: Path, column: str) -> dict:
+    """The row's image sizes from the files' headers where the build left them empty, and GEMeX's boxes in
+    those pixels from `boxes_224` where it left them empty."""
+    width_column, height_column = SIZE_COLUMNS[column]
+    out = {}
+    if column == "image_path":
+        if row.get(width_column) is None or row.get(height_column) is None:
+            out[width_column], out[height_column] = header_size(located(root, row[column]))
+        width, height = out.get(width_column, row.get(width_column)), out.get(height_column, row.get(height_column))
+        if row.get("boxes") is None and row.get("boxes_224") is not None:
+            boxes = [frame224_to_pixels(box, width, height)[0] for box in row["boxes_224"]]
+            out["boxes"] = np.asarray(boxes, dtype=np.float32).reshape(-1, 4).tolist()  # as a build stores them
+    elif not row.get(width_column) or len(row[width_column]) != len(row[column]):
+        sizes = [header_size(located(root, path)) for path in row[column]]
+        out[width_column], out[height_column] = [w for w, _ in sizes], [h for _, h in sizes]
+    return out
+
+
+def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming: bool = False) -> Dataset:
+    """`dataset` with each row's image(s) from `root / path`, sizes and boxes filled; see the module's docstring.
+    A `datasets` map (cached beside the split), reading no more than the image files' headers."""
+    if streaming:
+        raise LocalImagesError("--image-root reads a split whole, to count missing images first: not with --streaming")
+    root = Path(root)
+    if not root.is_dir():
+        raise LocalImagesError(f"--image-root {root}: no such folder")
+    column = path_column(dataset.column_names)
+    image_column = IMAGE_COLUMNS[column]
+    dataset = dataset.remove_columns([c for c in (image_column, "messages") if c in dataset.column_names])
+    named_by = [c for c in ("question_id", "conversation_id", "study_id") if c in dataset.column_names][:1]
+    named = dataset.select_columns([*named_by, column]).to_list()
+    missing = missing_images(named, root, column)
+    check_missing(missing, root)
+    if missing:
+        left_out = {row for row, _ in missing}
+        dataset = dataset.select([k for k, row in enumerate(named) if row_name(row) not in left_out])
+    features = dataset.features.copy()
+    features[image_column] = Image() if column == "image_path" else List(Image())
+    for size_column in SIZE_COLUMNS[column]:
+        features.setdefault(size_column, Value("int32") if column == "image_path" else List(Value("int32")))
+
+    def attach(batch: dict[str, list]) -> dict[str, list]:
+        rows = [dict(zip(batch, values)) for values in zip(*batch.values())]
+        out = []
+        for row in rows:
+            try:
+                filled = {**row, **sizes_and_boxes(row, root, column)}
+            except ImageError as err:
+                raise LocalImagesError(f"--image-root {root}: {row_name(row)}: {err}") from err
+            images = [
+                {"path": str(located(root, p)), "bytes": None}
+                for p in ([row[column]] if column == "image_path" else row[column])
+            ]
+            out.append({**filled, image_column: images[0] if column == "image_path" else images})
+        return {c: [row.get(c) for row in out] for c in features}
+
+    return dataset.map(attach, batched=True, features=features, desc="Attaching local images")
+
+
+def with_local_sizes(rows: list[dict], root: str | os.PathLike[str]) -> list[dict]:
+    """`rows` (holding their image path column) with image sizes and boxes filled from the files under `root`
+    where the build left them empty, for scoring boxes; a row whose image is missing keeps them empty."""
+    root = Path(root)
+    if not root.is_dir():
+        raise LocalImagesError(f"--image-root {root}: no such folder")
+    column = path_column(list(rows[0]) if rows else list(IMAGE_COLUMNS))
+    missing = missing_images(rows, root, column)
+    check_missing(missing, root, consequence="its boxes are not scored")
+    left_out = {row for row, _ in missing}
+    try:
+        return [row if row_name(row) in left_out else {**row, **sizes_and_boxes(row, root, column)} for row in rows]
+    except ImageError as err:
+        raise LocalImagesError(f"--image-root {root}: {err}") from err
