@@ -22,8 +22,8 @@ from datasets import load_dataset
 
 from builders.assembly.report import BuildReport
 from builders.assembly.settings import BuildSettings
+from builders.built_folder import card_configs, default_config
 from builders.files import write_text
-from builders.hub.validate import card_configs, default_config
 
 CARRIED_SETTINGS = ("shard_layout", "turn_seed", "conversation_tokens", "no_conversations", "image_ext", "keep_16bit")
 """The first build's settings the attached build keeps (how it is laid out); the image settings are attach's own."""

@@ -36,8 +36,8 @@ from PIL import Image as PILImage
 from PIL import ImageChops
 
 from builders.box_frame import qwen25vl_resized_size, scale_box
+from builders.built_folder import card_configs, config_shards
 from builders.files import atomic_path, atomic_write, write_text
-from builders.hub.validate import card_configs, config_shards
 from builders.pixel_budget import PixelBudget
 from gemex_dataset.prompts import location_text
 from training_recipes.data import (
