@@ -478,8 +478,6 @@ def test_a_processor_at_its_own_limit_trains_at_the_budget_and_is_scored_at_it(g
             cli.main(
                 [
                     "evaluate",
-                    "gemex",
-                    "--dataset",
                     str(gemex_dir),
                     "--split",
                     "train",
