@@ -487,8 +487,6 @@ def step_loop(kit: Kit, spec: dict) -> None:
         scores = kit.logs / f"scores-{dataset}.json"
         evaluate = cli(
             "evaluate",
-            dataset,
-            "--dataset",
             kit.built(dataset),
             "--predictions",
             predictions["file"],
