@@ -36,10 +36,9 @@ MAX_ASPECT_RATIO = 200
 ratio; below it, a side rounded up to one patch cannot carry the area past `max_pixels` at the default budget.
 The build refuses a wider image (`builders.images`), and `PixelBudget.resized_size` does as Qwen's does."""
 RESIZE_FACTORS = {"qwen2_vl": 28, "qwen2_5_vl": 28, "qwen3_vl": 32, "qwen3_vl_moe": 32}
-"""Each Qwen family's side multiple, by `model_type`: patch size times merge size (14 x 2; Qwen3-VL 16 x 2),
-so one image token per factor x factor pixels. The recipes take it from the processor they hold
-(`training_recipes.data.apply_pixel_budget`: the same for the released models); `PixelBudget`'s default
-is Qwen2.5-VL's, the family whose boxes (``qwen2.5-vl``) are written in resized pixels."""
+"""Each Qwen family's side multiple by `model_type` (patch x merge size): one image token per factor x factor pixels.
+The recipes read their processor's own (`training_recipes.data.apply_pixel_budget`); `PixelBudget`'s default is
+Qwen2.5-VL's, whose ``qwen2.5-vl`` boxes are in the resized image's pixels."""
 
 HELP = {
     "max_pixels": f"Pixel budget: the most pixels of an image the model sees (Qwen families; default {MAX_PIXELS:,}, "
