@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, RESIZE_FACTORS, PixelBudget
 from training_recipes import data
 
 RELEASE = {
@@ -69,14 +69,13 @@ layers of 2,048; a 32-layer vision tower of 0.67 B parameters, 1,280 wide, full 
 class Family:
     name: str
     model_type: str
-    factor: int
     processor_budget: PixelBudget
     """The released processor's own bounds."""
 
 
 FAMILIES = (
-    Family("Qwen2.5-VL", "qwen2_5_vl", 28, PixelBudget(56 * 56, 16384 * 28 * 28)),
-    Family("Qwen3-VL", "qwen3_vl", 32, PixelBudget(65536, 16777216)),
+    Family("Qwen2.5-VL", "qwen2_5_vl", PixelBudget(56 * 56, 16384 * 28 * 28, RESIZE_FACTORS["qwen2_5_vl"])),
+    Family("Qwen3-VL", "qwen3_vl", PixelBudget(65536, 16777216, RESIZE_FACTORS["qwen3_vl"])),
 )
 
 

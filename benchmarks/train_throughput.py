@@ -44,7 +44,8 @@ from pathlib import Path
 
 import torch
 
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
+from builders import pixel_budget
+from builders.pixel_budget import PixelBudget
 
 # datasets, transformers, trl and the recipe's data path are imported where they are used, so `--help` is quick
 
@@ -63,15 +64,15 @@ def model_preset(path: Path) -> dict:
     return {k: v for k, v in json.loads(path.read_text()).items() if not k.startswith("_")}
 
 
-def build_processor(max_pixels: int = MAX_PIXELS, min_pixels: int = MIN_PIXELS):
-    """Qwen2.5-VL's processor (images only) around a tokenizer trained offline, bounded to `max_pixels`."""
+def build_processor(budget: PixelBudget):
+    """Qwen2.5-VL's processor (images only) around a tokenizer trained offline, bounded to `budget`."""
     from transformers import Qwen2VLImageProcessorPil
 
     from training_recipes import tiny_model  # offline tokenizer and the image-only Qwen2.5-VL processor
 
     tokenizer = tiny_model.qwen_tokenizer()
     image_processor = Qwen2VLImageProcessorPil(
-        size={"shortest_edge": min_pixels, "longest_edge": max_pixels}, patch_size=14, merge_size=2
+        size={"shortest_edge": budget.min_pixels, "longest_edge": budget.max_pixels}, patch_size=14, merge_size=2
     )
     return tiny_model.image_only_qwen2_5_vl_processor_class()(
         image_processor=image_processor, tokenizer=tokenizer, chat_template=tiny_model.chat_template("qwen2_5_vl")
@@ -79,16 +80,12 @@ def build_processor(max_pixels: int = MAX_PIXELS, min_pixels: int = MIN_PIXELS):
 
 
 def build_model_and_processor(
-    preset: dict,
-    max_pixels: int,
-    attn_implementation: str,
-    min_pixels: int = MIN_PIXELS,
-    device: str | torch.device = "cpu",
+    preset: dict, budget: PixelBudget, attn_implementation: str, device: str | torch.device = "cpu"
 ):
     """A Qwen2.5-VL of `preset`'s size with random weights, initialised on `device`, and its processor."""
     from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-    processor = build_processor(max_pixels, min_pixels)
+    processor = build_processor(budget)
     ids = processor.tokenizer.convert_tokens_to_ids
     text_config = dict(
         preset["text_config"],
@@ -239,10 +236,7 @@ def parse_args(argv):
     parser.add_argument(
         "--image_size", type=int, default=512, help="Side of the stored synthetic images (no --dataset)."
     )
-    parser.add_argument(
-        "--max_pixels", type=int, default=MAX_PIXELS, help="The pixel budget (builders/pixel_budget.py)."
-    )
-    parser.add_argument("--min_pixels", type=int, default=MIN_PIXELS)
+    pixel_budget.add_arguments(parser)
     parser.add_argument("--num_workers", type=int, default=8, help="DataLoader workers decoding and collating.")
     parser.add_argument("--gradient_checkpointing", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--attn_implementation", default="sdpa")
@@ -326,12 +320,9 @@ def main(argv: list[str] | None = None) -> dict:
             0,
         )
     torch.manual_seed(0)
+    budget = pixel_budget.from_arguments(args)
     model, processor = build_model_and_processor(
-        model_preset(TINY if args.tiny else MODELS[args.model]),
-        args.max_pixels,
-        args.attn_implementation,
-        args.min_pixels,
-        device,
+        model_preset(TINY if args.tiny else MODELS[args.model]), budget, args.attn_implementation, device
     )
     n_language, n_vision, n_embed = count_parameters(model)
     if args.liger:
@@ -345,7 +336,7 @@ def main(argv: list[str] | None = None) -> dict:
         model = add_lora(model, args.lora_r, args.lora_alpha)
     model.train()
 
-    settings = settings_for("qwen2_5_vl", processor, pixel_budget=PixelBudget(args.min_pixels, args.max_pixels))
+    settings = settings_for("qwen2_5_vl", processor, pixel_budget=budget)
     split = training_split(args)
     dataset = conversational(split, settings)
     sampler = None

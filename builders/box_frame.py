@@ -12,20 +12,19 @@ Model families write boxes in their own conventions; `to_model_frame` and
 `from_model_frame` move between those and image pixels:
 
 - ``pixels``: the image's own pixels (LLaVA-style and most models),
-- ``qwen2.5-vl``: absolute pixels of the image as Qwen2.5-VL's processor resizes it
-  (`qwen25vl_resized_size`),
+- ``qwen2.5-vl``: absolute pixels of the image as Qwen2.5-VL's processor resizes it to a pixel budget
+  (`builders.pixel_budget.PixelBudget.resized_size`),
 - ``norm1000``: integers on a 0..1000 scale of each axis (Qwen2-VL, Qwen3-VL),
 - ``frame224``: the GEMeX release's own 224 letterbox frame.
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 
 import numpy as np
 
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, AspectRatioError, aspect_ratio_problem
+from builders.pixel_budget import PixelBudget
 
 FRAME = 224
 Box = Sequence[float]
@@ -78,53 +77,13 @@ def scale_box(box: Box, sx: float, sy: float) -> list[float]:
     return [box[0] * sx, box[1] * sy, box[2] * sx, box[3] * sy]
 
 
-def qwen25vl_resized_size(
-    width: int, height: int, factor: int = 28, min_pixels: int = MIN_PIXELS, max_pixels: int = MAX_PIXELS
-) -> tuple[int, int]:
-    """(width, height) of the image after Qwen2.5-VL's `smart_resize`: both sides multiples of
-    `factor`, the area kept within [min_pixels, max_pixels], aspect kept as closely as possible.
-    The bounds default to the pixel budget (`builders.pixel_budget`); the recipes resize images
-    with this same function, so an image and its boxes follow one resize.
-
-    The area never passes `max_pixels`: where rounding a side up to `factor` would carry it past
-    (a narrow image under a small budget), the other side gives way. An image whose aspect ratio
-    is above `MAX_ASPECT_RATIO` raises `AspectRatioError`, as Qwen's own resize does."""
-    if problem := aspect_ratio_problem(width, height):
-        raise AspectRatioError(f"cannot resize an image of {problem}")
-    if factor * factor > max_pixels:
-        raise ValueError(f"pixel budget: max_pixels {max_pixels:,} is below one {factor} x {factor} patch")
-    h_bar = max(factor, round(height / factor) * factor)
-    w_bar = max(factor, round(width / factor) * factor)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt((height * width) / max_pixels)
-        h_bar = max(factor, math.floor(height / beta / factor) * factor)
-        w_bar = max(factor, math.floor(width / beta / factor) * factor)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / factor) * factor
-        w_bar = math.ceil(width * beta / factor) * factor
-    if width >= height:
-        return within_budget(w_bar, h_bar, factor, max_pixels)
-    return within_budget(h_bar, w_bar, factor, max_pixels)[::-1]
-
-
-def within_budget(long_side: int, short_side: int, factor: int, max_pixels: int) -> tuple[int, int]:
-    """Sides that are multiples of `factor` (`factor` at least), cut by whole `factor`s, the one along the
-    image's long side first, until their area is within `max_pixels` (at least `factor` squared)."""
-    if long_side * short_side <= max_pixels:
-        return long_side, short_side
-    long_side = max(factor, max_pixels // short_side // factor * factor)
-    if long_side * short_side > max_pixels:
-        short_side = max(factor, max_pixels // long_side // factor * factor)
-    return long_side, short_side
-
-
-def to_model_frame(box: Box, width: int, height: int, convention: str, **resize_kwargs: int) -> list[int]:
-    """A box in image pixels written in a model family's convention, as integers."""
+def to_model_frame(box: Box, width: int, height: int, convention: str, budget: PixelBudget | None = None) -> list[int]:
+    """A box in image pixels written in a model family's convention, as integers; a ``qwen2.5-vl`` box in the
+    pixels of the image resized to `budget` (default: the default budget)."""
     if convention == "pixels":
         out = list(box)
     elif convention == "qwen2.5-vl":
-        rw, rh = qwen25vl_resized_size(width, height, **resize_kwargs)
+        rw, rh = (budget or PixelBudget()).resized_size(width, height)
         out = scale_box(box, rw / width, rh / height)
     elif convention == "norm1000":
         out = scale_box(box, 1000 / width, 1000 / height)
@@ -135,12 +94,14 @@ def to_model_frame(box: Box, width: int, height: int, convention: str, **resize_
     return [round(v) for v in out]
 
 
-def from_model_frame(box: Box, width: int, height: int, convention: str, **resize_kwargs: int) -> list[float]:
-    """A box written in a model family's convention, back in image pixels (not clipped)."""
+def from_model_frame(
+    box: Box, width: int, height: int, convention: str, budget: PixelBudget | None = None
+) -> list[float]:
+    """A box written in a model family's convention, back in image pixels (not clipped); `budget` as `to_model_frame`'s."""
     if convention == "pixels":
         return [float(v) for v in box]
     if convention == "qwen2.5-vl":
-        rw, rh = qwen25vl_resized_size(width, height, **resize_kwargs)
+        rw, rh = (budget or PixelBudget()).resized_size(width, height)
         return scale_box(box, width / rw, height / rh)
     if convention == "norm1000":
         return scale_box(box, width / 1000, height / 1000)

@@ -4,8 +4,10 @@ Qwen2-VL, Qwen2.5-VL and Qwen3-VL resize every image to an area within ``[min_pi
 max_pixels]`` (sides multiples of 28, or 32 for Qwen3-VL) and spend one token per 28 x 28 (32 x 32)
 pixels. Their released processors allow 12.8 M (16.8 M) pixels, so a 2,539 x 3,050 MIMIC-CXR image
 costs about 9,900 tokens, in each of its questions. The recipes (`training_recipes/sft.py`,
-`generate.py`, the lmms-eval tasks) and `cxr-vqa evaluate`'s box conversion all read their bounds
-from here, so a model is trained, asked and scored at one budget.
+`generate.py`, the lmms-eval tasks) and `cxr-vqa evaluate`'s box conversion all take a `PixelBudget`
+from here, declared once for each way it is given (`add_arguments` for a command line,
+`PixelBudgetOptions` for a recipe's dataclass options, `from_environment` for the lmms-eval tasks),
+so a model is trained, asked and scored at one budget.
 
 Why ``MAX_PIXELS = 640 * 28 * 28`` (501,760, about 0.5 M): a 2,539 x 3,050 image becomes
 644 x 756 (621 tokens), about 0.55 mm a pixel for MIMIC-CXR's 0.139 mm spacing. A 6 mm nodule is
@@ -22,30 +24,39 @@ Imports no torch: the build package and the scorers import it too.
 from __future__ import annotations
 
 import argparse
-from dataclasses import dataclass
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
 MAX_PIXELS = 640 * 28 * 28
 MIN_PIXELS = 56 * 56
 MAX_ASPECT_RATIO = 200
 """The most an image's long side may be times its short side. Qwen's resize (`smart_resize`) refuses a wider
 ratio; below it, a side rounded up to one patch cannot carry the area past `max_pixels` at the default budget.
-The build refuses a wider image (`builders.images`), and `qwen25vl_resized_size` does as Qwen's does."""
-PROCESSOR_MAX_PIXELS = 16384 * 28 * 28
-"""Qwen2.5-VL's released processor limit (12,845,056), what the recipes used before the budget."""
+The build refuses a wider image (`builders.images`), and `PixelBudget.resized_size` does as Qwen's does."""
+RESIZE_FACTORS = {"qwen2_vl": 28, "qwen2_5_vl": 28, "qwen3_vl": 32, "qwen3_vl_moe": 32}
+"""Each Qwen family's side multiple by `model_type` (patch x merge size): one image token per factor x factor pixels.
+The recipes read their processor's own (`training_recipes.data.apply_pixel_budget`); `PixelBudget`'s default is
+Qwen2.5-VL's, whose ``qwen2.5-vl`` boxes are in the resized image's pixels."""
 
 HELP = {
     "max_pixels": f"Pixel budget: the most pixels of an image the model sees (Qwen families; default {MAX_PIXELS:,}, "
-    "about 0.5 M, chosen for chest X-rays: README 'Pixel budget'). Training, generation and box scoring use the same.",
+    "about 0.5 M, chosen for chest X-rays: README 'Pixel budget'). Training, generation and box scoring use the "
+    "same: give generation and scoring the training run's.",
     "min_pixels": f"The fewest pixels of an image after the resize (default {MIN_PIXELS:,}: small images are not upscaled).",
 }
+ENVIRONMENT = {"max_pixels": "CXR_VQA_MAX_PIXELS", "min_pixels": "CXR_VQA_MIN_PIXELS"}
+"""The variables that give the budget where no command line does (the lmms-eval tasks)."""
 
 
 @dataclass(frozen=True)
 class PixelBudget:
-    """Bounds on an image's area after the resize, in pixels."""
+    """Bounds on an image's area after a Qwen-family resize, in pixels, and that resize's side multiple."""
 
     min_pixels: int = MIN_PIXELS
     max_pixels: int = MAX_PIXELS
+    factor: int = RESIZE_FACTORS["qwen2_5_vl"]
 
     def __post_init__(self) -> None:
         if not 0 < self.min_pixels <= self.max_pixels:
@@ -53,9 +64,50 @@ class PixelBudget:
                 f"pixel budget: need 0 < min_pixels <= max_pixels, got {self.min_pixels} and {self.max_pixels}"
             )
 
-    def resize_kwargs(self, factor: int) -> dict[str, int]:
-        """The arguments of `builders.box_frame.qwen25vl_resized_size` for a processor whose sides are multiples of `factor`."""
-        return {"factor": factor, "min_pixels": self.min_pixels, "max_pixels": self.max_pixels}
+    def resized_size(self, width: int, height: int) -> tuple[int, int]:
+        """(width, height) of an image after Qwen's `smart_resize` to this budget: both sides multiples of
+        `factor`, the area kept within [min_pixels, max_pixels], aspect kept as closely as possible. The
+        recipes decode images to it and the ``qwen2.5-vl`` boxes are written in it, so an image and its
+        boxes follow one resize.
+
+        The area never passes `max_pixels`: where rounding a side up to `factor` would carry it past
+        (a narrow image under a small budget), the other side gives way. An image whose aspect ratio
+        is above `MAX_ASPECT_RATIO` raises `AspectRatioError`, as Qwen's own resize does."""
+        factor, max_pixels = self.factor, self.max_pixels
+        if problem := aspect_ratio_problem(width, height):
+            raise AspectRatioError(f"cannot resize an image of {problem}")
+        if factor * factor > max_pixels:
+            raise ValueError(f"pixel budget: max_pixels {max_pixels:,} is below one {factor} x {factor} patch")
+        h_bar = max(factor, round(height / factor) * factor)
+        w_bar = max(factor, round(width / factor) * factor)
+        if h_bar * w_bar > max_pixels:
+            beta = math.sqrt((height * width) / max_pixels)
+            h_bar = max(factor, math.floor(height / beta / factor) * factor)
+            w_bar = max(factor, math.floor(width / beta / factor) * factor)
+        elif h_bar * w_bar < self.min_pixels:
+            beta = math.sqrt(self.min_pixels / (height * width))
+            h_bar = math.ceil(height * beta / factor) * factor
+            w_bar = math.ceil(width * beta / factor) * factor
+        if width >= height:
+            return self.within_budget(w_bar, h_bar)
+        return self.within_budget(h_bar, w_bar)[::-1]
+
+    def within_budget(self, long_side: int, short_side: int) -> tuple[int, int]:
+        """Sides that are multiples of `factor` (`factor` at least), cut by whole `factor`s, the one along the
+        image's long side first, until their area is within `max_pixels` (at least `factor` squared)."""
+        factor, max_pixels = self.factor, self.max_pixels
+        if long_side * short_side <= max_pixels:
+            return long_side, short_side
+        long_side = max(factor, max_pixels // short_side // factor * factor)
+        if long_side * short_side > max_pixels:
+            short_side = max(factor, max_pixels // long_side // factor * factor)
+        return long_side, short_side
+
+    def image_tokens(self, width: int, height: int) -> int:
+        """Tokens of an image of `width` x `height` at this budget: one per `factor` x `factor` block of its
+        resized pixels (a Qwen token merges 2 x 2 patches)."""
+        resized_width, resized_height = self.resized_size(width, height)
+        return resized_width * resized_height // self.factor**2
 
 
 class AspectRatioError(ValueError):
@@ -75,13 +127,36 @@ def aspect_ratio_problem(width: int, height: int) -> str | None:
 
 def add_arguments(parser: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
     """``--max-pixels``/``--min-pixels`` (also spelled with underscores, as the recipes spell them)."""
-    parser.add_argument(
-        "--max-pixels", "--max_pixels", dest="max_pixels", type=int, default=MAX_PIXELS, help=HELP["max_pixels"]
-    )
-    parser.add_argument(
-        "--min-pixels", "--min_pixels", dest="min_pixels", type=int, default=MIN_PIXELS, help=HELP["min_pixels"]
-    )
+    for name, default in (("max_pixels", MAX_PIXELS), ("min_pixels", MIN_PIXELS)):
+        flag = name.replace("_", "-")
+        parser.add_argument(f"--{flag}", f"--{name}", dest=name, type=int, default=default, help=HELP[name])
 
 
 def from_arguments(args: argparse.Namespace) -> PixelBudget:
+    """The budget of a command line `add_arguments` declared the options of."""
     return PixelBudget(min_pixels=args.min_pixels, max_pixels=args.max_pixels)
+
+
+@dataclass(kw_only=True)
+class PixelBudgetOptions:
+    """``--max_pixels``/``--min_pixels`` as a recipe's options: a base of its `HfArgumentParser` dataclass."""
+
+    max_pixels: int = field(default=MAX_PIXELS, metadata={"help": HELP["max_pixels"]})
+    min_pixels: int = field(default=MIN_PIXELS, metadata={"help": HELP["min_pixels"]})
+
+    @property
+    def pixel_budget(self) -> PixelBudget:
+        return PixelBudget(min_pixels=self.min_pixels, max_pixels=self.max_pixels)
+
+
+def from_environment(environ: Mapping[str, str] = os.environ) -> PixelBudget:
+    """The budget `ENVIRONMENT` gives; the default bound where a variable is unset or empty."""
+    bounds = {}
+    for name, variable in ENVIRONMENT.items():
+        value = environ.get(variable, "").strip()
+        if value:
+            try:
+                bounds[name] = int(value)
+            except ValueError:
+                raise ValueError(f"{variable}={value!r}: expected a number of pixels") from None
+    return PixelBudget(**bounds)

@@ -157,7 +157,8 @@ def _predictions(
     args: argparse.Namespace, rows: list[dict], module
 ) -> tuple[dict[str, str], PredictionsCheck | None, dict]:
     ids = [row["question_id"] for row in rows]
-    kwargs = {"box_convention": args.box_convention, **resize_kwargs(args)} if args.benchmark == "gemex" else {}
+    gemex = args.benchmark == "gemex"
+    kwargs = {"box_convention": args.box_convention, "budget": pixel_budget.from_arguments(args)} if gemex else {}
     if args.baseline == "random":
         return module.random_replies(rows, seed=args.seed, **kwargs), None, {"baseline": "random", "seed": args.seed}
     if args.baseline == "majority":
@@ -222,11 +223,6 @@ def unmatched_origin(args: argparse.Namespace, unknown: list[str]) -> str:
     return f"they name questions of another build (e.g. {example!r})"
 
 
-def resize_kwargs(args: argparse.Namespace) -> dict[str, int]:
-    """The pixel budget the boxes of a ``qwen2.5-vl`` reply are read in (`builders.box_frame`)."""
-    return pixel_budget.from_arguments(args).resize_kwargs(factor=28)
-
-
 def _fmt(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
@@ -288,6 +284,7 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     if args.box_convention == "qwen2.5-vl":
         check_resizable(rows)
     predictions, check, source = _predictions(args, rows, scoring)
+    budget = pixel_budget.from_arguments(args)
     not_installed: dict[str, str] = {}
     if args.text_metrics is None:
         metrics, not_installed = text_metrics.installed_metrics()
@@ -319,13 +316,13 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
         judge=judge,
         judge_workers=args.judge_workers,
         progress=sys.stderr.isatty(),
-        **resize_kwargs(args),
+        budget=budget,
     )
     settings = {
         **source,
         "box_convention": args.box_convention,
         **(
-            {"min_pixels": args.min_pixels, "max_pixels": args.max_pixels}
+            {"min_pixels": budget.min_pixels, "max_pixels": budget.max_pixels}
             if args.box_convention == "qwen2.5-vl"
             else {}
         ),

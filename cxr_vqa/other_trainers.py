@@ -35,7 +35,7 @@ from datasets import Image, List, load_dataset
 from PIL import Image as PILImage
 from PIL import ImageChops
 
-from builders.box_frame import qwen25vl_resized_size, scale_box
+from builders.box_frame import scale_box
 from builders.built_folder import card_configs, config_shards
 from builders.files import atomic_path, atomic_write, write_text
 from builders.pixel_budget import PixelBudget
@@ -50,8 +50,6 @@ from training_recipes.data import (
 )
 
 TOOLS = ("llamafactory", "swift")
-QWEN_FACTOR = 28
-"""Qwen2-VL / Qwen2.5-VL's resize factor (14-pixel patches merged 2 x 2): the images' sides are multiples of it."""
 IMAGE_TAG = "<image>"
 BBOX_TAG = "<bbox>"
 IMAGES = "images"
@@ -90,9 +88,9 @@ class ImageFiles:
     decoded and written on `workers` threads (Pillow decodes and encodes outside the GIL) while rows go on;
     at most a few images a thread wait in memory."""
 
-    def __init__(self, out: Path, resize_kwargs: dict[str, int], workers: int = 1):
+    def __init__(self, out: Path, budget: PixelBudget | None, workers: int = 1):
         self.out = out
-        self.resize_kwargs = resize_kwargs
+        self.budget = budget
         self.pool = ThreadPoolExecutor(max_workers=max(1, workers))
         self.slots = threading.BoundedSemaphore(4 * max(1, workers))
         self.written: dict[str, Future] = {}
@@ -109,13 +107,11 @@ class ImageFiles:
 
     def write(self, stored: dict, target: Path) -> None:
         with atomic_path(target) as temp:
-            greyscale_if_grey(decode_image(stored, self.resize_kwargs or None)).save(
-                temp, format="PNG", compress_level=PNG_LEVEL
-            )
+            greyscale_if_grey(decode_image(stored, self.budget)).save(temp, format="PNG", compress_level=PNG_LEVEL)
 
     def size(self, width: int, height: int) -> tuple[int, int]:
         """The written size of a stored image of `width` x `height` (as `decode_image` resizes it)."""
-        return qwen25vl_resized_size(width, height, **self.resize_kwargs) if self.resize_kwargs else (width, height)
+        return self.budget.resized_size(width, height) if self.budget else (width, height)
 
     def finish(self) -> int:
         """Wait for every image (an image that failed raises its error here); how many were written."""
@@ -162,7 +158,7 @@ def swift_objects(row: dict, messages: list[dict], settings: ConversationSetting
     replies = iter(m for m in messages if m["role"] == "assistant")
     for question in questions_of(row):
         reply = next(replies)
-        located = f"<location> {location_text(question, settings.box_convention, **settings.resize_kwargs)}"
+        located = f"<location> {location_text(question, settings.box_convention, settings.pixel_budget)}"
         if not reply["content"].endswith(located):
             raise ValueError(f"question {question['question_id']}: its reply does not end with {located!r}")
         width, height = question["image_width"], question["image_height"]
@@ -194,8 +190,8 @@ def trainer_rows(dataset, kind: str, tool: str, settings: ConversationSettings, 
 
 def conversion_settings(box_convention: str, budget: PixelBudget) -> ConversationSettings:
     """The recipes' settings for a Qwen-family processor at `budget`; stored sizes for the ``pixels`` convention."""
-    resize = {} if box_convention == "pixels" else budget.resize_kwargs(QWEN_FACTOR)
-    return ConversationSettings(box_convention=box_convention, fold_system=False, resize_kwargs=resize)
+    kept = None if box_convention == "pixels" else budget
+    return ConversationSettings(box_convention=box_convention, fold_system=False, pixel_budget=kept)
 
 
 def configs_to_write(folder: Path, configs: dict[str, dict]) -> list[str]:
@@ -247,7 +243,7 @@ def write_for_trainer(
         raise ValueError(
             f"{folder}: no {missing[0]!r} split in config {wanted[0]} (pass --split train, validation or test)"
         )
-    images = ImageFiles(out, settings.resize_kwargs, workers)
+    images = ImageFiles(out, settings.pixel_budget, workers)
     written = Written()
     info: dict[str, dict] = {}
     try:

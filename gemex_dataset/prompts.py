@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 from builders.assembly.sft import chat_messages, chat_messages_array, format_choices, format_choices_array
 from builders.box_frame import to_model_frame
 from builders.columns import join_lists
+from builders.pixel_budget import PixelBudget
 from gemex_dataset.features import QUESTION_TYPES
 
 TYPE_PROMPTS: dict[str, str] = {
@@ -82,18 +83,17 @@ def answer_text(row: dict) -> str:
     return row["answer"]
 
 
-def location_text(row: dict, box_convention: str = "pixels", **resize_kwargs: int) -> str:
+def location_text(row: dict, box_convention: str = "pixels", budget: PixelBudget | None = None) -> str:
     """``[[x1, y1, x2, y2], ...]`` in integers of `box_convention`; `boxes` are in the stored image's pixels."""
     width, height = row["image_width"], row["image_height"]
-    boxes = [to_model_frame(box, width, height, box_convention, **resize_kwargs) for box in row.get("boxes") or []]
+    boxes = [to_model_frame(box, width, height, box_convention, budget) for box in row.get("boxes") or []]
     return str(boxes)
 
 
-def target_text(row: dict, box_convention: str = "pixels", **resize_kwargs: int) -> str:
+def target_text(row: dict, box_convention: str = "pixels", budget: PixelBudget | None = None) -> str:
     """The assistant's reply: ``<answer> ... <reason> ... <location> [[...]]``."""
     return (
-        f"<answer> {answer_text(row)} <reason> {row['reason']} "
-        f"<location> {location_text(row, box_convention, **resize_kwargs)}"
+        f"<answer> {answer_text(row)} <reason> {row['reason']} <location> {location_text(row, box_convention, budget)}"
     )
 
 
@@ -102,15 +102,15 @@ def to_messages(
     box_convention: str = "pixels",
     with_answer: bool = True,
     fold_system: bool = False,
-    **resize_kwargs: int,
+    budget: PixelBudget | None = None,
 ) -> list[dict]:
     """A GEMeX row as TRL's conversational vision format (the image itself goes in `image`).
 
     `fold_system` puts the type prompt at the start of the user's text instead of a system turn,
-    for chat templates that reject a system role. `resize_kwargs` (``min_pixels``,
-    ``max_pixels``, ``factor``) are the processor's when `box_convention` is ``qwen2.5-vl``.
+    for chat templates that reject a system role. `budget` is the processor's resize when `box_convention`
+    is ``qwen2.5-vl``.
     """
-    target = target_text(row, box_convention, **resize_kwargs) if with_answer else None
+    target = target_text(row, box_convention, budget) if with_answer else None
     return chat_messages(type_prompt(row["question_type"]), question_text(row), 1, target, fold_system)
 
 

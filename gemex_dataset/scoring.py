@@ -37,6 +37,7 @@ import numpy as np
 from scipy.optimize import linear_sum_assignment
 
 from builders.box_frame import frame224_to_pixels, to_model_frame
+from builders.pixel_budget import PixelBudget
 from builders.scoring import extraction
 from gemex_dataset.features import QUESTION_TYPES
 
@@ -133,7 +134,7 @@ class QuestionScore:
 
 
 def score_question(
-    row: Mapping, reply: str | None, box_convention: str = "pixels", **resize_kwargs: int
+    row: Mapping, reply: str | None, box_convention: str = "pixels", budget: PixelBudget | None = None
 ) -> QuestionScore:
     """A-, V- and the inputs of the AR-scores for one question (text metrics are added in batch)."""
     kind = question_type_name(row["question_type"])
@@ -146,7 +147,7 @@ def score_question(
     iou, v_skipped = None, False
     width, height = row.get("image_width"), row.get("image_height")
     if row.get("boxes") and width and height:
-        predicted = extraction.extract_boxes(text, width, height, box_convention, **resize_kwargs)
+        predicted = extraction.extract_boxes(text, width, height, box_convention, budget)
         iou = matched_iou(predicted, [list(b) for b in row["boxes"]])
     elif row.get("boxes_224") and box_convention == "frame224":
         predicted = [extraction.ordered_box(b) for b in extraction.extract_raw_boxes(text)]
@@ -213,11 +214,11 @@ def score_gemex(
     judge=None,
     judge_workers: int = 4,
     progress: bool = False,
-    **resize_kwargs: int,
+    budget: PixelBudget | None = None,
 ) -> dict:
     """Score predictions (question_id -> raw reply) over `rows`; a row without a prediction is wrong.
 
-    `bert_scorer` is a `builders.scoring.text_metrics.BertScorer` (made on demand when ``bertscore`` is in
+    `budget` is the resize ``qwen2.5-vl`` boxes are read in (`builders.box_frame`). `bert_scorer` is a `builders.scoring.text_metrics.BertScorer` (made on demand when ``bertscore`` is in
     `metrics`); `judge` a `builders.scoring.judge.ChatJudge` or None, asked `judge_workers` questions at a time. Returns ``{"table": ..., "per_question": ...}``.
     """
     from builders.scoring import text_metrics
@@ -227,9 +228,7 @@ def score_gemex(
         from tqdm.auto import tqdm
 
         iterator = tqdm(rows, desc="GEMeX questions", unit="q")
-    scores = [
-        score_question(row, predictions.get(row["question_id"]), box_convention, **resize_kwargs) for row in iterator
-    ]
+    scores = [score_question(row, predictions.get(row["question_id"]), box_convention, budget) for row in iterator]
     candidates = [s.candidate for s in scores]
     references = [s.reference for s in scores]
     metric_functions: dict[str, Callable] = {"rougeL": text_metrics.rouge_l, "bleu1": text_metrics.bleu_1}
@@ -279,19 +278,21 @@ def score_gemex(
     return {"table": table, "per_question": per_question}
 
 
-def format_boxes(row: Mapping, boxes_224: Sequence[Sequence[int]], box_convention: str, **resize_kwargs: int) -> str:
+def format_boxes(
+    row: Mapping, boxes_224: Sequence[Sequence[int]], box_convention: str, budget: PixelBudget | None = None
+) -> str:
     """Boxes given in the release's 224 frame, written as a model in `box_convention` would write them
-    (a row without an image size can only be written in the 224 frame); `resize_kwargs` as `score_gemex`'s."""
+    (a row without an image size can only be written in the 224 frame); `budget` as `score_gemex`'s."""
     width, height = row.get("image_width"), row.get("image_height")
     if box_convention == "frame224" or not (width and height):
         return json.dumps([[int(v) for v in box] for box in boxes_224])
     pixels = [frame224_to_pixels(box, width, height)[0] for box in boxes_224]
     if box_convention == "pixels":
         return json.dumps([[round(float(v), 2) for v in box] for box in pixels])
-    return json.dumps([to_model_frame(box, width, height, box_convention, **resize_kwargs) for box in pixels])
+    return json.dumps([to_model_frame(box, width, height, box_convention, budget) for box in pixels])
 
 
-def reference_reply(row: Mapping, box_convention: str = "pixels", **resize_kwargs: int) -> str:
+def reference_reply(row: Mapping, box_convention: str = "pixels", budget: PixelBudget | None = None) -> str:
     """The reference written as the paper's target ``<answer> ... <reason> ... <location> [[...]]``.
 
     In ``pixels`` the stored pixel boxes are written as they are (2 decimals); other conventions
@@ -300,12 +301,12 @@ def reference_reply(row: Mapping, box_convention: str = "pixels", **resize_kwarg
     if box_convention == "pixels" and row.get("boxes") and row.get("image_width"):
         location = json.dumps([[round(float(v), 2) for v in box] for box in row["boxes"]])
     else:
-        location = format_boxes(row, row.get("boxes_224") or [], box_convention, **resize_kwargs)
+        location = format_boxes(row, row.get("boxes_224") or [], box_convention, budget)
     return f"<answer> {row['answer']} <reason> {row['reason']} <location> {location}"
 
 
 def random_replies(
-    rows: Sequence[Mapping], seed: int = 0, box_convention: str = "pixels", **resize_kwargs: int
+    rows: Sequence[Mapping], seed: int = 0, box_convention: str = "pixels", budget: PixelBudget | None = None
 ) -> dict[str, str]:
     """A seeded chance baseline: closed a fair yes/no, single a uniform letter, multi a uniform
     non-empty set of letters; its reason and boxes (at the same place of the 224 frame) are those
@@ -329,12 +330,14 @@ def random_replies(
             answer = json.dumps(rng.choice(subsets))
         else:
             answer = donor["answer"]
-        location = format_boxes(row, donor.get("boxes_224") or [], box_convention, **resize_kwargs)
+        location = format_boxes(row, donor.get("boxes_224") or [], box_convention, budget)
         replies[row["question_id"]] = f"<answer> {answer} <reason> {donor['reason']} <location> {location}"
     return replies
 
 
-def majority_replies(rows: Sequence[Mapping], box_convention: str = "pixels", **resize_kwargs: int) -> dict[str, str]:
+def majority_replies(
+    rows: Sequence[Mapping], box_convention: str = "pixels", budget: PixelBudget | None = None
+) -> dict[str, str]:
     """The most common answer, reason and 224-frame box set of each question type in the split,
     given to every question of that type (ties broken by first occurrence)."""
     replies = {}
@@ -347,6 +350,6 @@ def majority_replies(rows: Sequence[Mapping], box_convention: str = "pixels", **
         boxes = json.loads(Counter(json.dumps(r.get("boxes_224") or []) for r in group).most_common(1)[0][0])
         for row in group:
             replies[row["question_id"]] = (
-                f"<answer> {answer} <reason> {reason} <location> {format_boxes(row, boxes, box_convention, **resize_kwargs)}"
+                f"<answer> {answer} <reason> {reason} <location> {format_boxes(row, boxes, box_convention, budget)}"
             )
     return replies

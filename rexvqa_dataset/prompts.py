@@ -15,6 +15,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.assembly.sft import chat_messages, chat_messages_array, format_choices, format_choices_array
+from builders.pixel_budget import PixelBudget
 
 INSTRUCTION = (
     "Input a chest X-ray study and a multiple-choice question, and the assistant will output the letter of "
@@ -40,7 +41,7 @@ def answer_letter(row: dict) -> str:
     return string.ascii_uppercase[int(row["answer_index"])]
 
 
-def target_text(row: dict, box_convention: str = "pixels", **resize_kwargs: int) -> str:
+def target_text(row: dict, box_convention: str = "pixels", budget: PixelBudget | None = None) -> str:
     """``<answer> B <reason> {explanation}``; ReXVQA has no boxes, so the convention is unused."""
     return f"<answer> {answer_letter(row)} <reason> {row.get('explanation') or ''}".rstrip()
 
@@ -58,10 +59,10 @@ def to_messages(
     box_convention: str = "pixels",
     with_answer: bool = True,
     fold_system: bool = False,
-    **resize_kwargs: int,
+    budget: PixelBudget | None = None,
 ) -> list[dict]:
     """A ReXVQA row as TRL's conversational vision format: one image part per study image."""
-    target = target_text(row, box_convention, **resize_kwargs) if with_answer else None
+    target = target_text(row, box_convention, budget) if with_answer else None
     return chat_messages(INSTRUCTION, question_text(row), image_count(row), target, fold_system)
 
 

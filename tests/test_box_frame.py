@@ -5,7 +5,6 @@ from builders.box_frame import (
     from_model_frame,
     letterbox,
     pixels_to_frame224,
-    qwen25vl_resized_size,
     to_model_frame,
 )
 
@@ -43,8 +42,3 @@ def test_model_conventions_round_trip_within_rounding(convention):
     box = [100.0, 200.0, 400.0, 700.0]
     back = from_model_frame(to_model_frame(box, w, h, convention), w, h, convention)
     assert all(abs(a - b) <= 4 for a, b in zip(back, box))
-
-
-def test_qwen_resize_is_a_multiple_of_28_and_within_budget():
-    w, h = qwen25vl_resized_size(2544, 3056)
-    assert w % 28 == 0 and h % 28 == 0 and w * h <= 28 * 28 * 1280

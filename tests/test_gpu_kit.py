@@ -134,9 +134,10 @@ def test_a_broken_step_is_recorded_and_the_next_still_runs(tmp_path):
 def test_the_carried_qwen25vl_3b_config_has_the_published_size():
     """benchmarks/models/qwen2.5-vl-3b.json builds Qwen2.5-VL-3B's 3.75 B parameters (on the meta device: no memory)."""
     from benchmarks import train_throughput
+    from builders.pixel_budget import PixelBudget
 
     preset = train_throughput.model_preset(train_throughput.MODELS["qwen2.5-vl-3b"])
-    model, _ = train_throughput.build_model_and_processor(preset, 1003520, "sdpa", 3136, "meta")
+    model, _ = train_throughput.build_model_and_processor(preset, PixelBudget(3136, 1003520), "sdpa", "meta")
     language, vision, embeddings = train_throughput.count_parameters(model)
     assert round((language + vision + embeddings) / 1e9, 2) == 3.75
     assert round(vision / 1e6) == 669 and embeddings == 151936 * 2048

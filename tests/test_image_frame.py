@@ -23,7 +23,6 @@ from PIL import Image, ImageOps
 
 from builders import images
 from builders.assembly.settings import BuildSettings
-from builders.box_frame import qwen25vl_resized_size
 from builders.built_folder import card_configs, config_shards
 from builders.hub.validate import validate
 from builders.pixel_budget import MAX_ASPECT_RATIO, AspectRatioError, PixelBudget
@@ -33,7 +32,7 @@ from training_recipes.data import decode_image
 
 ORIENTATION = 0x0112
 QUARTER_TURNS = (5, 6, 7, 8)
-BUDGET = PixelBudget().resize_kwargs(factor=28)
+BUDGET = PixelBudget()
 
 
 def picture(width: int = 76, height: int = 63) -> np.ndarray:
@@ -83,9 +82,7 @@ def test_every_image_mode_reads_an_image_upright(tmp_path, orientation, suffix):
     assert np.abs(np.asarray(decoded.convert("L"), dtype=np.int16) - expected).mean() <= tolerance
     assert np.array_equal(images.read_pixels(path), np.asarray(viewer(path).convert("L")))
     assert decode_image({"bytes": None, "path": str(path)}).size == upright.size
-    assert decode_image({"bytes": None, "path": str(path)}, BUDGET).size == qwen25vl_resized_size(
-        *upright.size, **BUDGET
-    )
+    assert decode_image({"bytes": None, "path": str(path)}, BUDGET).size == BUDGET.resized_size(*upright.size)
     assert images.embed_image(path, max_side=38).width == 38  # resized in the upright frame: 76 x 63 -> 38 x 32
 
 
@@ -142,11 +139,12 @@ def test_no_resize_to_a_budget_passes_it():
         height = max(1, int(width * rng.uniform(1 / MAX_ASPECT_RATIO, MAX_ASPECT_RATIO)))
         if max(width, height) > MAX_ASPECT_RATIO * min(width, height):
             continue
-        w, h = qwen25vl_resized_size(width, height, min_pixels=min_pixels, max_pixels=max_pixels)
+        budget = PixelBudget(min_pixels=min_pixels, max_pixels=max_pixels)
+        w, h = budget.resized_size(width, height)
         assert w * h <= max_pixels and w % 28 == h % 28 == 0
-        assert qwen25vl_resized_size(height, width, min_pixels=min_pixels, max_pixels=max_pixels) == (h, w)
-    assert qwen25vl_resized_size(1, 200, min_pixels=28 * 28, max_pixels=28 * 28 * 2) == (28, 56)
-    assert qwen25vl_resized_size(2539, 3050) == (644, 756)
+        assert budget.resized_size(height, width) == (h, w)
+    assert PixelBudget(min_pixels=28 * 28, max_pixels=28 * 28 * 2).resized_size(1, 200) == (28, 56)
+    assert PixelBudget().resized_size(2539, 3050) == (644, 756)
 
 
 def test_evaluate_refuses_to_convert_a_box_on_an_image_too_narrow_for_the_budget():
@@ -160,9 +158,9 @@ def test_evaluate_refuses_to_convert_a_box_on_an_image_too_narrow_for_the_budget
         "image_height": 30_000,
     }
     with pytest.raises(AspectRatioError, match="2 x 30000 pixels"):
-        scoring.score_question(row, "<location> [[0, 0, 28, 280]]", "qwen2.5-vl", **BUDGET)
+        scoring.score_question(row, "<location> [[0, 0, 28, 280]]", "qwen2.5-vl", BUDGET)
     row.update(image_width=20, image_height=4000)  # 200:1, within Qwen's limit: scored at the budget
-    assert scoring.score_question(row, "<location> [[0, 0, 28, 280]]", "qwen2.5-vl", **BUDGET).iou is not None
+    assert scoring.score_question(row, "<location> [[0, 0, 28, 280]]", "qwen2.5-vl", BUDGET).iou is not None
 
 
 def test_evaluate_says_which_question_has_an_image_too_narrow_for_qwen_boxes(tmp_path, capsys):
@@ -252,7 +250,7 @@ def test_a_release_with_an_image_stored_turned_builds_as_the_upright_one(gemex_r
     shown = np.asarray(loaded[0]["image"].convert("L"), dtype=np.int16)
     assert np.abs(shown - np.asarray(original.convert("L"), dtype=np.int16)).mean() < 3
     stored = rows_of_image(built["turned"], relative)[0]["image"]
-    assert decode_image(stored, BUDGET).size == qwen25vl_resized_size(*original.size, **BUDGET)
+    assert decode_image(stored, BUDGET).size == BUDGET.resized_size(*original.size)
 
 
 @pytest.mark.parametrize("mode", ["embed", "reference", "none"])

@@ -25,7 +25,7 @@ from training_recipes.data import ConversationSettings, conversational
 from . import tiny_models
 
 ROOT = Path(__file__).resolve().parent.parent
-SETTINGS = ConversationSettings("qwen2.5-vl", resize_kwargs=PixelBudget().resize_kwargs(28))
+SETTINGS = ConversationSettings("qwen2.5-vl", pixel_budget=PixelBudget())
 
 
 @pytest.fixture(scope="module")

@@ -44,7 +44,7 @@ def expected_rows(folder, config: str, split: str) -> list[dict]:
     settings = conversion_settings("qwen2.5-vl", PixelBudget())
     rows = []
     for row in dataset:
-        images = [decode_image(i, settings.resize_kwargs) for i in ([row[column]] if kind == "gemex" else row[column])]
+        images = [decode_image(i, settings.pixel_budget) for i in ([row[column]] if kind == "gemex" else row[column])]
         rows.append(
             {
                 "messages": text_messages(to_messages(row, kind, settings)),

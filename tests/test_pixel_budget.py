@@ -1,5 +1,5 @@
-"""The pixel budget (`builders.pixel_budget`): one default, shown in `--help`, decoded to by the
-recipes' data path (JPEG at reduced scale, then the exact resize), and read by the lmms-eval tasks.
+"""The pixel budget (`builders.pixel_budget`): one default, Qwen's resize to it, shown in `--help`, decoded to
+by the recipes' data path (JPEG at reduced scale, then the exact resize), and read by the lmms-eval tasks.
 The recipes' processors and `evaluate`'s box conversion are tested in tests/test_recipes.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from builders.box_frame import qwen25vl_resized_size
+from builders import pixel_budget
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 from cxr_vqa import cli
 from training_recipes.data import decode_image
@@ -32,15 +32,20 @@ def jpeg(width: int, height: int, orientation: int | None = None) -> bytes:
 
 def test_the_default_budget_is_for_chest_x_rays():
     assert PixelBudget() == PixelBudget(MIN_PIXELS, MAX_PIXELS) and MAX_PIXELS <= 2_000_000
-    assert qwen25vl_resized_size(2539, 3050) == (644, 756)  # 23 x 27 = 621 tokens of 28 x 28 pixels
+    assert PixelBudget().resized_size(2539, 3050) == (644, 756)  # 23 x 27 = 621 tokens of 28 x 28 pixels
+    assert PixelBudget().image_tokens(2539, 3050) == 621
     with pytest.raises(ValueError, match="min_pixels <= max_pixels"):
         PixelBudget(min_pixels=10_000, max_pixels=5_000)
 
 
+def test_qwen_resize_is_a_multiple_of_28_and_within_budget():
+    w, h = PixelBudget().resized_size(2544, 3056)
+    assert w % 28 == 0 and h % 28 == 0 and w * h <= 28 * 28 * 1280
+
+
 def test_a_full_size_jpeg_decodes_at_the_budget_as_a_full_decode_resized_would():
     data = jpeg(2539, 3050)
-    resize = PixelBudget().resize_kwargs(factor=28)
-    decoded = decode_image({"bytes": data, "path": None}, resize)
+    decoded = decode_image({"bytes": data, "path": None}, PixelBudget())
     full = Image.open(io.BytesIO(data)).convert("RGB").resize((644, 756), Image.Resampling.BICUBIC)
     assert decoded.size == (644, 756) and decoded.mode == "RGB"
     difference = np.abs(np.asarray(decoded, dtype=np.int16) - np.asarray(full, dtype=np.int16))
@@ -48,10 +53,9 @@ def test_a_full_size_jpeg_decodes_at_the_budget_as_a_full_decode_resized_would()
 
 
 def test_decoding_turns_the_image_upright_before_sizing_it():
-    decoded = decode_image(
-        {"bytes": jpeg(600, 400, orientation=6), "path": None}, PixelBudget(max_pixels=28 * 28 * 64).resize_kwargs(28)
-    )
-    assert decoded.size == qwen25vl_resized_size(400, 600, max_pixels=28 * 28 * 64)
+    budget = PixelBudget(max_pixels=28 * 28 * 64)
+    decoded = decode_image({"bytes": jpeg(600, 400, orientation=6), "path": None}, budget)
+    assert decoded.size == budget.resized_size(400, 600)
 
 
 def test_without_a_budget_the_image_keeps_its_size():
@@ -69,12 +73,12 @@ def test_lmms_eval_tasks_read_the_budget_and_hand_qwen_models_images_at_it(monke
     row = {"image": {"bytes": jpeg(1200, 1500), "path": None}}
     monkeypatch.setenv("CXR_VQA_BOX_CONVENTION", "qwen2.5-vl")
     monkeypatch.delenv("CXR_VQA_MAX_PIXELS", raising=False)
-    assert harness.resize_kwargs() == {"factor": 28, "min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
-    assert harness.images(row, "gemex")[0].size == qwen25vl_resized_size(1200, 1500)
+    assert harness.settings().pixel_budget == PixelBudget(MIN_PIXELS, MAX_PIXELS, factor=28)
+    assert harness.images(row, "gemex")[0].size == PixelBudget().resized_size(1200, 1500)
     monkeypatch.setenv("CXR_VQA_MAX_PIXELS", str(28 * 28 * 100))
-    assert harness.images(row, "gemex")[0].size == qwen25vl_resized_size(1200, 1500, max_pixels=28 * 28 * 100)
+    assert harness.images(row, "gemex")[0].size == PixelBudget(max_pixels=28 * 28 * 100).resized_size(1200, 1500)
     monkeypatch.setenv("CXR_VQA_BOX_CONVENTION", "pixels")  # another family: its own processor sizes the image
     assert harness.images(row, "gemex")[0].size == (1200, 1500)
     monkeypatch.setenv("CXR_VQA_MAX_PIXELS", "lots")
     with pytest.raises(ValueError, match="CXR_VQA_MAX_PIXELS='lots'"):
-        harness.pixel_budget()
+        pixel_budget.from_environment()

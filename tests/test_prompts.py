@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from builders.box_frame import qwen25vl_resized_size
+from builders.pixel_budget import PixelBudget
 from gemex_dataset import prompts as gemex
 from gemex_dataset.features import QUESTION_TYPES
 from rexvqa_dataset import prompts as rexvqa
@@ -100,11 +100,11 @@ def test_boxes_follow_the_model_family_convention():
     row = gemex_row(image_width=1000, image_height=500, boxes=[[100.0, 50.0, 500.0, 250.0]])
     assert gemex.location_text(row, "pixels") == "[[100, 50, 500, 250]]"
     assert gemex.location_text(row, "norm1000") == "[[100, 100, 500, 500]]"
-    rw, rh = qwen25vl_resized_size(1000, 500)
+    rw, rh = PixelBudget().resized_size(1000, 500)
     expected = [round(100 * rw / 1000), round(50 * rh / 500), round(500 * rw / 1000), round(250 * rh / 500)]
     assert gemex.location_text(row, "qwen2.5-vl") == str([expected])
-    small = qwen25vl_resized_size(1000, 500, max_pixels=56 * 56 * 4)
-    assert gemex.location_text(row, "qwen2.5-vl", max_pixels=56 * 56 * 4) == str(
+    small = PixelBudget(max_pixels=56 * 56 * 4).resized_size(1000, 500)
+    assert gemex.location_text(row, "qwen2.5-vl", PixelBudget(max_pixels=56 * 56 * 4)) == str(
         [
             [
                 round(100 * small[0] / 1000),

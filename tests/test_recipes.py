@@ -19,7 +19,7 @@ from trl import ModelConfig, SFTConfig  # noqa: E402
 from trl.chat_template_utils import get_training_chat_template  # noqa: E402
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noqa: E402
 
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PROCESSOR_MAX_PIXELS, PixelBudget  # noqa: E402
+from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget  # noqa: E402
 from cxr_vqa import cli  # noqa: E402
 from gemex_dataset.prompts import type_prompt  # noqa: E402
 from training_recipes import data, generate, sft  # noqa: E402
@@ -113,11 +113,7 @@ def test_qwen25vl_boxes_are_in_the_processed_image_pixels(gemex_dir):
     vlm = tiny_models.tiny_vlm("qwen2_5_vl")
     settings = data.settings_for("qwen2_5_vl", vlm.processor)
     assert settings.box_convention == "qwen2.5-vl"
-    assert settings.resize_kwargs == {
-        "factor": 28,
-        "min_pixels": MIN_PIXELS,
-        "max_pixels": MAX_PIXELS,
-    }  # the default budget
+    assert settings.pixel_budget == PixelBudget(MIN_PIXELS, MAX_PIXELS, factor=28)  # the default budget
     row = tiny_builds.load_built(gemex_dir)[0]
     example = data.to_trl_example(row, "gemex", settings)
     grid = vlm.processor.image_processor(example["images"], return_tensors="pt")["image_grid_thw"][0]
@@ -430,7 +426,7 @@ budget that reached the processor shows as 28 x 56 images."""
 def at_processor_limit(processor):
     """`processor` as Qwen2.5-VL is released: 12.8 M pixels."""
     size = type(processor.image_processor.size)
-    processor.image_processor.size = size(shortest_edge=MIN_PIXELS, longest_edge=PROCESSOR_MAX_PIXELS)
+    processor.image_processor.size = size(shortest_edge=MIN_PIXELS, longest_edge=16384 * 28 * 28)
     return processor
 
 

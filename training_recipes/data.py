@@ -14,7 +14,7 @@ resized image's pixels is in the pixels the model sees. The text comes from
 from __future__ import annotations
 
 import io
-from dataclasses import dataclass, field
+from dataclasses import dataclass, replace
 from types import ModuleType
 
 import numpy as np
@@ -23,7 +23,6 @@ from PIL import Image as PILImage
 from PIL import ImageOps
 
 from builders.assembly.sft import conversation
-from builders.box_frame import qwen25vl_resized_size
 from builders.pixel_budget import PixelBudget
 from gemex_dataset import prompts as gemex_prompts
 from gemex_dataset.features import PER_IMAGE_CONFIG
@@ -64,12 +63,12 @@ BOX_CONVENTION_BY_MODEL_TYPE: dict[str, str] = {
 class ConversationSettings:
     """How rows become conversations for one model: the box convention, whether the system prompt
     is folded into the user turn, and, for a processor that resizes to a pixel count (Qwen
-    families), that resize (`qwen25vl_resized_size` arguments: the pixel budget and the factor):
-    images are decoded to it and Qwen2.5-VL's boxes are written in its pixels."""
+    families), its pixel budget with its factor: images are decoded to it and Qwen2.5-VL's boxes
+    are written in its pixels. None for a processor of fixed input size: images keep their size."""
 
     box_convention: str = "pixels"
     fold_system: bool = False
-    resize_kwargs: dict[str, int] = field(default_factory=dict)
+    pixel_budget: PixelBudget | None = None
 
 
 LAYOUTS = ("per_question", "per_image")
@@ -114,9 +113,9 @@ def to_rgb(image: PILImage.Image) -> PILImage.Image:
     return image if image.mode == "RGB" else image.convert("RGB")
 
 
-def decode_image(image: PILImage.Image | dict, resize_kwargs: dict[str, int] | None = None) -> PILImage.Image:
-    """An RGB image from stored bytes (``{"bytes", "path"}``) or a decoded image; with `resize_kwargs`,
-    at the size the processor resizes it to (`qwen25vl_resized_size` of the stored size).
+def decode_image(image: PILImage.Image | dict, budget: PixelBudget | None = None) -> PILImage.Image:
+    """An RGB image from stored bytes (``{"bytes", "path"}``) or a decoded image; with a `budget`,
+    at the size the processor resizes it to (`PixelBudget.resized_size` of the stored size).
 
     A JPEG is decoded at a reduced scale (Pillow's `draft`: libjpeg's 1/2, 1/4 or 1/8 DCT
     scaling, never below the target size) before the exact resize, so a 2,539 x 3,050 MIMIC-CXR
@@ -125,7 +124,7 @@ def decode_image(image: PILImage.Image | dict, resize_kwargs: dict[str, int] | N
     """
     if isinstance(image, dict):
         image = PILImage.open(io.BytesIO(image["bytes"]) if image.get("bytes") else image["path"])
-    target = qwen25vl_resized_size(*image.size, **resize_kwargs) if resize_kwargs else None
+    target = budget.resized_size(*image.size) if budget else None
     if target and image.format == "JPEG":
         image.draft(image.mode, target)
     orientation = image.getexif().get(PILImage.ExifTags.Base.Orientation)
@@ -142,8 +141,7 @@ def decode_image(image: PILImage.Image | dict, resize_kwargs: dict[str, int] | N
 def row_images(row: dict, kind: str, settings: ConversationSettings | None = None) -> list[PILImage.Image]:
     """The row's images (decoded or stored bytes) as RGB, at the settings' pixel budget when it has one."""
     images = [row["image"]] if kind == "gemex" else list(row["images"])
-    resize_kwargs = settings.resize_kwargs if settings else None
-    return [decode_image(image, resize_kwargs) for image in images]
+    return [decode_image(image, settings.pixel_budget if settings else None) for image in images]
 
 
 def to_messages(row: dict, kind: str, settings: ConversationSettings, with_answer: bool = True) -> list[dict]:
@@ -158,7 +156,7 @@ def to_messages(row: dict, kind: str, settings: ConversationSettings, with_answe
         box_convention=settings.box_convention,
         with_answer=with_answer,
         fold_system=settings.fold_system,
-        **settings.resize_kwargs,
+        budget=settings.pixel_budget,
     )
 
 
@@ -206,12 +204,9 @@ def image_sizes(row: dict, kind: str) -> list[tuple[int, int]]:
 
 
 def image_tokens(size: tuple[int, int], settings: ConversationSettings) -> int:
-    """Tokens of one image of `size` at the settings' pixel budget: one per `factor` x `factor` block
-    (a Qwen token merges 2 x 2 patches); 0 for a processor of fixed input size (no resize known)."""
-    if not settings.resize_kwargs:
-        return 0
-    width, height = qwen25vl_resized_size(*size, **settings.resize_kwargs)
-    return width * height // settings.resize_kwargs.get("factor", 28) ** 2
+    """Tokens of one image of `size` at the settings' pixel budget (`PixelBudget.image_tokens`); 0 for a
+    processor of fixed input size (no resize known)."""
+    return settings.pixel_budget.image_tokens(*size) if settings.pixel_budget else 0
 
 
 def sequence_lengths(
@@ -358,29 +353,29 @@ def shuffled_in_blocks(stream: IterableDataset, seed: int, block: int = SHUFFLE_
 
 def decode_images(example: dict, settings: ConversationSettings | None = None) -> dict:
     """Encoded images (``{"bytes", "path"}``) of a stream example as RGB PIL images, at the settings' pixel budget."""
-    resize_kwargs = settings.resize_kwargs if settings else None
-    return {"images": [decode_image(image, resize_kwargs) for image in example["images"]]}
+    budget = settings.pixel_budget if settings else None
+    return {"images": [decode_image(image, budget) for image in example["images"]]}
 
 
 def box_convention_for(model_type: str) -> str:
     return BOX_CONVENTION_BY_MODEL_TYPE.get(model_type, "pixels")
 
 
-def apply_pixel_budget(processor, budget: PixelBudget) -> dict[str, int]:
+def apply_pixel_budget(processor, budget: PixelBudget) -> PixelBudget | None:
     """Set a processor that resizes to a pixel count (Qwen2-VL, Qwen2.5-VL, Qwen3-VL) to `budget`,
-    whatever it was saved with (12.8 M pixels for Qwen2.5-VL's release), and return that resize
-    (`qwen25vl_resized_size` arguments); ``{}`` for processors with fixed input sizes."""
+    whatever it was saved with (12.8 M pixels for Qwen2.5-VL's release), and return `budget` with the
+    processor's factor (patch size x merge size); None for processors with fixed input sizes."""
     image_processor = getattr(processor, "image_processor", None)
     size = getattr(image_processor, "size", None)
     bounds = ("shortest_edge", "longest_edge")
     if not (hasattr(image_processor, "merge_size") and size is not None and all(_get(size, k) for k in bounds)):
-        return {}
+        return None
     wanted = {"shortest_edge": budget.min_pixels, "longest_edge": budget.max_pixels}
     image_processor.size = wanted if isinstance(size, dict) else type(size)(**wanted)
     for name in ("min_pixels", "max_pixels"):  # transformers 4.x keeps them beside `size` too
         if getattr(image_processor, name, None) is not None:
             setattr(image_processor, name, getattr(budget, name))
-    return budget.resize_kwargs(image_processor.patch_size * image_processor.merge_size)
+    return replace(budget, factor=image_processor.patch_size * image_processor.merge_size)
 
 
 def _get(size, key: str):

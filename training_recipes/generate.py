@@ -31,8 +31,7 @@ from transformers import AutoModelForImageTextToText, HfArgumentParser
 from builders.files import write_text
 from builders.local_images import HELP as LOCAL_IMAGES_HELP
 from builders.local_images import LocalImagesError, with_local_images
-from builders.pixel_budget import HELP as PIXEL_HELP
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
+from builders.pixel_budget import PixelBudgetOptions
 from training_recipes.data import (
     ConversationSettings,
     dataset_kind,
@@ -47,7 +46,7 @@ from training_recipes.processors import RecipeError, default_dtype, load_process
 
 
 @dataclass
-class GenerateArguments:
+class GenerateArguments(PixelBudgetOptions):
     model_name_or_path: str = field(metadata={"help": "Fine-tuned model folder, LoRA output folder or Hub id."})
     dataset_path: str = field(metadata={"help": "Built GEMeX or ReXVQA folder (or Hub repo id)."})
     output_file: str = field(metadata={"help": "Predictions JSON Lines; appended to, and resumed from."})
@@ -65,10 +64,6 @@ class GenerateArguments:
     device: str | None = field(default=None, metadata={"help": "Default: cuda when available, else cpu."})
     box_convention: str | None = field(default=None, metadata={"help": "As in training; default from the model."})
     fold_system_prompt: bool | None = field(default=None, metadata={"help": "As in training; default: auto."})
-    max_pixels: int = field(
-        default=MAX_PIXELS, metadata={"help": PIXEL_HELP["max_pixels"] + " Give the training run's."}
-    )
-    min_pixels: int = field(default=MIN_PIXELS, metadata={"help": PIXEL_HELP["min_pixels"]})
     image_root: str | None = field(default=None, metadata={"help": LOCAL_IMAGES_HELP})
     sort_by_length: bool = field(
         default=True,
@@ -219,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         dataset = with_local_images(dataset, args.image_root)
     if args.max_samples is not None:
         dataset = dataset.select(range(min(args.max_samples, len(dataset))))
-    budget = PixelBudget(args.min_pixels, args.max_pixels)
+    budget = args.pixel_budget
     settings = settings_for(model.config.model_type, processor, args.box_convention, args.fold_system_prompt, budget)
     written = generate_predictions(
         model,

@@ -45,14 +45,13 @@ from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
 
 from builders.local_images import HELP as LOCAL_IMAGES_HELP
 from builders.local_images import LocalImagesError, with_local_images
-from builders.pixel_budget import HELP as PIXEL_HELP
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
+from builders.pixel_budget import PixelBudgetOptions
 from training_recipes.data import conversational, layout_config, mix, sequence_lengths, settings_for
 from training_recipes.processors import RecipeError, bf16_available, default_dtype, load_processor
 
 
 @dataclass
-class DataArguments:
+class DataArguments(PixelBudgetOptions):
     """Which built folders to train on, and how their rows become conversations."""
 
     gemex_path: str | None = field(default=None, metadata={"help": "Built GEMeX folder (or Hub repo id)."})
@@ -88,8 +87,6 @@ class DataArguments:
             "help": "Put the instruction in the user turn; by default when the chat template rejects a system turn."
         },
     )
-    max_pixels: int = field(default=MAX_PIXELS, metadata={"help": PIXEL_HELP["max_pixels"]})
-    min_pixels: int = field(default=MIN_PIXELS, metadata={"help": PIXEL_HELP["min_pixels"]})
     image_root: str | None = field(default=None, metadata={"help": LOCAL_IMAGES_HELP})
 
 
@@ -386,7 +383,7 @@ def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelC
             attn_implementation=model_args.attn_implementation,
             dtype=dtype,
         )
-    budget = PixelBudget(data_args.min_pixels, data_args.max_pixels)
+    budget = data_args.pixel_budget
     settings = settings_for(
         model.config.model_type, processor, data_args.box_convention, data_args.fold_system_prompt, budget
     )

@@ -33,9 +33,7 @@ def budget(plan: dict):
 def model_on_device(plan: dict, tiny: bool):
     torch.manual_seed(0)
     preset = model_preset(TINY if tiny else MODELS[plan["model"]])
-    return build_model_and_processor(
-        preset, plan["max_pixels"], plan["attn_implementation"], plan["min_pixels"], plan["device"]
-    )
+    return build_model_and_processor(preset, budget(plan), plan["attn_implementation"], plan["device"])
 
 
 def synchronize(device: str) -> None:

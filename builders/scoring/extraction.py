@@ -44,6 +44,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from builders.box_frame import from_model_frame
+from builders.pixel_budget import PixelBudget
 
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -324,10 +325,7 @@ def ordered_box(box: Sequence[float]) -> list[float]:
 
 
 def extract_boxes(
-    text: str, width: int, height: int, convention: str = "pixels", **resize_kwargs: int
+    text: str, width: int, height: int, convention: str = "pixels", budget: PixelBudget | None = None
 ) -> list[list[float]]:
-    """Boxes of a reply in the image's pixels, read in `convention` (see `builders.box_frame`)."""
-    return [
-        ordered_box(from_model_frame(box, width, height, convention, **resize_kwargs))
-        for box in extract_raw_boxes(text)
-    ]
+    """Boxes of a reply in the image's pixels, read in `convention` (see `builders.box_frame`) at `budget`."""
+    return [ordered_box(from_model_frame(box, width, height, convention, budget)) for box in extract_raw_boxes(text)]

@@ -1,19 +1,20 @@
 """GEMeX task functions for lmms-eval (the YAML files name them with ``!function``).
 
 lmms-eval runs this file anew for each task it loads, so ``DATASET``, ``BOX_CONVENTION`` and the
-pixel budget (``RESIZE_KWARGS``) are read from the environment when the task is loaded. Each metric's aggregation scores all of the
+pixel budget (``PIXEL_BUDGET``) are read from the environment when the task is loaded. Each metric's aggregation scores all of the
 task's replies with `gemex_dataset.scoring.score_gemex`, the function behind ``cxr-vqa evaluate``.
 """
 
 from __future__ import annotations
 
+from builders.pixel_budget import from_environment
 from builders.scoring.text_metrics import installed_metrics
 from gemex_dataset import scoring
 from training_recipes.lmms_eval_tasks import harness
 
 DATASET = harness.dataset_source("CXR_VQA_GEMEX", "GEMeX")
 BOX_CONVENTION = harness.box_convention()
-RESIZE_KWARGS = harness.resize_kwargs()
+PIXEL_BUDGET = from_environment()
 TEXT_METRICS = installed_metrics()[0]
 """ROUGE-L, BLEU-1 and BERTScore, those whose extras are installed (as ``cxr-vqa evaluate``)."""
 
@@ -46,7 +47,7 @@ def score(items: list[dict], metric: str) -> float | None:
     text_metrics = [metric] if metric in scoring.TEXT_METRICS else []
     bert = harness.bert_scorer() if metric == "bertscore" else None
     table = scoring.score_gemex(
-        rows, replies, box_convention=BOX_CONVENTION, metrics=text_metrics, bert_scorer=bert, **RESIZE_KWARGS
+        rows, replies, box_convention=BOX_CONVENTION, metrics=text_metrics, bert_scorer=bert, budget=PIXEL_BUDGET
     )["table"]
     return table["all"][metric]
 

@@ -5,7 +5,7 @@ The dataset comes from an environment variable (``CXR_VQA_GEMEX`` / ``CXR_VQA_RE
 folder or a Hub repo id) because lmms-eval's task files take no arguments; the box convention
 the model writes in comes from ``CXR_VQA_BOX_CONVENTION`` (default ``pixels``, as
 ``cxr-vqa evaluate --box-convention``), and the pixel budget from ``CXR_VQA_MAX_PIXELS`` /
-``CXR_VQA_MIN_PIXELS`` (default `builders.pixel_budget`'s, as ``--max-pixels``/``--min-pixels``).
+``CXR_VQA_MIN_PIXELS`` (`builders.pixel_budget.from_environment`; the defaults of ``--max-pixels``/``--min-pixels``).
 For the Qwen conventions (``qwen2.5-vl``, ``norm1000``) each image is handed to the model already
 resized to the budget, exactly as the recipes train on it, so the model sees at most the budget
 whatever its wrapper's own ``max_pixels``, and ``qwen2.5-vl`` boxes are scored in those pixels.
@@ -18,11 +18,10 @@ import os
 from collections.abc import Mapping, Sequence
 
 from builders.box_frame import BOX_CONVENTIONS
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
+from builders.pixel_budget import from_environment
 from training_recipes.data import ConversationSettings, row_images, to_messages
 
 BOX_CONVENTION_VARIABLE = "CXR_VQA_BOX_CONVENTION"
-PIXEL_VARIABLES = {"max_pixels": ("CXR_VQA_MAX_PIXELS", MAX_PIXELS), "min_pixels": ("CXR_VQA_MIN_PIXELS", MIN_PIXELS)}
 QWEN_CONVENTIONS = ("qwen2.5-vl", "norm1000")
 
 
@@ -43,26 +42,10 @@ def box_convention() -> str:
     return value
 
 
-def pixel_budget() -> PixelBudget:
-    bounds = {}
-    for name, (variable, default) in PIXEL_VARIABLES.items():
-        value = os.environ.get(variable, "").strip()
-        try:
-            bounds[name] = int(value) if value else default
-        except ValueError:
-            raise ValueError(f"{variable}={value!r}: expected a number of pixels") from None
-    return PixelBudget(**bounds)
-
-
-def resize_kwargs() -> dict[str, int]:
-    """The resize ``qwen2.5-vl`` boxes are read in (Qwen2.5-VL's factor, 28), as `cxr-vqa evaluate`'s."""
-    return pixel_budget().resize_kwargs(factor=28)
-
-
 def settings() -> ConversationSettings:
     """The recipes' conversation settings for the configured model family: images at the pixel budget for the Qwen conventions."""
     convention = box_convention()
-    return ConversationSettings(convention, resize_kwargs=resize_kwargs() if convention in QWEN_CONVENTIONS else {})
+    return ConversationSettings(convention, pixel_budget=from_environment() if convention in QWEN_CONVENTIONS else None)
 
 
 def images(row: Mapping, kind: str) -> list:
