@@ -34,7 +34,7 @@ from builders.assembly.settings import BuildSettings  # noqa: E402
 from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
-from training_recipes import sft  # noqa: E402
+from training_recipes import checkpoints, sft  # noqa: E402
 
 from . import row_recorder, tiny_models  # noqa: E402
 
@@ -209,8 +209,8 @@ def test_sigterm_saves_the_current_step_exits_0_and_resumes_from_there(
     output_dir = killed_runs[PREEMPTED]
     lines = (output_dir.parent / f"{PREEMPTED}.out").read_text().splitlines()
     saved = list(output_dir.glob("checkpoint-*"))
-    assert len(saved) == 1 and (saved[0] / sft.COMPLETE).is_file()
-    step = sft.checkpoint_step(saved[0])
+    assert len(saved) == 1 and (saved[0] / checkpoints.COMPLETE).is_file()
+    step = checkpoints.checkpoint_step(saved[0])
     assert 3 <= step < 200 and not (output_dir / "model.safetensors").exists()  # stopped, not finished
     assert (
         [line for line in lines if "SIGTERM" in line]
@@ -223,7 +223,6 @@ def test_sigterm_saves_the_current_step_exits_0_and_resumes_from_there(
     torn = output_dir / f"checkpoint-{step + 1}"
     torn.mkdir()
     shutil.copy(saved[0] / "model.safetensors", torn)  # the weights written, the rest not yet
-    assert sft.resume_checkpoint("auto", str(output_dir)) == str(saved[0])
     resumed = recorded_run(
         command("stream", builds, output_dir, "--max_steps", str(step + 2), "--resume_from_checkpoint", "auto"),
         tmp_path / "log",
@@ -236,10 +235,11 @@ def test_sigterm_saves_the_current_step_exits_0_and_resumes_from_there(
 
 
 def test_auto_without_a_checkpoint_starts_fresh_and_a_wrong_path_stops(tmp_path, capsys):
-    assert sft.resume_checkpoint("auto", str(tmp_path / "new")) is None
+    identity = checkpoints.RunIdentity(run={}, world_size=1)
+    assert checkpoints.resume_checkpoint("auto", str(tmp_path / "new"), identity) is None
     assert "no complete checkpoint" in capsys.readouterr().err
     with pytest.raises(SystemExit, match="not a checkpoint folder"):
-        sft.resume_checkpoint(str(tmp_path), str(tmp_path))
+        checkpoints.resume_checkpoint(str(tmp_path), str(tmp_path), identity)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -248,7 +248,7 @@ def test_a_killed_run_resumed_with_auto_ends_as_an_uninterrupted_one(
 ):
     killed = killed_runs[layout]
     assert sorted(p.name for p in killed.glob("checkpoint-*")) == [f"checkpoint-{SAVE_STEPS}"]
-    assert (killed / f"checkpoint-{SAVE_STEPS}" / sft.COMPLETE).is_file()
+    assert (killed / f"checkpoint-{SAVE_STEPS}" / checkpoints.COMPLETE).is_file()
 
     whole = recorded_run(command(layout, builds, tmp_path / "whole"), tmp_path / "whole-log", monkeypatch)
     resumed = recorded_run(

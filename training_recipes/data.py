@@ -416,3 +416,19 @@ def settings_for(
     if fold_system is None:
         fold_system = not chat_template_accepts_system(processor)
     return ConversationSettings(convention, fold_system, apply_pixel_budget(processor, pixel_budget or PixelBudget()))
+
+
+def stream_sharding(dataset: IterableDataset, processes: int) -> str:
+    """One line: how a stream's shards split over the processes, and what each process reads."""
+    shards = dataset.n_shards
+    if processes <= 1:
+        return f"stream: {shards} shards, read by one process"
+    if shards >= processes:
+        return (
+            f"stream: {shards} shards over {processes} processes: each reads {shards // processes}"
+            f"{'-' + str(-(-shards // processes)) if shards % processes else ''} of them, no row twice"
+        )
+    return (
+        f"stream: {shards} shards for {processes} processes: each reads every row and keeps 1 in {processes} "
+        f"(rebuild with more row groups or shards to read each row once)"
+    )
