@@ -18,6 +18,7 @@ recipe's processes, only; they save, exit 0, and the launcher with them. Its exi
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import os
 import re
@@ -103,12 +104,16 @@ class Supervisor:
 
 
 def main(argv: list[str] | None = None) -> int:
-    command = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(
+        prog="python -m training_recipes.launch",
+        description="Run a launcher so that SIGTERM, SIGINT or SIGHUP ends the recipe in a complete "
+        "checkpoint and exit status 0: the signal goes, as SIGTERM, to the launcher's children only.",
+        epilog="e.g. python -m training_recipes.launch torchrun --nproc_per_node 8 training_recipes/sft.py ...",
+    )
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="accelerate launch ... or torchrun ..., as usual")
+    command = parser.parse_args(argv).command
     if not command:
-        sys.exit(
-            "usage: python -m training_recipes.launch {accelerate launch|torchrun} [launcher args] "
-            "training_recipes/sft.py [recipe args]"
-        )
+        parser.error("give the launcher command (accelerate launch ... or torchrun ...)")
     supervisor = Supervisor(command)
     for signum in STOP_SIGNALS:
         signal.signal(signum, supervisor.stop)

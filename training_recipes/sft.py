@@ -14,14 +14,17 @@ Batches hold rows of like length (`--train_sampling_strategy group_by_length`, t
 padding, grouped ones 1.3% (`benchmarks/token_bill.py`). `--torch_compile` and `--use_liger_kernel` are the
 Trainer's own flags (Liger 0.8.5's Qwen2.5-VL patch does not load with transformers 5.23: training_recipes/README.md).
 
-    accelerate launch --config_file training_recipes/accelerate/single_gpu.yaml \\
-        training_recipes/sft.py \\
+    python training_recipes/sft.py \\
         --model_name_or_path Qwen/Qwen2.5-VL-3B-Instruct \\
         --gemex_path ./gemex --output_dir runs/qwen25vl-gemex \\
         --per_device_train_batch_size 8 --gradient_accumulation_steps 2 --learning_rate 1e-5
 
-    # or every argument in a file
-    accelerate launch training_recipes/sft.py --config training_recipes/configs/qwen25vl_lora.yaml
+    # or every argument in a file, on 8 GPUs (a SIGTERM then still ends in a checkpoint: training_recipes/launch.py)
+    python -m training_recipes.launch torchrun --nproc_per_node 8 training_recipes/sft.py \\
+        --config training_recipes/configs/qwen25vl_lora.yaml
+
+Checkpoints `--resume_from_checkpoint auto` can trust: `training_recipes/checkpoints.py`; SIGTERM:
+`training_recipes/preemption.py`; the trainer: `training_recipes/trainer.py`.
 """
 
 from __future__ import annotations
