@@ -331,12 +331,15 @@ def mix(
     """
     total = sum(weight for _, weight in weighted)
     streams = [conversational_stream(dataset, settings, num_shards) for dataset, _ in weighted]
-    mixed = interleave_datasets(
-        streams,
-        probabilities=[weight / total for _, weight in weighted],
-        seed=seed,
-        stopping_strategy="all_exhausted",
-    )
+    if len(streams) == 1:  # one stream needs no interleaving (whose saved state loses a second pass's place)
+        mixed = streams[0]
+    else:
+        mixed = interleave_datasets(
+            streams,
+            probabilities=[weight / total for _, weight in weighted],
+            seed=seed,
+            stopping_strategy="all_exhausted",
+        )
     return shuffled_in_blocks(mixed, seed, shuffle_block).map(decode_images, fn_kwargs={"settings": settings})
 
 

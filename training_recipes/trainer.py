@@ -117,8 +117,12 @@ class LengthGroupedSFTTrainer(SFTTrainer):
                     f"{saved}: no data loader state for process {self.args.process_index} "
                     "(a checkpoint of a streamed run saved by the same number of processes is needed)"
                 )
-            dataloader.load_state_dict(torch.load(saved, weights_only=False))
+            state = torch.load(saved, weights_only=False)
+            dataloader.load_state_dict(state)
             self._load_rng_state(self.stream_checkpoint)  # the Trainer restores it only when it skips batches
+            epoch = saved_stream_epoch(state)
+            if epoch is not None:
+                resume_in_saved_epoch(dataloader, epoch)
         return dataloader
 
     def grouped_sampler(self, split: str, batch_size: int) -> LengthGroupedSampler | None:
@@ -140,3 +144,32 @@ def split_lengths(dataset, settings, processor, num_proc: int | None) -> list[in
     if not isinstance(dataset, Dataset):
         return None
     return sequence_lengths(dataset.with_format(None), settings, processor, num_proc=num_proc)
+
+
+def saved_stream_epoch(state: dict) -> int | None:
+    """The stream's epoch in a `StatefulDataLoader` state (its `datasets` state, or a worker's)."""
+    if isinstance(state.get("dataset_state"), dict) and "epoch" in state["dataset_state"]:
+        return int(state["dataset_state"]["epoch"])
+    for value in state.values():
+        if isinstance(value, dict) and (epoch := saved_stream_epoch(value)) is not None:
+            return epoch
+    return None
+
+
+def resume_in_saved_epoch(dataloader, saved_epoch: int) -> None:
+    """Shift the epochs set on a resumed stream so that the first is the saved one.
+
+    With `max_steps`, the Trainer counts a stream's epochs as `global_step // max_steps` (0 before the
+    end) and sets that on the loader, which passes it to the stream; a stream that has wrapped around
+    is in a later pass, and `datasets` drops a saved state whose epoch differs from the stream's: the
+    run would start the stream again from its first row. The shift is on the stream's `set_epoch`
+    (the loader sets the same epoch on it more than once)."""
+    dataset = dataloader.dataset
+    set_epoch, offset = dataset.set_epoch, []
+
+    def shifted(epoch: int) -> None:
+        if not offset:
+            offset.append(saved_epoch - epoch)
+        set_epoch(epoch + offset[0])
+
+    dataset.set_epoch = shifted
