@@ -325,6 +325,12 @@ MULTI_PROCESS = {
     "GEMeX, streamed": ["--streaming", "--max_steps", "4", "--dataloader_num_workers", "1"],
     "mixture": ["--rexvqa_path", "{rexvqa}", "--max_steps", "4"],
     "mixture, streamed": ["--rexvqa_path", "{rexvqa}", "--streaming", "--max_steps", "4"],
+    # each process's pass (its own shards, of different row counts) ends on a different micro-batch, one
+    # of them odd: without whole steps a partial accumulation group there leaves the all-reduces unpaired
+    "GEMeX, streamed, passes of uneven length": [
+        *("--streaming", "--per_device_train_batch_size", "1", "--gradient_accumulation_steps", "2"),
+        *("--max_steps", "45", "--logging_steps", "50"),
+    ],
 }
 
 
@@ -401,3 +407,13 @@ def test_two_processes_train_disjoint_rows_each_prepared_and_read_by_its_own_pro
         )
     if "streamed" in run:
         assert "stream: " in (two_processes / "stderr.txt").read_text()
+
+
+def test_two_streaming_processes_whose_passes_end_apart_go_on_in_step(two_processes):
+    """The uneven run: each process's pass holds another number of rows, one of them odd (a micro-batch
+    of one row, two a step), and both passed their end; the launch ended (exit 0) rather than hanging."""
+    log = two_processes / str(list(MULTI_PROCESS).index("GEMeX, streamed, passes of uneven length"))
+    rows = [len({"+".join(e["ids"]) for e in row_recorder.events(log, rank, "read")}) for rank in (0, 1)]
+    assert rows[0] != rows[1] and any(n % 2 for n in rows), rows
+    for rank in (0, 1):
+        assert len(row_recorder.batches(log, rank)) >= 90 > rows[rank]  # 45 steps of 2: past the end of a pass

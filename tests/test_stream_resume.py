@@ -45,3 +45,17 @@ def test_a_stream_resumed_in_its_second_pass_goes_on_with_that_pass(
     assert row_recorder.batches(tmp_path / "resumed-log")[:2] == whole[6:]  # the second pass's last two, not its first
     assert resumed.state.global_step == 8
     assert largest_difference(tmp_path / "whole", tmp_path / "run") <= 1e-6
+
+
+def test_max_train_samples_of_a_stream_are_the_first_rows_whatever_the_loader_workers(
+    gemex_embed_112, model, tmp_path, monkeypatch
+):
+    """`--max_train_samples 6 --streaming --dataloader_num_workers 2` trains the split's first 6 rows,
+    as the same command without streaming does (not the first 3 of each worker's shards)."""
+    from datasets import load_dataset
+
+    argv = command(gemex_embed_112, model, tmp_path / "run", "1e-2", 3, "--streaming", "--max_train_samples", "6")
+    recorded_run([*argv, "--dataloader_num_workers", "2", "--save_strategy", "no"], tmp_path / "log", monkeypatch)
+    trained = set(chain(*row_recorder.batches(tmp_path / "log")[:3]))
+    first = load_dataset(str(gemex_embed_112), split="train")["question_id"][:6]
+    assert trained == set(first)

@@ -301,6 +301,33 @@ def conversational_stream(
     return dataset.map(convert, remove_columns=dataset.column_names, features=TRL_FEATURES)
 
 
+def first_rows(stream: IterableDataset, n: int) -> IterableDataset:
+    """The first `n` rows of a stream in their stored order, the same rows however many loader workers or
+    processes read it (a non-streaming load's first `n` too): one shard, read by one worker.
+    `IterableDataset.take(n)` is split over a loader's workers, each keeping the first rows of its own
+    shards; a worker's `iter` does not split the stream again. Images stay encoded."""
+    stream = undecoded(stream, dataset_kind(stream.column_names, stream.features))
+    return IterableDataset.from_generator(stored_rows, gen_kwargs={"stream": stream.take(n)}, features=stream.features)
+
+
+def stored_rows(stream: IterableDataset, batch_size: int = 64):
+    for batch in stream.iter(batch_size=batch_size):
+        yield from rows_of(batch)
+
+
+def whole_steps(stream: IterableDataset, rows_per_step: int) -> IterableDataset:
+    """`stream` without the rows at the end of a pass that do not fill an optimizer step (micro-batch
+    size x gradient accumulation steps), in each reader of it (process, loader worker). Two processes
+    whose passes end on another micro-batch would otherwise run a partial accumulation group on one of
+    them (an extra gradient all-reduce the other never matches) and hang; with whole steps every pass
+    ends on a step, wherever it ends."""
+
+    def identity(rows: dict[str, list]) -> dict[str, list]:
+        return rows
+
+    return stream.map(identity, batched=True, batch_size=rows_per_step, drop_last_batch=True)
+
+
 def undecoded(dataset: Dataset | IterableDataset, kind: str) -> Dataset | IterableDataset:
     """The split with its image column left as stored bytes, for `decode_image` to decode.
 

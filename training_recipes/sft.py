@@ -40,7 +40,15 @@ from trl import ModelConfig, SFTConfig, TrlParser, get_peft_config
 from builders.pixel_budget import HELP as PIXEL_HELP
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
 from training_recipes.checkpoints import Checkpointing, RunIdentity, resume_checkpoint
-from training_recipes.data import conversational, layout_config, mix, settings_for, stream_sharding
+from training_recipes.data import (
+    conversational,
+    first_rows,
+    layout_config,
+    mix,
+    settings_for,
+    stream_sharding,
+    whole_steps,
+)
 from training_recipes.launch import adopt_slurm_environment
 from training_recipes.preemption import Preemption
 from training_recipes.processors import RecipeError, bf16_available, default_dtype, load_processor
@@ -93,7 +101,7 @@ def load_split(
 ) -> Dataset | IterableDataset:
     dataset = load_dataset(path, config, split=split, streaming=streaming)
     if streaming:
-        return dataset.take(max_samples) if max_samples is not None else dataset
+        return first_rows(dataset, max_samples) if max_samples is not None else dataset
     if max_samples is not None:
         dataset = dataset.select(range(min(max_samples, len(dataset))))
     return dataset
@@ -173,8 +181,11 @@ def train(
             if counted is not None:
                 lengths[split] = counted
     stream = isinstance(train_dataset, IterableDataset)
-    if stream and training_args.process_index == 0:
-        print(stream_sharding(train_dataset, training_args.world_size), file=sys.stderr)
+    if stream:
+        rows_per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+        train_dataset = whole_steps(train_dataset, rows_per_step)
+        if training_args.process_index == 0:
+            print(stream_sharding(train_dataset, training_args.world_size), file=sys.stderr)
     identity = RunIdentity.of(data_args, training_args, model_args)
     trainer = LengthGroupedSFTTrainer(
         callbacks=[preemption, Checkpointing(identity, stream, save_total_limit)],
