@@ -167,3 +167,12 @@ def test_srun_task_variables_become_torchs():
     }
     assert not launch.adopt_slurm_environment({"SLURM_PROCID": "0", "SLURM_NTASKS": "8"})  # a batch script, not a step
     assert not launch.adopt_slurm_environment({**task, "RANK": "0"} | {"SLURM_PROCID": "0"})  # torchrun inside srun
+
+
+def test_processes_the_trainer_does_not_see_as_distributed_stop_before_training():
+    """What an FSDP config without GPUs gives: two processes, each a world of one (run here:
+    `accelerate launch --config_file training_recipes/accelerate/fsdp.yaml --num_processes 2` on CPU)."""
+    with pytest.raises(SystemExit, match="launched as 2 processes, but the Trainer sees 1"):
+        launch.check_world_size(1, {"WORLD_SIZE": "2"})
+    launch.check_world_size(2, {"WORLD_SIZE": "2"})
+    launch.check_world_size(1, {})

@@ -64,6 +64,19 @@ def adopt_slurm_environment(environ: os._Environ | dict = os.environ) -> bool:
     return True
 
 
+def check_world_size(trainer_world_size: int, environ: os._Environ | dict = os.environ) -> None:
+    """Stop (one line) when a launcher started several processes but the Trainer sees one in each: every
+    process would train alone, all of them into the same `--output_dir`. An FSDP or multi-GPU accelerate
+    config on a machine without GPUs does that (transformers runs a CPU process undistributed unless
+    `--use_cpu true`, which trains with DDP over gloo and drops FSDP)."""
+    launched = int(environ.get("WORLD_SIZE", "1") or 1)
+    if launched > 1 and trainer_world_size != launched:
+        raise SystemExit(
+            f"launched as {launched} processes, but the Trainer sees {trainer_world_size}: each would train "
+            "alone into the same --output_dir (no GPU? pass --use_cpu true for DDP over gloo; FSDP needs GPUs)"
+        )
+
+
 class Supervisor:
     """A launcher run in its own session; stop signals go to its children, the recipe's processes."""
 

@@ -49,7 +49,7 @@ from training_recipes.data import (
     stream_sharding,
     whole_steps,
 )
-from training_recipes.launch import adopt_slurm_environment
+from training_recipes.launch import adopt_slurm_environment, check_world_size
 from training_recipes.preemption import Preemption
 from training_recipes.processors import RecipeError, bf16_available, default_dtype, load_processor
 from training_recipes.trainer import LengthGroupedSFTTrainer, split_lengths
@@ -148,6 +148,7 @@ def train(
     """Build (or take) the model and processor, the data, and run SFT; returns the trainer. A SIGTERM
     (`preemption`, listening from the start) ends in a checkpoint and a return."""
     preemption = preemption or Preemption()
+    check_world_size(training_args.world_size)
     save_total_limit, training_args = training_args.save_total_limit, recipe_defaults(training_args)
     if processor is None:  # first: a processor that cannot be built stops the run before the model loads
         processor = load_processor(
