@@ -150,6 +150,8 @@ def train(
     preemption = preemption or Preemption()
     check_world_size(training_args.world_size)
     save_total_limit, training_args = training_args.save_total_limit, recipe_defaults(training_args)
+    identity = RunIdentity.of(data_args, training_args, model_args)  # which checkpoints this run may resume
+    resume = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, identity)
     if processor is None:  # first: a processor that cannot be built stops the run before the model loads
         processor = load_processor(
             model_args.model_name_or_path,
@@ -187,7 +189,6 @@ def train(
         train_dataset = whole_steps(train_dataset, rows_per_step)
         if training_args.process_index == 0:
             print(stream_sharding(train_dataset, training_args.world_size), file=sys.stderr)
-    identity = RunIdentity.of(data_args, training_args, model_args)
     trainer = LengthGroupedSFTTrainer(
         callbacks=[preemption, Checkpointing(identity, stream, save_total_limit)],
         lengths=lengths,
@@ -198,7 +199,6 @@ def train(
         processing_class=processor,
         peft_config=get_peft_config(model_args),
     )
-    resume = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, identity)
     with preemption.listening():
         trainer.train(resume_from_checkpoint=resume)
         if preemption.preempted_at is None:
