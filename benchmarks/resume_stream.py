@@ -34,11 +34,11 @@ def parse_args(argv):
 
 def first_step(argv: list[str]) -> dict:
     """Run `sft.main(argv)` until its first step ends; seconds to it, rows read and images decoded by then."""
-    from training_recipes import data, sft
+    from training_recipes import data, preemption, sft
 
     counts = {"read": 0, "decoded": 0}
     started = time.perf_counter()
-    decode, ids_of, step_end = data.decode_image, data.question_ids, sft.Checkpointing.on_step_end
+    decode, ids_of, step_end = data.decode_image, data.question_ids, preemption.Preemption.on_step_end
 
     class FirstStep(Exception):
         pass
@@ -56,13 +56,13 @@ def first_step(argv: list[str]) -> dict:
         counts["step"] = state.global_step
         raise FirstStep
 
-    data.decode_image, data.question_ids, sft.Checkpointing.on_step_end = counting_decode, counting_ids, stop
+    data.decode_image, data.question_ids, preemption.Preemption.on_step_end = counting_decode, counting_ids, stop
     try:
         sft.main(argv)
     except FirstStep:
         pass
     finally:
-        data.decode_image, data.question_ids, sft.Checkpointing.on_step_end = decode, ids_of, step_end
+        data.decode_image, data.question_ids, preemption.Preemption.on_step_end = decode, ids_of, step_end
     return counts
 
 

@@ -111,12 +111,28 @@ def read_image_tag(path: str | os.PathLike[str]) -> str | None:
         return None
 
 
+def list_release_files(release: Path) -> None:
+    """Add every file of a freshly generated release that its manifest does not list yet (the images)
+    to it, by keyed hash: what `foreign_release_file` then recognises by its bytes."""
+    release = Path(release)
+    manifest_path = release / MANIFEST_NAME
+    document = json.loads(manifest_path.read_text(encoding="utf-8"))
+    listed = document.setdefault("files", {})
+    for path in sorted(release.rglob("*")):
+        rel = path.relative_to(release).as_posix()
+        if path.is_file() and not path.is_symlink() and rel != MANIFEST_NAME and rel not in listed:
+            listed[rel] = file_hash(path)
+    document["files"] = dict(sorted(listed.items()))
+    manifest_path.write_text(json.dumps(document, indent=1) + "\n", encoding="utf-8")
+
+
 def foreign_release_file(release: Path, notes: dict[str, str]) -> str | None:
     """Why a synthetic release folder holds something its generator did not write (None when it does not).
 
-    Each file must carry the generator's mark: the manifest, an annotation file it lists with
-    that hash, an image with its tag, or a note in `notes` ({name at the top: its text}). A
-    link (file or folder) is never the generator's. What `cxr-vqa demo` may replace.
+    Each file must be listed in the release's manifest with the keyed hash of its bytes
+    (`list_release_files` lists the images too), or be a note in `notes` ({name at the top: its
+    text}). An image's tag is not enough: an image edited in place keeps it (Pillow writes a JPEG's
+    comment back). A link (file or folder) is never the generator's. What `cxr-vqa demo` may replace.
     """
     release = Path(release)
     try:
@@ -130,16 +146,12 @@ def foreign_release_file(release: Path, notes: dict[str, str]) -> str | None:
             rel = path.relative_to(release).as_posix()
             if path.is_symlink():
                 return f"{rel} is a link"
-            if name in subfolders:
+            if name in subfolders or rel == MANIFEST_NAME or (rel in notes and _text_is(path, notes[rel])):
                 continue
-            if rel == MANIFEST_NAME or (rel in notes and _text_is(path, notes[rel])):
-                continue
-            if rel in listed:
-                if hmac.compare_digest(str(listed[rel]), file_hash(path)):
-                    continue
-                return f"{rel} differs from what the generator wrote"
-            if read_image_tag(path) != image_tag(name):
-                return f"{rel} was not written by the synthetic generator"
+            if rel not in listed:
+                return f"{rel} was not written by the synthetic generator (its manifest does not list it)"
+            if not hmac.compare_digest(str(listed[rel]), file_hash(path)):
+                return f"{rel} was not written by the synthetic generator (its bytes differ from what it wrote)"
     return None
 
 

@@ -2,8 +2,8 @@
 
 Masked: the value after `Bearer ` or `Basic ` (an echoed Authorization header), anything shaped like a
 Hugging Face token (`hf_...`) or an OpenAI-style key (`sk-...`), credentials in a URL (the
-`user:password@` before its host, the value of a query parameter named like a key:
-`api_key=`, `token=`, `X-Amz-Signature=`, ...), the values of the environment variables that
+`user:password@` before its host, the value of a query or fragment parameter whose name ends like a
+key: `api_key=`, `authToken=`, `clientSecret=`, `#access_token=`, `X-Amz-Signature=`, ...), the values of the environment variables that
 hold the Hub token and API keys (`SECRET_ENV`, plus any the user names, e.g. `--judge-api-key-env`,
 registered with `register_secret_env`), and values registered with `register_secret` (a
 password taken out of a URL).
@@ -21,12 +21,15 @@ SECRET_ENV = ["HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "OPENAI_API_KEY"]
 _BEARER = re.compile(r"(\b(?:Bearer|Basic)\s+)[^\s'\",;}\]]+", re.IGNORECASE)
 _HF_TOKEN = re.compile(r"\bhf_[A-Za-z0-9]{8,}")
 _API_KEY = re.compile(r"\bsk-[A-Za-z0-9_-]{16,}")
-_URL_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#@'\"<>]+@")
+_URL_USERINFO = re.compile(r"(\b[A-Za-z][A-Za-z0-9+.-]*://)[^\s/?#'\"<>]+@")
+"""Up to the authority's last `@`: a password may hold one (`http://u:p@ss@host`, as `urlsplit` reads it)."""
 _URL_SECRET_PARAM = re.compile(
-    r"([?&;](?:[A-Za-z0-9._-]*[_-])?(?:api[_-]?key|key|token|access[_-]?token|secret|password|passwd|pwd|auth|"
-    r"authorization|signature|sig|credential|session)=)[^\s&#'\"<>]+",
+    r"([?&;#][A-Za-z0-9._-]*?(?:key|token|secret|password|passwd|pwd|auth|authorization|signature|sig|"
+    r"credential|session)=)[^\s&#'\"<>]+",
     re.IGNORECASE,
 )
+"""A query or fragment (OAuth's `#access_token=`) parameter whose name ends like a key, in any spelling:
+`api_key`, `accessKey`, `authToken`, `authtoken`, `clientSecret`, `X-Amz-Signature`..."""
 _VALUES: set[str] = set()
 _MIN_SECRET = 6
 """Shorter values are not masked one by one (masking every "abc" in a message would hide more than keys)."""

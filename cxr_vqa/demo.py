@@ -1,8 +1,9 @@
 """`cxr-vqa demo`: synthetic raw releases in the real formats, built into dataset folders.
 
 Needs no credentials and no network. Each run replaces what the last one wrote in the demo
-folder, and only that: `raw/gemex/` and `raw/rexvqa/` when every file in them carries the
-synthetic generator's marks (`builders.provenance.foreign_release_file`), `gemex/` and `rexvqa/`
+folder, and only that: `raw/gemex/` and `raw/rexvqa/` when every file in them holds the bytes
+the synthetic generator wrote, as listed, images included, in the release's manifest
+(`builders.provenance.list_release_files`, `foreign_release_file`), `gemex/` and `rexvqa/`
 when they are build folders (`builders.assembly.lifecycle.check_replaceable`, what `build
 --overwrite` replaces). Anything else there stops the run before it changes a file. Each raw
 release is written beside its place and renamed into it, so a killed run leaves no half release.
@@ -15,6 +16,7 @@ from pathlib import Path
 
 from builders.assembly.lifecycle import check_replaceable, staged_output
 from builders.assembly.settings import BuildSettings
+from builders.provenance import list_release_files
 
 DEMO_RULE = "cxr-vqa demo replaces only a folder an earlier demo wrote"
 
@@ -30,6 +32,7 @@ def run_demo(out: Path, num_images: int = 24) -> int:
     check_demo_folder(out)
     with staged_output(out / "raw" / "gemex", True, *demo_release_owner("gemex")) as (staged, _):
         generate(staged, num_images=num_images)
+        list_release_files(staged)
     release = SyntheticRelease(out / "raw" / "gemex", {}, {})  # renamed into place: its image root moved with it
     report = build_gemex(
         BuildSettings(
@@ -64,6 +67,7 @@ def run_rexvqa_demo(out: Path, num_studies: int = 20, task_shares: dict[str, flo
     check_demo_folder(out)
     with staged_output(out / "raw" / "rexvqa", True, *demo_release_owner("rexvqa")) as (staged, _):
         generate(staged, num_studies=num_studies, **({"task_shares": task_shares} if task_shares else {}))
+        list_release_files(staged)
     report = build_rexvqa(
         BuildSettings(source=out / "raw" / "rexvqa", out=out / "rexvqa", image_mode="embed", overwrite=True)
     )

@@ -8,7 +8,10 @@ runs `training_recipes.sft.main` with every event appended, as it happens, to
 - `{"event": "read", "ids", "pid"}`: a stored row read and converted to a conversation;
 - `{"event": "decoded", "pid"}`: an image decoded.
 
-With `$KILL_AT_STEP`, the process kills itself with SIGKILL when that optimizer step ends. Several runs
+With `$KILL_AT_STEP`, the process kills itself with SIGKILL when that optimizer step ends; with
+`$KILL_IN_SAVE` (`STEP:before_optimizer` or `STEP:before_callbacks`), inside the save of that step,
+after the weights or after the Trainer's whole save (its own rotation included), before the recipe's;
+with `$SIGTERM_IN_FINAL_SAVE`, it sends itself SIGTERM as the final `save_model` starts. Several runs
 in one launch (one start-up): argument lists separated by `::`, run `i` recorded under `$ROW_LOG/<i>`.
 """
 
@@ -20,6 +23,8 @@ import signal
 import sys
 from pathlib import Path
 
+from transformers import Trainer
+from transformers.trainer_callback import CallbackHandler
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
 from training_recipes import data, sft
@@ -49,7 +54,13 @@ LOG = {"dir": Path(".")}
 """Where the events of the current run go (several runs in one process each switch it)."""
 
 
-def install(log_dir: Path, kill_at_step: int | None = None, patch=setattr) -> None:
+def install(
+    log_dir: Path,
+    kill_at_step: int | None = None,
+    patch=setattr,
+    kill_in_save: str | None = None,
+    sigterm_in_final_save: bool = False,
+) -> None:
     """Patch the recipe's data path and collator to record into `log_dir` (`patch`: `setattr`, or a
     test's `monkeypatch.setattr` to undo it afterwards)."""
     LOG["dir"] = log_dir
@@ -73,20 +84,54 @@ def install(log_dir: Path, kill_at_step: int | None = None, patch=setattr) -> No
     patch(data, "decode_image", recording_decode)
     patch(data, "question_ids", recording_ids)
     if kill_at_step is not None:
-        step_end = sft.Checkpointing.on_step_end
+        step_end = CallbackHandler.on_step_end
 
         def killing_step_end(self, args, state, control, **kwargs):
             if state.global_step == kill_at_step:
                 os.kill(os.getpid(), signal.SIGKILL)
             return step_end(self, args, state, control, **kwargs)
 
-        patch(sft.Checkpointing, "on_step_end", killing_step_end)
+        patch(CallbackHandler, "on_step_end", killing_step_end)
+    if kill_in_save is not None:
+        step, where = kill_in_save.split(":")
+        if where == "before_optimizer":  # the weights saved, the optimizer not yet
+            save = Trainer._save_optimizer_and_scheduler
+
+            def killing_save(self, output_dir):
+                if self.state.global_step == int(step):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return save(self, output_dir)
+
+            patch(Trainer, "_save_optimizer_and_scheduler", killing_save)
+        else:  # "before_callbacks": the Trainer's save done, no callback's `on_save` run yet
+            on_save = CallbackHandler.on_save
+
+            def killing_on_save(self, args, state, control, **kwargs):
+                if state.global_step == int(step):
+                    os.kill(os.getpid(), signal.SIGKILL)
+                return on_save(self, args, state, control, **kwargs)
+
+            patch(CallbackHandler, "on_save", killing_on_save)
+    if sigterm_in_final_save:
+        save_model = Trainer.save_model
+
+        def signalled_save_model(self, output_dir=None, _internal_call=False):
+            if not _internal_call:
+                os.kill(os.getpid(), signal.SIGTERM)
+            return save_model(self, output_dir, _internal_call)
+
+        patch(Trainer, "save_model", signalled_save_model)
 
 
 if __name__ == "__main__":
     kill, root = os.environ.get("KILL_AT_STEP"), Path(os.environ["ROW_LOG"])
     runs = " ".join(sys.argv[1:]).split(" :: ") if "::" in sys.argv else [None]
-    install(root, int(kill) if kill else None)
+    install(
+        root,
+        int(kill) if kill else None,
+        kill_in_save=os.environ.get("KILL_IN_SAVE"),
+        sigterm_in_final_save=bool(os.environ.get("SIGTERM_IN_FINAL_SAVE")),
+    )
     for i, run in enumerate(runs):
         if run is not None:
             LOG["dir"] = root / str(i)

@@ -52,6 +52,8 @@ class RecordingHub(BaseHTTPRequestHandler):
     requests: list[dict]
     repos: dict[str, dict]
     commits: list[dict]
+    on_commit = None
+    """Called once a commit is recorded, before the answer: what happens on the machine meanwhile."""
 
     def log_message(self, *args):
         pass
@@ -101,6 +103,8 @@ class RecordingHub(BaseHTTPRequestHandler):
                 if line["key"] == "file"
             }
             self.commits.append({"repo": m.group(1), "revision": m.group(2), "files": files})
+            if type(self).on_commit is not None:
+                type(self).on_commit()
             return self._reply(
                 200,
                 {
@@ -576,3 +580,42 @@ def test_a_hidden_link_is_never_uploaded_and_not_a_problem(root, tmp_path):
     folder = copy_build("synthetic-none", root, tmp_path / "gemex")
     (folder / ".cache").symlink_to(tmp_path, target_is_directory=True)
     assert validate(folder) == []
+
+
+def test_a_rebuild_during_the_upload_sends_nothing_of_it(root, hub, tmp_path):
+    """A synthetic build going public is rebuilt in place (`build --overwrite`) from the real release
+    while its first commit is under way: every later commit still sends the checked bytes."""
+    import hashlib
+
+    from gemex_dataset.build import build_gemex
+
+    from .publish_builds import _release
+
+    folder = copy_build("synthetic-embed", root, tmp_path / "gemex")
+    plan = plan_publish(folder, "org/demo", "public", confirm_public=True)
+    checked = {name: hashlib.sha256((folder / name).read_bytes()).hexdigest() for name, _ in plan.files}
+    real = _release(root, synthetic=False)
+
+    def rebuild():
+        if len(hub.commits) == 1:
+            settings = BuildSettings(
+                source=real / "per_type", out=folder, images=real / "files", image_mode="embed", overwrite=True
+            )
+            build_gemex(settings)
+
+    hub.on_commit = rebuild
+    publish(plan, api(hub))
+    assert len(hub.commits) == len(upload_groups(plan.files)) > 2
+    sent = {path: content for commit in hub.commits for path, content in commit["files"].items()}
+    assert {path: hashlib.sha256(content).hexdigest() for path, content in sent.items()} == checked
+    assert inspect_build(folder).synthetic is False  # the folder now holds the real build, which never went up
+    assert any((folder / path).read_bytes() != content for path, content in sent.items())
+
+
+def test_a_file_changed_between_the_check_and_the_upload_stops_it(root, hub, tmp_path):
+    folder = copy_build("synthetic-embed", root, tmp_path / "gemex")
+    plan = plan_publish(folder, "org/demo", "public", confirm_public=True)
+    (folder / "README.md").write_text((folder / "README.md").read_text() + "\nedited after the check\n")
+    with pytest.raises(PublishRefused, match=r"README\.md is not the file that was checked"):
+        publish(plan, api(hub))
+    assert hub.commits == []

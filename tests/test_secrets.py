@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from builders.scoring.judge import ChatJudge, JudgeError
-from builders.secrets import MaskSecrets, mask_secrets
+from builders.secrets import MaskSecrets, mask_secrets, mask_url
 from cxr_vqa import evaluate
 
 JUDGE_KEY = "sk-echoedJudgeKey-0123456789abcdef"
@@ -203,3 +203,32 @@ def test_url_credentials_masked_in_any_text():
         "GET https://***@hub.example/api?repo=x&token=***&X-Amz-Signature=***&keyword=kept; "
         "see http://plain.example/v1?api-version=2024 and mail bob@example.org"
     )
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "https://judge.example/v1?authToken=SECRETVALUE1&model=m",
+        "https://judge.example/v1?accessKey=SECRETVALUE1",
+        "https://judge.example/v1?clientSecret=SECRETVALUE1",
+        "https://judge.example/v1?sessionToken=SECRETVALUE1",
+        "https://judge.example/v1?apiToken=SECRETVALUE1",
+        "https://judge.example/v1?authtoken=SECRETVALUE1",
+        "https://judge.example/v1?client_secret=SECRETVALUE1",
+        "https://judge.example/callback#access_token=SECRETVALUE1&token_type=bearer",
+        "https://judge.example/callback#state=x&id_token=SECRETVALUE1",
+        "http://u:p@ssSECRETVALUE1@judge.example/v1",
+    ],
+)
+def test_mask_url_key_spellings_fragments_and_at_signs(url):
+    masked = mask_url(url)
+    assert "SECRETVALUE1" not in masked and "***" in masked and "judge.example" in masked
+
+
+def test_a_camel_case_key_in_the_judge_url_is_masked_in_evaluates_error(tmp_path, capsys):
+    from .test_evaluate import judged_gemex_argv
+
+    url = f"http://127.0.0.1:9/v1?authToken={URL_KEY}&clientSecret={URL_PASSWORD}"
+    code = evaluate.main(judged_gemex_argv(tmp_path, url, "--judge-api-key-env", "NO_SUCH_KEY_ENV"))
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "authToken=***" in err and _shows_no_url_secret(err)

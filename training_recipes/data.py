@@ -296,6 +296,33 @@ def conversational_stream(
     return dataset.map(convert, remove_columns=dataset.column_names, features=TRL_FEATURES)
 
 
+def first_rows(stream: IterableDataset, n: int) -> IterableDataset:
+    """The first `n` rows of a stream in their stored order, the same rows however many loader workers or
+    processes read it (a non-streaming load's first `n` too): one shard, read by one worker.
+    `IterableDataset.take(n)` is split over a loader's workers, each keeping the first rows of its own
+    shards; a worker's `iter` does not split the stream again. Images stay encoded."""
+    stream = undecoded(stream, dataset_kind(stream.column_names, stream.features))
+    return IterableDataset.from_generator(stored_rows, gen_kwargs={"stream": stream.take(n)}, features=stream.features)
+
+
+def stored_rows(stream: IterableDataset, batch_size: int = 64):
+    for batch in stream.iter(batch_size=batch_size):
+        yield from rows_of(batch)
+
+
+def whole_steps(stream: IterableDataset, rows_per_step: int) -> IterableDataset:
+    """`stream` without the rows at the end of a pass that do not fill an optimizer step (micro-batch
+    size x gradient accumulation steps), in each reader of it (process, loader worker). Two processes
+    whose passes end on another micro-batch would otherwise run a partial accumulation group on one of
+    them (an extra gradient all-reduce the other never matches) and hang; with whole steps every pass
+    ends on a step, wherever it ends."""
+
+    def identity(rows: dict[str, list]) -> dict[str, list]:
+        return rows
+
+    return stream.map(identity, batched=True, batch_size=rows_per_step, drop_last_batch=True)
+
+
 def undecoded(dataset: Dataset | IterableDataset, kind: str) -> Dataset | IterableDataset:
     """The split with its image column left as stored bytes, for `decode_image` to decode.
 
@@ -326,12 +353,15 @@ def mix(
     """
     total = sum(weight for _, weight in weighted)
     streams = [conversational_stream(dataset, settings, num_shards) for dataset, _ in weighted]
-    mixed = interleave_datasets(
-        streams,
-        probabilities=[weight / total for _, weight in weighted],
-        seed=seed,
-        stopping_strategy="all_exhausted",
-    )
+    if len(streams) == 1:  # one stream needs no interleaving (whose saved state loses a second pass's place)
+        mixed = streams[0]
+    else:
+        mixed = interleave_datasets(
+            streams,
+            probabilities=[weight / total for _, weight in weighted],
+            seed=seed,
+            stopping_strategy="all_exhausted",
+        )
     return shuffled_in_blocks(mixed, seed, shuffle_block).map(decode_images, fn_kwargs={"settings": settings})
 
 
@@ -411,3 +441,19 @@ def settings_for(
     if fold_system is None:
         fold_system = not chat_template_accepts_system(processor)
     return ConversationSettings(convention, fold_system, apply_pixel_budget(processor, pixel_budget or PixelBudget()))
+
+
+def stream_sharding(dataset: IterableDataset, processes: int) -> str:
+    """One line: how a stream's shards split over the processes, and what each process reads."""
+    shards = dataset.n_shards
+    if processes <= 1:
+        return f"stream: {shards} shards, read by one process"
+    if shards >= processes:
+        return (
+            f"stream: {shards} shards over {processes} processes: each reads {shards // processes}"
+            f"{'-' + str(-(-shards // processes)) if shards % processes else ''} of them, no row twice"
+        )
+    return (
+        f"stream: {shards} shards for {processes} processes: each reads every row and keeps 1 in {processes} "
+        f"(rebuild with more row groups or shards to read each row once)"
+    )

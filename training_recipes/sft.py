@@ -14,40 +14,46 @@ Batches hold rows of like length (`--train_sampling_strategy group_by_length`, t
 padding, grouped ones 1.3% (`benchmarks/token_bill.py`). `--torch_compile` and `--use_liger_kernel` are the
 Trainer's own flags (Liger 0.8.5's Qwen2.5-VL patch does not load with transformers 5.23: training_recipes/README.md).
 
-    accelerate launch --config_file training_recipes/accelerate/single_gpu.yaml \\
-        training_recipes/sft.py \\
+    python training_recipes/sft.py \\
         --model_name_or_path Qwen/Qwen2.5-VL-3B-Instruct \\
         --gemex_path ./gemex --output_dir runs/qwen25vl-gemex \\
         --per_device_train_batch_size 8 --gradient_accumulation_steps 2 --learning_rate 1e-5
 
-    # or every argument in a file
-    accelerate launch training_recipes/sft.py --config training_recipes/configs/qwen25vl_lora.yaml
+    # or every argument in a file, on 8 GPUs (a SIGTERM then still ends in a checkpoint: training_recipes/launch.py)
+    python -m training_recipes.launch torchrun --nproc_per_node 8 training_recipes/sft.py \\
+        --config training_recipes/configs/qwen25vl_lora.yaml
+
+Checkpoints `--resume_from_checkpoint auto` can trust: `training_recipes/checkpoints.py`; SIGTERM:
+`training_recipes/preemption.py`; the trainer: `training_recipes/trainer.py`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
-import os
-import re
-import signal
 import sys
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import torch
 from datasets import Dataset, IterableDataset, load_dataset
-from safetensors import safe_open
-from transformers import AutoModelForImageTextToText, PreTrainedModel, TrainerCallback
-from transformers.trainer_pt_utils import LengthGroupedSampler
-from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-from trl import ModelConfig, SFTConfig, SFTTrainer, TrlParser, get_peft_config
+from transformers import AutoModelForImageTextToText
+from trl import ModelConfig, SFTConfig, TrlParser, get_peft_config
 
 from builders.local_images import HELP as LOCAL_IMAGES_HELP
 from builders.local_images import LocalImagesError, with_local_images
 from builders.pixel_budget import PixelBudgetOptions
-from training_recipes.data import conversational, layout_config, mix, sequence_lengths, settings_for
+from training_recipes.checkpoints import Checkpointing, RunIdentity, resume_checkpoint
+from training_recipes.data import (
+    conversational,
+    first_rows,
+    layout_config,
+    mix,
+    settings_for,
+    stream_sharding,
+    whole_steps,
+)
+from training_recipes.launch import adopt_slurm_environment, check_world_size
+from training_recipes.preemption import Preemption
 from training_recipes.processors import RecipeError, bf16_available, default_dtype, load_processor
+from training_recipes.trainer import LengthGroupedSFTTrainer, split_lengths
 
 
 @dataclass
@@ -102,7 +108,7 @@ def load_split(
     if image_root:
         dataset = with_local_images(dataset, image_root, streaming)
     if streaming:
-        return dataset.take(max_samples) if max_samples is not None else dataset
+        return first_rows(dataset, max_samples) if max_samples is not None else dataset
     if max_samples is not None:
         dataset = dataset.select(range(min(max_samples, len(dataset))))
     return dataset
@@ -128,216 +134,6 @@ def training_data(data_args: DataArguments, settings, split: str, seed: int, max
     return mix(weighted, settings, seed=seed)
 
 
-COMPLETE = "checkpoint_complete.json"
-"""Written into a checkpoint folder last, once every process has saved its part: `auto` resumes only
-from folders that have it. The Trainer writes a checkpoint in place, so a run killed while saving
-leaves a folder named like a checkpoint that `transformers.trainer_utils.get_last_checkpoint` would pick."""
-STREAM_STATE = "stream_state_{rank}.pt"
-"""Each process's data loader state in a checkpoint of a streamed run (torchdata's `StatefulDataLoader`
-through accelerate: the stream's `datasets` state, per worker)."""
-AUTO = "auto"
-
-
-def checkpoint_step(folder: Path) -> int | None:
-    match = re.fullmatch(rf"{PREFIX_CHECKPOINT_DIR}-(\d+)", folder.name)
-    return int(match.group(1)) if match else None
-
-
-def complete_checkpoints(output_dir: str | Path) -> list[Path]:
-    """The run's checkpoints that were saved in full (`COMPLETE`), oldest first."""
-    root = Path(output_dir)
-    found = [f for f in root.iterdir() if f.is_dir() and checkpoint_step(f) is not None] if root.is_dir() else []
-    return sorted((f for f in found if (f / COMPLETE).is_file()), key=checkpoint_step)
-
-
-def resume_checkpoint(requested: str | None, output_dir: str) -> str | None:
-    """The checkpoint to resume from: `requested` as given, or for `auto` the newest complete one in
-    `output_dir` (a fresh start when there is none); says which in one line."""
-    if requested is None:
-        return None
-    if requested != AUTO:
-        if not (Path(requested) / "trainer_state.json").is_file():
-            raise SystemExit(f"--resume_from_checkpoint {requested}: not a checkpoint folder (no trainer_state.json)")
-        return requested
-    complete = complete_checkpoints(output_dir)
-    if not complete:
-        print(f"resume: no complete checkpoint in {output_dir}; starting from step 0", file=sys.stderr)
-        return None
-    print(f"resume: from {complete[-1]} (step {checkpoint_step(complete[-1])})", file=sys.stderr)
-    return str(complete[-1])
-
-
-def synchronised(flag: bool, device) -> bool:
-    """`flag` if any process raised it (all processes then agree on when to stop)."""
-    if not (torch.distributed.is_available() and torch.distributed.is_initialized()):
-        return flag
-    raised = torch.tensor([int(flag)], device=device)
-    torch.distributed.all_reduce(raised, op=torch.distributed.ReduceOp.MAX)
-    return bool(raised.item())
-
-
-class Checkpointing(TrainerCallback):
-    """Checkpoints a run can be left with overnight.
-
-    - After each save, every process adds its data loader state when the data is a stream (resuming
-      then reads on from there, rather than reading and decoding the steps already trained again),
-      and the main process marks the folder complete (`COMPLETE`) once every process is done.
-    - SIGTERM (a preempted cloud GPU, a SLURM job at its limit) asks for a checkpoint at the end of
-      the current step and a stop; `train` then returns with `preempted_at` set. Further SIGTERMs
-      are noted and ignored, so the save runs to its end; a kill during it leaves a folder without
-      `COMPLETE`, which `auto` passes over.
-    """
-
-    def __init__(self, stream: bool):
-        self.stream = stream
-        self.signalled = False
-        self.preempted_at: Path | None = None
-
-    @contextlib.contextmanager
-    def listening(self):
-        """SIGTERM handled by this callback while the block runs (the main thread only, as Python signals)."""
-        previous = signal.signal(signal.SIGTERM, self.on_sigterm)
-        try:
-            yield self
-        finally:
-            signal.signal(signal.SIGTERM, previous)
-
-    def on_sigterm(self, signum, frame) -> None:
-        if self.signalled:
-            print("SIGTERM again: still saving the checkpoint of the current step", file=sys.stderr, flush=True)
-        self.signalled = True
-
-    def on_step_end(self, args, state, control, **kwargs):
-        if synchronised(self.signalled, args.device):
-            self.signalled = True
-            control.should_save = True
-            control.should_training_stop = True
-        return control
-
-    def on_save(self, args, state, control, train_dataloader=None, **kwargs):
-        folder = Path(args.output_dir) / f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
-        if self.stream and train_dataloader is not None:
-            torch.save(train_dataloader.state_dict(), folder / STREAM_STATE.format(rank=args.process_index))
-        if torch.distributed.is_available() and torch.distributed.is_initialized():
-            torch.distributed.barrier()
-        if state.is_world_process_zero:
-            marker = folder / (COMPLETE + ".tmp")
-            marker.write_text(json.dumps({"global_step": state.global_step, "processes": args.world_size}))
-            os.replace(marker, folder / COMPLETE)
-        if self.signalled:
-            self.preempted_at = folder
-        return control
-
-
-def vision_example():
-    """A row of the stream's shape, for SFTTrainer's look at a first example (images? a conversation?)."""
-    yield {"images": [], "messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}], "question_ids": []}
-
-
-class EpochSeededLengthGroupedSampler(LengthGroupedSampler):
-    """`LengthGroupedSampler` whose order for an epoch depends on the seed and the epoch alone
-    (`set_epoch`, which accelerate's data loader calls), so a run resumed in its second epoch trains
-    that epoch's order; transformers' own draws each epoch's order from one generator that a resumed
-    run starts again, and would train the first epoch's order again."""
-
-    def __init__(self, batch_size: int, lengths: list[int], seed: int):
-        super().__init__(batch_size, lengths=lengths, generator=torch.Generator())
-        self.seed, self.epoch = seed, 0
-
-    def set_epoch(self, epoch: int) -> None:
-        self.epoch = epoch
-
-    def __iter__(self):
-        self.generator.manual_seed(self.seed + self.epoch)
-        return super().__iter__()
-
-
-class LengthGroupedSFTTrainer(SFTTrainer):
-    """SFTTrainer whose `group_by_length` sampling takes each row's length from `sequence_lengths`
-    (text and stored image sizes). The Trainer's own route reads a length column through the split's
-    lazy transform, which would decode every image of the split first.
-
-    A stream (an `IterableDataset`) is read by torchdata's `StatefulDataLoader` (accelerate's
-    `use_stateful_dataloader`, which the Trainer does not expose): a resumed run loads each process's
-    saved state (`Checkpointing`) instead of the Trainer's skipping, which reads every batch of the
-    steps already trained again. Each process reads its own shards of it (`dispatch_batches` off)."""
-
-    def __init__(self, *args, lengths: dict[str, list[int]] | None = None, **kwargs):
-        self.lengths = lengths or {}
-        self.stream = isinstance(kwargs.get("train_dataset"), IterableDataset)
-        self.stream_checkpoint: str | None = None
-        train_dataset = kwargs.get("train_dataset")
-        if self.stream:  # SFTTrainer reads a first example to see that the rows have images: not a block of the stream
-            kwargs["train_dataset"] = IterableDataset.from_generator(vision_example)
-        super().__init__(*args, **kwargs)
-        self.train_dataset = train_dataset
-
-    def _build_accelerator_args(self, **kwargs):
-        if self.stream:
-            kwargs["dataloader_config"].use_stateful_dataloader = True
-        return super()._build_accelerator_args(**kwargs)
-
-    def train(self, resume_from_checkpoint=None, *args, **kwargs):
-        if self.stream and isinstance(resume_from_checkpoint, str):
-            self.stream_checkpoint = resume_from_checkpoint
-            self.args.ignore_data_skip = True  # the loader's own state puts it after the trained steps
-        return super().train(resume_from_checkpoint, *args, **kwargs)
-
-    def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
-        """The checkpoint's weights, read the way `from_pretrained` reads them. The Trainer saves a
-        checkpoint in the original key layout (`save_pretrained`'s `save_original_format`) and loads
-        it with a plain `load_state_dict`; for a model whose keys transformers renames on loading
-        (Qwen2.5-VL, Gemma 3: `model.language_model.*` against `language_model.model.*`) that matches no
-        key, and the run would go on from the weights it started with, with only a warning."""
-        model = model if model is not None else self.model
-        weights = Path(resume_from_checkpoint) / "model.safetensors"
-        if not isinstance(model, PreTrainedModel) or not weights.is_file():
-            return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        with safe_open(weights, framework="pt") as saved:
-            if set(saved.keys()) <= set(model.state_dict()):
-                return super()._load_from_checkpoint(resume_from_checkpoint, model)
-        reloaded = type(model).from_pretrained(resume_from_checkpoint, dtype=model.dtype, device_map="cpu")
-        missing, unexpected = model.load_state_dict(reloaded.state_dict(), strict=False)
-        if missing or unexpected:
-            raise SystemExit(
-                f"{resume_from_checkpoint}: the checkpoint's weights do not fit the model "
-                f"(missing {missing[:3]}, unexpected {unexpected[:3]})"
-            )
-
-    def get_train_dataloader(self):
-        dataloader = super().get_train_dataloader()
-        if self.stream_checkpoint is not None:
-            saved = Path(self.stream_checkpoint) / STREAM_STATE.format(rank=self.args.process_index)
-            if not saved.is_file():
-                raise SystemExit(
-                    f"{saved}: no data loader state for process {self.args.process_index} "
-                    "(a checkpoint of a streamed run saved by the same number of processes is needed)"
-                )
-            dataloader.load_state_dict(torch.load(saved, weights_only=False))
-            self._load_rng_state(self.stream_checkpoint)  # the Trainer restores it only when it skips batches
-        return dataloader
-
-    def grouped_sampler(self, split: str, batch_size: int) -> LengthGroupedSampler | None:
-        if self.args.train_sampling_strategy != "group_by_length" or split not in self.lengths:
-            return None
-        seed = self.args.data_seed if self.args.data_seed is not None else self.args.seed
-        return EpochSeededLengthGroupedSampler(batch_size, lengths=self.lengths[split], seed=seed)
-
-    def _get_train_sampler(self, train_dataset=None):
-        batch_size = self.args.train_batch_size * self.args.gradient_accumulation_steps
-        return self.grouped_sampler("train", batch_size) or super()._get_train_sampler(train_dataset)
-
-    def _get_eval_sampler(self, eval_dataset):
-        return self.grouped_sampler("eval", self.args.eval_batch_size) or super()._get_eval_sampler(eval_dataset)
-
-
-def split_lengths(dataset, settings, processor, num_proc: int | None) -> list[int] | None:
-    """Token counts of a map-style split's rows; None for a stream (read in its own order)."""
-    if not isinstance(dataset, Dataset):
-        return None
-    return sequence_lengths(dataset.with_format(None), settings, processor, num_proc=num_proc)
-
-
 def recipe_defaults(training_args: SFTConfig) -> SFTConfig:
     """Settings the recipe relies on, whatever the command line says."""
     training_args.assistant_only_loss = True  # loss on the reply only, via {% generation %} markers
@@ -346,28 +142,25 @@ def recipe_defaults(training_args: SFTConfig) -> SFTConfig:
     # each process prepares its own batches from its own shards of a stream (accelerate would
     # otherwise read every batch on process 0 and send it to the others)
     training_args.accelerator_config.dispatch_batches = False
+    training_args.save_total_limit = None  # applied by `Checkpointing` once the new checkpoint is marked
     return training_args
 
 
-def stream_sharding(dataset: IterableDataset, processes: int) -> str:
-    """One line: how a stream's shards split over the processes, and what each process reads."""
-    shards = dataset.n_shards
-    if processes <= 1:
-        return f"stream: {shards} shards, read by one process"
-    if shards >= processes:
-        return (
-            f"stream: {shards} shards over {processes} processes: each reads {shards // processes}"
-            f"{'-' + str(-(-shards // processes)) if shards % processes else ''} of them, no row twice"
-        )
-    return (
-        f"stream: {shards} shards for {processes} processes: each reads every row and keeps 1 in {processes} "
-        f"(rebuild with more row groups or shards to read each row once)"
-    )
-
-
-def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelConfig, model=None, processor=None):
-    """Build (or take) the model and processor, the data, and run SFT; returns the trainer."""
-    training_args = recipe_defaults(training_args)
+def train(
+    data_args: DataArguments,
+    training_args: SFTConfig,
+    model_args: ModelConfig,
+    model=None,
+    processor=None,
+    preemption: Preemption | None = None,
+):
+    """Build (or take) the model and processor, the data, and run SFT; returns the trainer. A SIGTERM
+    (`preemption`, listening from the start) ends in a checkpoint and a return."""
+    preemption = preemption or Preemption()
+    check_world_size(training_args.world_size)
+    save_total_limit, training_args = training_args.save_total_limit, recipe_defaults(training_args)
+    identity = RunIdentity.of(data_args, training_args, model_args)  # which checkpoints this run may resume
+    resume = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir, identity)
     if processor is None:  # first: a processor that cannot be built stops the run before the model loads
         processor = load_processor(
             model_args.model_name_or_path,
@@ -399,11 +192,14 @@ def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelC
             counted = split_lengths(dataset, settings, processor, training_args.dataset_num_proc)
             if counted is not None:
                 lengths[split] = counted
-    if isinstance(train_dataset, IterableDataset) and training_args.process_index == 0:
-        print(stream_sharding(train_dataset, training_args.world_size), file=sys.stderr)
-    checkpointing = Checkpointing(stream=isinstance(train_dataset, IterableDataset))
+    stream = isinstance(train_dataset, IterableDataset)
+    if stream:
+        rows_per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
+        train_dataset = whole_steps(train_dataset, rows_per_step)
+        if training_args.process_index == 0:
+            print(stream_sharding(train_dataset, training_args.world_size), file=sys.stderr)
     trainer = LengthGroupedSFTTrainer(
-        callbacks=[checkpointing],
+        callbacks=[preemption, Checkpointing(identity, stream, save_total_limit)],
         lengths=lengths,
         model=model,
         args=training_args,
@@ -412,20 +208,18 @@ def train(data_args: DataArguments, training_args: SFTConfig, model_args: ModelC
         processing_class=processor,
         peft_config=get_peft_config(model_args),
     )
-    resume = resume_checkpoint(training_args.resume_from_checkpoint, training_args.output_dir)
-    with checkpointing.listening():
+    with preemption.listening():
         trainer.train(resume_from_checkpoint=resume)
-    if checkpointing.preempted_at is not None:
-        if trainer.accelerator.is_main_process:
-            print(
-                f"SIGTERM: saved {checkpointing.preempted_at} at step {trainer.state.global_step}; "
-                "run the same command with --resume_from_checkpoint auto to go on",
-                flush=True,
-            )
-        return trainer
-    trainer.save_model(training_args.output_dir)
-    if trainer.accelerator.is_main_process:
-        processor.save_pretrained(training_args.output_dir)
+        if preemption.preempted_at is None:
+            trainer.save_model(training_args.output_dir)
+            if trainer.accelerator.is_main_process:
+                processor.save_pretrained(training_args.output_dir)
+    if preemption.preempted_at is not None and trainer.accelerator.is_main_process:
+        print(
+            f"SIGTERM: saved {preemption.preempted_at} at step {trainer.state.global_step}; "
+            "run the same command with --resume_from_checkpoint auto to go on",
+            flush=True,
+        )
     return trainer
 
 
@@ -445,8 +239,11 @@ def make_parser() -> TrlParser:
 
 
 def main(argv: list[str] | None = None):
-    data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
-    return train(data_args, training_args, model_args)
+    adopt_slurm_environment()
+    preemption = Preemption()
+    with preemption.listening():  # a SIGTERM while the model loads stops the run at its first step
+        data_args, training_args, model_args = make_parser().parse_args_and_config(args=argv)
+        return train(data_args, training_args, model_args, preemption=preemption)
 
 
 if __name__ == "__main__":

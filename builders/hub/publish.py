@@ -28,7 +28,10 @@ The folder must also pass `validate`, which requires `build_report.json` and ref
 holding any file the report does not list, any symbolic link, or a card whose configs read other
 files or count other rows than the build recorded. What is uploaded is exactly the card, the
 report and the files it lists with their sha256 (`planned_files`, which refuses a path through a
-link too), never a listing of the folder; the access rules above read exactly those shards. Uploading
+link too), never a listing of the folder; the access rules above read exactly those shards. What goes
+up is byte for byte what was checked: every file is opened and hashed against the checked sha256
+before the first commit, and the commits read from those handles (`opened_uploads`), so a rebuild
+into the same folder during the upload sends nothing of the new build. Uploading
 is `HfApi.create_repo` and one `HfApi.create_commit` per config's shard set, then one with the
 card and report (`upload_groups`); before the
 upload the repo's actual visibility is read back, since `create_repo(exist_ok=True)` leaves
@@ -38,9 +41,10 @@ places (`HF_TOKEN`, the saved login) and is never printed.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -51,7 +55,7 @@ import pyarrow.parquet as pq
 from huggingface_hub import CommitOperationAdd, HfApi, get_token
 
 from builders.assembly.card import load_card, update_card
-from builders.assembly.shards import count_rows
+from builders.assembly.shards import count_rows, sha256
 from builders.built_folder import (
     CARD,
     PREVIEW_IMAGE,
@@ -295,6 +299,8 @@ class PublishPlan:
     configs: dict[str, dict[str, int]]
     card_fields: dict = field(default_factory=dict)
     """YAML fields publishing writes into the card before the upload (the gating fields)."""
+    digests: dict[str, str] = field(default_factory=dict)
+    """The sha256 of each planned file as checked (`checked_digests`): what `publish` sends must hash to it."""
 
     def lines(self) -> list[str]:
         f = self.facts
@@ -400,9 +406,53 @@ def plan_publish(
         }
         for name, config in configs.items()
     }
+    files = planned_files(folder)
     return PublishPlan(
-        folder, repo_id, visibility, revision or "main", planned_files(folder), facts, counts, card_fields
+        folder,
+        repo_id,
+        visibility,
+        revision or "main",
+        files,
+        facts,
+        counts,
+        card_fields,
+        checked_digests(folder, files),
     )
+
+
+def checked_digests(folder: Path, files: list[tuple[str, int]]) -> dict[str, str]:
+    """The sha256 of each planned file: the report's for the files it lists (`check_ready` has just
+    compared them with the bytes), the file's own for the card and the report."""
+    listed = listed_files(read_report(folder))
+    return {name: listed.get(name) or sha256(folder / name) for name, _ in files}
+
+
+@contextlib.contextmanager
+def opened_uploads(plan: PublishPlan) -> Iterator[dict[str, tuple[CommitOperationAdd, os.stat_result]]]:
+    """Each planned file opened once, before anything goes up, and hashed from that handle against the
+    plan's checked sha256 (a difference stops the upload before its first commit). The commits read
+    from these handles: a folder replaced after the check (`build --overwrite` renames a new build into
+    place) changes nothing that goes up, and a file rewritten in place shows in its size or
+    modification time (`check_unchanged`)."""
+    with contextlib.ExitStack() as stack:
+        operations = {}
+        for name, _ in plan.files:
+            handle = stack.enter_context(open(plan.folder / name, "rb"))
+            operation = CommitOperationAdd(path_in_repo=name, path_or_fileobj=handle)
+            if operation.upload_info.sha256.hex() != plan.digests.get(name):
+                raise PublishRefused(
+                    f"{plan.folder / name} is not the file that was checked (its sha256 differs); nothing uploaded"
+                )
+            operations[name] = (operation, os.fstat(handle.fileno()))
+        yield operations
+
+
+def check_unchanged(plan: PublishPlan, operations: dict, group: list[str], part: str) -> None:
+    for name in group:
+        operation, checked = operations[name]
+        now = os.fstat(operation.path_or_fileobj.fileno())
+        if (now.st_size, now.st_mtime_ns) != (checked.st_size, checked.st_mtime_ns):
+            raise PublishRefused(f"{plan.folder / name} was rewritten during the upload; upload stopped before {part}")
 
 
 def check_remote_access(api: HfApi, plan: PublishPlan) -> None:
@@ -428,6 +478,7 @@ def publish(plan: PublishPlan, api: HfApi | None = None) -> str:
         update_card(card, **plan.card_fields)
         write_text(plan.folder / CARD, str(card))
         plan.files = planned_files(plan.folder)
+        plan.digests = checked_digests(plan.folder, plan.files)
     api.create_repo(plan.repo_id, repo_type="dataset", private=plan.visibility == "private", exist_ok=True)
     if plan.visibility == "gated":
         api.update_repo_settings(plan.repo_id, gated="manual", repo_type="dataset")
@@ -435,12 +486,14 @@ def publish(plan: PublishPlan, api: HfApi | None = None) -> str:
     if plan.revision != "main":
         api.create_branch(plan.repo_id, branch=plan.revision, repo_type="dataset", exist_ok=True)
     groups = upload_groups(plan.files)
-    for k, group in enumerate(groups, 1):
-        commit = api.create_commit(
-            repo_id=plan.repo_id,
-            repo_type="dataset",
-            revision=plan.revision,
-            operations=[CommitOperationAdd(path_in_repo=name, path_or_fileobj=plan.folder / name) for name in group],
-            commit_message=f"cxr-vqa publish: {plan.facts.dataset} ({plan.facts.image_mode}), part {k}/{len(groups)}: {len(group)} files",
-        )
+    with opened_uploads(plan) as operations:
+        for k, group in enumerate(groups, 1):
+            check_unchanged(plan, operations, group, f"part {k}/{len(groups)}")
+            commit = api.create_commit(
+                repo_id=plan.repo_id,
+                repo_type="dataset",
+                revision=plan.revision,
+                operations=[operations[name][0] for name in group],
+                commit_message=f"cxr-vqa publish: {plan.facts.dataset} ({plan.facts.image_mode}), part {k}/{len(groups)}: {len(group)} files",
+            )
     return commit.commit_url

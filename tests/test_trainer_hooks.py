@@ -1,0 +1,25 @@
+"""The private Trainer methods the recipe's trainer overrides or calls still have the signatures it
+was written against (`training_recipes.trainer.PRIVATE_TRAINER_HOOKS`): an upgrade of transformers
+or TRL that changes one fails here, not in a run."""
+
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+pytest.importorskip("trl")
+
+from trl import SFTTrainer
+
+from training_recipes.trainer import PRIVATE_TRAINER_HOOKS, LengthGroupedSFTTrainer
+
+
+@pytest.mark.parametrize("name", sorted(PRIVATE_TRAINER_HOOKS))
+def test_private_hook_signature_is_the_one_the_recipe_was_written_against(name):
+    assert str(inspect.signature(getattr(SFTTrainer, name))) == PRIVATE_TRAINER_HOOKS[name]
+
+
+def test_every_private_method_the_trainer_overrides_is_listed():
+    overridden = {name for name in vars(LengthGroupedSFTTrainer) if name.startswith("_") and not name.startswith("__")}
+    assert overridden <= set(PRIVATE_TRAINER_HOOKS)
