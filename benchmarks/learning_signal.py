@@ -53,7 +53,7 @@ class Settings:
     train_images: int = 1500
     train_studies: int = 1500
     held_out_images: int = 100
-    held_out_studies: int = 160
+    held_out_studies: int = 180
     image_size: int = 224
     size: str = "probe"
     steps: int = 600
