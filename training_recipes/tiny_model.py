@@ -2,8 +2,8 @@
 
     python -m training_recipes.tiny_model --family idefics3 --out tiny-idefics3
 
-Nothing is downloaded: the model is built from a config with random weights (hidden size 32, one
-layer, 56 px images, a few MB) and its processor wraps a small byte-level BPE tokenizer trained
+Nothing is downloaded: the model is built from a config with random weights (at the default
+`--size smoke`: hidden size 32, one layer, 56 px images, a few MB) and its processor wraps a small byte-level BPE tokenizer trained
 here on the recipes' own prompt text, with the special tokens that family's processor and chat
 template need. The chat templates are the families' released ones as TRL ships them
 (`trl/chat_templates/*.jinja`), so TRL recognises them and swaps in its training variants with
