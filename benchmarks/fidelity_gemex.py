@@ -102,6 +102,35 @@ def region_boxes(splits: dict[str, dict[str, list[dict]]]) -> dict[str, list[flo
     return {name: [statistics.fmean(b[i] for b in bs) for i in range(4)] for name, bs in boxes.items()}
 
 
+def distinct_reason_share(split: dict[str, list[dict]]) -> float:
+    """Distinct reason strings as a share of the questions' reasons, every type together."""
+    reasons = [r["reason"] for rs in split.values() for r in rs]
+    return len(set(reasons)) / max(1, len(reasons))
+
+
+def iou(a: list[float], b: list[float]) -> float:
+    """Intersection over union of two (x1, y1, x2, y2) boxes."""
+    width, height = min(a[2], b[2]) - max(a[0], b[0]), min(a[3], b[3]) - max(a[1], b[1])
+    inter = max(0.0, width) * max(0.0, height)
+    union = (a[2] - a[0]) * (a[3] - a[1]) + (b[2] - b[0]) * (b[3] - b[1]) - inter
+    return inter / union if union > 0 else 0.0
+
+
+def public_box_iou(synthetic: dict[str, list[float]], public: dict[str, dict[str, list[dict]]]) -> float:
+    """Mean IoU of each public box with the synthetic mean box of its region: how well one box a region
+    (what a model that ignores the image would draw) fits the real boxes."""
+    return _mean(
+        [
+            iou(box, synthetic[name])
+            for split in public.values()
+            for rs in split.values()
+            for r in rs
+            for name, box in zip(r["visual_regions"], r["visual_locations"])
+            if name in synthetic
+        ]
+    )
+
+
 def box_offset(synthetic: dict[str, list[float]], public: dict[str, list[float]]) -> float:
     """Mean absolute distance (224-frame pixels) of the synthetic regions' mean boxes from the public ones'."""
     shared = sorted(set(synthetic) & set(public))
@@ -151,7 +180,31 @@ def figures(release: Path) -> list[Figure]:
         Figure(DATASET, name, ours[name], paper, source, theirs.get(name), low, high)
         for name, (paper, source, low, high) in TARGETS.items()
     ]
+    out.append(
+        Figure(
+            DATASET,
+            "distinct reasons share, train",
+            distinct_reason_share(splits["train"]),
+            None,
+            "public records (60% or more)",
+            distinct_reason_share(public["test"]) if public else None,
+            0.60,
+            1.0,
+        )
+    )
     if public:
+        out.append(
+            Figure(
+                DATASET,
+                "public box IoU with its region's mean box, train",
+                public_box_iou(region_boxes({"train": splits["train"]}), public),
+                None,
+                "public samples",
+                None,
+                0.60,
+                1.0,
+            )
+        )
         out.append(
             Figure(
                 DATASET,

@@ -122,9 +122,9 @@ def split_sizes(num_images: int) -> dict[str, int]:
 def _chest(rng: random.Random, width: int, height: int) -> dict[str, tuple[float, float, float, float]]:
     layout = region_layout(
         lung_top=rng.uniform(0.1, 0.16),
-        lung_bottom=rng.uniform(0.68, 0.76),
+        lung_bottom=rng.uniform(0.66, 0.74),
         midline=rng.uniform(0.48, 0.52),
-        lung_width=rng.uniform(0.39, 0.44),
+        lung_width=rng.uniform(0.40, 0.45),
     )
     squeeze = min(1.0, height / width)  # a landscape detector shows the chest narrower
     return {
@@ -140,6 +140,16 @@ def question_counts(rng: random.Random, test: bool) -> dict[str, int]:
     return dict(QUESTIONS_PER_IMAGE)
 
 
+def distinct_question(ask, asked: set[str], tries: int = 20) -> dict:
+    """A question `ask` writes whose wording is not in `asked`: a question stands once on an image's type
+    (the release has no question twice on one image, and a build rejects the second)."""
+    for _ in range(tries):
+        q = ask()
+        if q["question"] not in asked:
+            return q
+    raise RuntimeError(f"no new question in {tries} tries: {q['question']!r}")
+
+
 def plan_questions(image: SyntheticImage, seed: int, index: int, test: bool) -> None:
     """Write the image's questions and decide, as they are asked, the findings it shows."""
     rng = random.Random(f"{seed}/questions/{index}")
@@ -147,7 +157,7 @@ def plan_questions(image: SyntheticImage, seed: int, index: int, test: bool) -> 
     for qtype, n in question_counts(rng, test).items():
         items = []
         for _ in range(n):
-            q = getattr(writer, qtype)()
+            q = distinct_question(getattr(writer, qtype), {item["question"] for item in items})
             regions = q.pop("regions")
             items.append({**q, "visual_regions": regions, "visual_locations": [image.region_boxes[r] for r in regions]})
         if not test:  # the paper's cleaning removed about 3% of train and valid questions

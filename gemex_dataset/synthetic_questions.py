@@ -200,44 +200,78 @@ EVIDENCE = {
         "increased density over {extent} of it",
         "airspace density over {extent} of it",
         "patchy opacity over {extent} of it",
+        "opacity over {extent} of it",
+        "haze over {extent} of it",
     ),
     "nodule": (
         "a round {size} cm density with sharp margins",
         "a well-defined {size} cm nodule",
         "a discrete {size} cm rounded opacity",
+        "a solitary {size} cm rounded density",
+        "a {size} cm circumscribed opacity",
     ),
     "effusion": (
         "blunting of the costophrenic angle with a meniscus",
         "dependent fluid density with a meniscus",
         "a layering density filling {extent} of the base",
+        "a basal meniscus",
+        "fluid at the base",
     ),
     "pneumothorax": (
         "a visceral pleural line with no lung markings beyond it",
         "a lucent rim without vessels at the apex",
         "a thin pleural line and absent markings above it",
+        "a sharp pleural edge",
+        "an apical lucency",
     ),
     "line": (
         "a linear radiopaque device along its expected course",
         "a tubular radiopaque line in the expected position",
         "a thin dense line projecting over it",
+        "a radiopaque line",
+        "a dense tubular shadow",
     ),
-    "clips": ("small metallic densities", "several radiopaque clips", "clustered metallic clips"),
-    "heart": ("a cardiac silhouette wider than expected", "an enlarged cardiac silhouette", "a broadened heart shadow"),
-    "hilum": ("prominent, dense hilar shadows", "enlarged hilar contours", "bulky hilar opacities"),
+    "clips": (
+        "small metallic densities",
+        "several radiopaque clips",
+        "clustered metallic clips",
+        "a few bright metallic clips",
+        "tiny angular metallic densities",
+    ),
+    "heart": (
+        "a cardiac silhouette wider than expected",
+        "an enlarged cardiac silhouette",
+        "a broadened heart shadow",
+        "a heart border reaching far laterally",
+        "a widened cardiac contour",
+    ),
+    "hilum": (
+        "prominent, dense hilar shadows",
+        "enlarged hilar contours",
+        "bulky hilar opacities",
+        "lobulated hilar densities",
+        "full, dense hila",
+    ),
     "dome": (
         "a dome higher than the other side",
         "an elevated diaphragmatic contour",
         "a raised hemidiaphragm outline",
+        "a diaphragm dome sitting high",
+        "an upward bulge of the dome",
     ),
     "spots": (
         "bright marginal densities along the vertebrae",
         "osteophytes at several levels",
         "endplate sclerosis and spurring",
+        "bony spurs at the vertebral margins",
+        "marginal vertebral osteophytes",
     ),
     "widening": (
         "a mediastinal shadow wider than normal",
         "a broadened superior mediastinum",
         "widening of the mediastinal contour",
+        "a mediastinum broader than expected",
+        "a widened central shadow",
     ),
 }
 """chosen: plausible. What a reader sees of each drawn kind; {extent} and {size} from the finding itself."""
@@ -250,6 +284,9 @@ NORMAL = (
     "it looks unremarkable",
     "no focal change is seen there",
     "it appears within normal limits",
+    "its markings are normal",
+    "no abnormal density is seen",
+    "its appearance is normal",
 )
 """chosen: plausible. What a reason says of a region without the finding asked about."""
 CLOSINGS = (
@@ -284,6 +321,8 @@ def present_reason(rng: random.Random, shown: Shown, region: str) -> str:
             f"{shows(region).capitalize()} {described(shown)}",
             f"{described(shown).capitalize()} {'are' if plural(shown.finding) else 'is'} seen in the {region}",
             f"There {'are' if plural(shown.finding) else 'is'} {described(shown)} in the {region}",
+            f"The film shows {described(shown)} in the {region}",
+            f"In the {region}: {described(shown)}",
         )
     )
     text = f"{opening}: {evidence(rng, shown)}"
@@ -305,7 +344,18 @@ def absent_reason(rng: random.Random, finding: str, region: str, severity: str |
 
 def healthy_reason(rng: random.Random, region: str, whole_film: bool) -> str:
     """Why a region is answered normal; `whole_film`: the image has no finding anywhere."""
-    closing = rng.choice((" and the rest of the film is clear", ", as is the rest of this film")) if whole_film else ""
+    closing = (
+        rng.choice(
+            (
+                " and the rest of the film is clear",
+                ", as is the rest of this film",
+                " and so is the film",
+                ", like the rest",
+            )
+        )
+        if whole_film
+        else ""
+    )
     return _fit(f"{shows(region).capitalize()} no abnormality; {rng.choice(NORMAL)}", closing)
 
 

@@ -18,8 +18,8 @@ from rexvqa_dataset.synthetic import generate as generate_rexvqa
 from rexvqa_dataset.synthetic import make_study, split_sizes
 
 PINNED_DIGESTS = {  # sha256 over every file of a GEMeX release at a fixed seed; a deliberate change of the data re-pins them
-    "gemex": "239fdcb584f14843962f2dd67c1f2f05fdcb71f2f46ea3c0e6e73b1b6718244e",
-    "gemex2": "1d4f1ec0b21eb67b49cf70f4cdde1f0b72d8e59a8fdf7c56d66dfe00689b8731",
+    "gemex": "f77cfc012d394394ef236f230c84f175fa8590e39e4c6da6e19f3834a6fb165e",
+    "gemex2": "40aaf7006b044bc46d39dc8b6588dc4277ab733fd4110491dbe18f0187b9d14b",
 }
 
 

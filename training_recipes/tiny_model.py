@@ -2,8 +2,8 @@
 
     python -m training_recipes.tiny_model --family idefics3 --out tiny-idefics3
 
-Nothing is downloaded: the model is built from a config with random weights (hidden size 32, one
-layer, 56 px images, a few MB) and its processor wraps a small byte-level BPE tokenizer trained
+Nothing is downloaded: the model is built from a config with random weights (at the default
+`--size smoke`: hidden size 32, one layer, 56 px images, a few MB) and its processor wraps a small byte-level BPE tokenizer trained
 here on the recipes' own prompt text, with the special tokens that family's processor and chat
 template need. The chat templates are the families' released ones as TRL ships them
 (`trl/chat_templates/*.jinja`), so TRL recognises them and swaps in its training variants with
@@ -31,24 +31,61 @@ from training_recipes.processors import TORCHVISION_INSTALL, RecipeError, torchv
 FAMILIES = ("idefics3", "gemma3", "qwen2_5_vl")
 """What `--family` takes; idefics3 and gemma3 need nothing beyond the `train` extra, qwen2_5_vl torchvision."""
 IMAGE_SIZE = 56
-TINY_DECODER = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    max_position_embeddings=2048,
-)
-"""Every family's language model, one layer of width 32."""
-TINY_SIGLIP = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    image_size=IMAGE_SIZE,
-    patch_size=14,
-)
-"""Idefics3's and Gemma 3's SigLIP vision tower, one layer of width 32."""
+
+
+@dataclass(frozen=True)
+class ModelSize:
+    """A tiny model's shape: its decoder, its SigLIP tower, the square image it sees and the image tokens
+    that reach the decoder (the tower's patches merged `merge` x `merge` by the family's connector)."""
+
+    width: int
+    layers: int
+    vision_width: int
+    vision_layers: int
+    image_size: int
+    patch_size: int
+    merge: int
+
+    @property
+    def image_tokens(self) -> int:
+        return (self.image_size // self.patch_size // self.merge) ** 2
+
+    def decoder(self) -> dict:
+        heads = max(2, self.width // 32)
+        return dict(
+            hidden_size=self.width,
+            intermediate_size=2 * self.width,
+            num_hidden_layers=self.layers,
+            num_attention_heads=heads,
+            num_key_value_heads=max(1, heads // 2),
+            max_position_embeddings=2048,
+        )
+
+    def siglip(self) -> dict:
+        return dict(
+            hidden_size=self.vision_width,
+            intermediate_size=2 * self.vision_width,
+            num_hidden_layers=self.vision_layers,
+            num_attention_heads=max(2, self.vision_width // 32),
+            image_size=self.image_size,
+            patch_size=self.patch_size,
+        )
+
+
+SIZES = {
+    "smoke": ModelSize(
+        width=32, layers=1, vision_width=32, vision_layers=1, image_size=IMAGE_SIZE, patch_size=14, merge=2
+    ),
+    "probe": ModelSize(width=128, layers=2, vision_width=96, vision_layers=2, image_size=112, patch_size=8, merge=2),
+}
+"""What `--size` takes. `smoke` (a few MB) learns the reply format in a few steps; `probe` (about 1 M
+parameters) sees a 112-pixel image in 8-pixel patches, 49 image tokens, enough to tell which findings a
+synthetic picture shows where, and trains in minutes on a CPU (`benchmarks/learning_signal.py`)."""
+SMOKE = SIZES["smoke"]
+TINY_DECODER = SMOKE.decoder()
+"""Every family's language model at the smoke size, one layer of width 32."""
+TINY_SIGLIP = SMOKE.siglip()
+"""Idefics3's and Gemma 3's SigLIP vision tower at the smoke size, one layer of width 32."""
 CHAT_TEMPLATES = Path(trl.__file__).parent / "chat_templates"
 
 
@@ -195,7 +232,7 @@ def released_qwen2_5_vl_processor(image_processor, tokenizer):
     )
 
 
-def tiny_idefics3() -> TinyVLM:
+def tiny_idefics3(size: ModelSize = SMOKE) -> TinyVLM:
     from transformers import (
         Idefics3Config,
         Idefics3ForConditionalGeneration,
@@ -218,31 +255,33 @@ def tiny_idefics3() -> TinyVLM:
     )
     image_processor = Idefics3ImageProcessorPil(
         do_image_splitting=False,
-        size={"longest_edge": IMAGE_SIZE},
-        max_image_size={"longest_edge": IMAGE_SIZE},
+        size={"longest_edge": size.image_size},
+        max_image_size={"longest_edge": size.image_size},
     )
-    # image_seq_len = (56 / 14)^2 / scale_factor^2 = 16 / 4
     processor = Idefics3Processor(
-        image_processor=image_processor, tokenizer=tokenizer, image_seq_len=4, chat_template=chat_template("idefics3")
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_len=size.image_tokens,
+        chat_template=chat_template("idefics3"),
     )
     ids = tokenizer.convert_tokens_to_ids
     config = Idefics3Config(
-        vision_config=TINY_SIGLIP,
+        vision_config=size.siglip(),
         text_config=dict(
-            **TINY_DECODER,
+            **size.decoder(),
             model_type="llama",
             vocab_size=padded_vocab(tokenizer),
             bos_token_id=ids("<|begin_of_text|>"),
             eos_token_id=ids("<end_of_utterance>"),
             pad_token_id=ids("<pad>"),
         ),
-        scale_factor=2,
+        scale_factor=size.merge,
         image_token_id=ids("<image>"),
     )
     return TinyVLM("idefics3", Idefics3ForConditionalGeneration(config), processor)
 
 
-def tiny_gemma3() -> TinyVLM:
+def tiny_gemma3(size: ModelSize = SMOKE) -> TinyVLM:
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil, Gemma3Processor
 
     specials = [
@@ -266,14 +305,17 @@ def tiny_gemma3() -> TinyVLM:
             "image_token": "<image_soft_token>",
         },
     )
-    image_processor = Gemma3ImageProcessorPil(size={"height": IMAGE_SIZE, "width": IMAGE_SIZE})
+    image_processor = Gemma3ImageProcessorPil(size={"height": size.image_size, "width": size.image_size})
     processor = Gemma3Processor(
-        image_processor=image_processor, tokenizer=tokenizer, image_seq_length=4, chat_template=chat_template("gemma3")
+        image_processor=image_processor,
+        tokenizer=tokenizer,
+        image_seq_length=size.image_tokens,
+        chat_template=chat_template("gemma3"),
     )
     ids = tokenizer.convert_tokens_to_ids
     config = Gemma3Config(
         text_config=dict(
-            **TINY_DECODER,
+            **size.decoder(),
             vocab_size=padded_vocab(tokenizer),
             head_dim=16,
             sliding_window=64,
@@ -281,8 +323,8 @@ def tiny_gemma3() -> TinyVLM:
             eos_token_id=ids("<eos>"),
             pad_token_id=ids("<pad>"),
         ),
-        vision_config=TINY_SIGLIP,
-        mm_tokens_per_image=4,
+        vision_config=size.siglip(),
+        mm_tokens_per_image=size.image_tokens,
         boi_token_index=ids("<start_of_image>"),
         eoi_token_index=ids("<end_of_image>"),
         image_token_index=ids("<image_soft_token>"),
@@ -293,17 +335,23 @@ def tiny_gemma3() -> TinyVLM:
 BUILDERS = {"idefics3": tiny_idefics3, "gemma3": tiny_gemma3, "qwen2_5_vl": tiny_qwen2_5_vl}
 
 
-def tiny_vlm(family: str, seed: int = 0, builders: dict = BUILDERS) -> TinyVLM:
-    """A fresh tiny model (seeded random weights) and its processor, made by `builders[family]`."""
+SIZED_FAMILIES = ("idefics3", "gemma3")
+"""The families `--size` other than smoke applies to (Qwen2.5-VL's tower is not SigLIP)."""
+
+
+def tiny_vlm(family: str, seed: int = 0, builders: dict = BUILDERS, size: str = "smoke") -> TinyVLM:
+    """A fresh tiny model (seeded random weights) and its processor, made by `builders[family]` at `size`."""
     import torch
 
+    if size != "smoke" and family not in SIZED_FAMILIES:
+        raise RecipeError(f"--size {size} is made for {' and '.join(SIZED_FAMILIES)} only, not {family}")
     torch.manual_seed(seed)
-    return builders[family]()
+    return builders[family]() if size == "smoke" else builders[family](SIZES[size])
 
 
-def save_tiny_vlm(family: str, directory: Path, seed: int = 0, builders: dict = BUILDERS) -> Path:
+def save_tiny_vlm(family: str, directory: Path, seed: int = 0, builders: dict = BUILDERS, size: str = "smoke") -> Path:
     """Write a tiny model and processor to `directory`, the way a Hub checkpoint looks on disk."""
-    vlm = tiny_vlm(family, seed, builders)
+    vlm = tiny_vlm(family, seed, builders, size)
     vlm.model.save_pretrained(directory)
     vlm.processor.save_pretrained(directory)
     return directory
@@ -318,13 +366,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", choices=FAMILIES, default="idefics3", help="the model family to copy the shape of")
     parser.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
+    parser.add_argument(
+        "--size",
+        choices=list(SIZES),
+        default="smoke",
+        help="smoke: a few MB, learns the reply format; probe: sees the findings in a synthetic image "
+        f"({', '.join(SIZED_FAMILIES)})",
+    )
     args = parser.parse_args(argv)
     try:
-        save_tiny_vlm(args.family, args.out, args.seed)
+        save_tiny_vlm(args.family, args.out, args.seed, size=args.size)
     except RecipeError as error:
         print(f"tiny_model: error: {error}", file=sys.stderr)
         return 1
-    print(f"{args.out}: a tiny random-weight {args.family} model and its processor (offline; for smoke runs only)")
+    print(
+        f"{args.out}: a tiny random-weight {args.family} model ({args.size} size) and its processor "
+        "(offline; for smoke runs and probes only)"
+    )
     return 0
 
 

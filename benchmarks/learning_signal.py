@@ -1,0 +1,435 @@
+"""Does a model trained by the recipes learn from the pixels? Images against blank and shuffled images.
+
+    python -m benchmarks.learning_signal --seed 0 --out runs/learning-signal
+    python -m benchmarks.learning_signal --seed 0 --out runs/ls-layout --layout per_image --datasets gemex
+
+For each dataset it synthesizes a training release and a held-out release from `--seed` (their images
+never meet), builds both with `cxr-vqa build --image-mode embed`, and trains one probe model per arm
+(`benchmarks/probe_arms.py`: `images`, `blank`, `shuffled`) with `python -m training_recipes.sft`,
+the same settings and steps in every arm, then answers the held-out questions with
+`python -m training_recipes.generate` and scores them with `cxr-vqa evaluate`: each step is the
+command a user runs. The accuracy is GEMeX's A-score over its closed-ended, single- and multi-choice
+questions together (evaluate's `all` row) and ReXVQA's overall accuracy; GEMeX's V-score (box IoU) is
+reported beside it. The majority baseline is `cxr-vqa evaluate --baseline majority` on the same
+questions. `DIR/result.json` holds every run, with the build and split `cxr-vqa evaluate` scores.
+
+`--layout per_image` compares how fast the two layouts learn: the `images` arm per question and
+per image (GEMeX `sft_per_image`, ReXVQA `sft_per_study`), each given the per-question run's wall time
+(the per-image run is stopped by SIGTERM, which makes `sft.py` save and exit) and scored at the
+checkpoints nearest 25, 50 and 100% of that time.
+
+The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from benchmarks.probe_arms import ARMS, make_arm
+
+GEMEX_SCORED = ("closed_ended", "single_choice", "multi_choice")
+"""GEMeX question types scored with an accuracy (open-ended answers are text)."""
+HELD_OUT_SEED = 1_000_003
+"""Added to `--seed` for the held-out releases: other images, other questions."""
+TIME_FRACTIONS = (0.25, 0.5, 1.0)
+
+
+@dataclass
+class Settings:
+    seed: int
+    out: Path
+    datasets: tuple[str, ...] = ("gemex", "rexvqa")
+    arms: tuple[str, ...] = ARMS
+    layout: str = "per_question"
+    train_images: int = 1500
+    train_studies: int = 1500
+    held_out_images: int = 100
+    held_out_studies: int = 180
+    image_size: int = 224
+    size: str = "probe"
+    steps: int = 600
+    batch_size: int = 16
+    learning_rate: float = 2e-3
+    gemex_config: str = ""
+    max_new_tokens: int = 96
+    threads: int = 1
+
+
+@dataclass
+class Run:
+    """One trained and scored probe: what `cxr-vqa evaluate BUILD --split SPLIT --predictions P` scores."""
+
+    dataset: str
+    arm: str
+    layout: str
+    build: str
+    split: str
+    predictions: str
+    train_seconds: float
+    steps: int
+    accuracy: float | None = None
+    v_score: float | None = None
+    questions: int = 0
+    time_fraction: float = 1.0
+    scores: dict = field(default_factory=dict)
+
+
+def environment(settings: Settings) -> dict[str, str]:
+    threads = str(settings.threads)
+    return {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TQDM_DISABLE": "1",
+        "OMP_NUM_THREADS": threads,
+        "MKL_NUM_THREADS": threads,
+        "HF_DATASETS_CACHE": str(settings.out / "hf-cache"),
+    }
+
+
+def command(settings: Settings, args: list[str], log: Path) -> float:
+    """Run one user-facing command (`cxr-vqa ...` or `python -m ...`), its output to `log`; its wall seconds."""
+    argv = [sys.executable, "-m", "cxr_vqa.cli", *args[1:]] if args[0] == "cxr-vqa" else [sys.executable, *args[1:]]
+    print("$", " ".join(args), flush=True)
+    start = time.monotonic()
+    with open(log, "a") as out:
+        out.write("$ " + " ".join(args) + "\n")
+        out.flush()
+        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=environment(settings), check=False)
+    if result.returncode:
+        raise SystemExit(f"{' '.join(args)} exited {result.returncode}; its output: {log}")
+    return time.monotonic() - start
+
+
+def release_and_build(settings: Settings, dataset: str, name: str, count: int, seed: int) -> Path:
+    """A synthetic release of `count` images (GEMeX) or studies (ReXVQA), built with embedded images."""
+    raw, build = settings.out / f"{dataset}-{name}-raw", settings.out / f"{dataset}-{name}"
+    log = settings.out / "logs" / f"{dataset}-{name}.log"
+    flag = "--num-images" if dataset == "gemex" else "--num-studies"
+    if not build.is_dir():
+        shutil.rmtree(raw, ignore_errors=True)
+        command(
+            settings, ["cxr-vqa", "synthesize", dataset, "--out", str(raw), flag, str(count), "--seed", str(seed)], log
+        )
+        source = ["--source", str(raw)] + (["--images", str(raw / "files")] if dataset == "gemex" else [])
+        command(
+            settings,
+            ["cxr-vqa", "build", dataset, *source, "--out", str(build), "--image-mode", "embed"]
+            + ["--image-size", str(settings.image_size)],
+            log,
+        )
+        shutil.rmtree(raw)
+    return build
+
+
+def probe_model(settings: Settings) -> Path:
+    model = settings.out / f"probe-{settings.size}"
+    if not model.is_dir():
+        command(
+            settings,
+            ["python", "-m", "training_recipes.tiny_model", "--size", settings.size, "--seed", str(settings.seed)]
+            + ["--out", str(model)],
+            settings.out / "logs" / "model.log",
+        )
+    return model
+
+
+def sft_args(settings: Settings, model: Path, dataset: str, build: Path, run_dir: Path, layout: str) -> list[str]:
+    args = ["python", "-m", "training_recipes.sft", "--model_name_or_path", str(model)]
+    args += [f"--{dataset}_path", str(build), "--output_dir", str(run_dir), "--layout", layout]
+    if dataset == "gemex" and layout == "per_question" and settings.gemex_config:
+        args += ["--gemex_config", settings.gemex_config]
+    return args + [
+        "--per_device_train_batch_size",
+        str(settings.batch_size),
+        "--learning_rate",
+        str(settings.learning_rate),
+        "--seed",
+        str(settings.seed),
+        "--logging_steps",
+        "10",
+        "--report_to",
+        "none",
+        "--activation_checkpointing",
+        "false",
+        "--dataloader_num_workers",
+        "0",
+    ]
+
+
+def train(settings: Settings, model: Path, dataset: str, build: Path, run_dir: Path) -> float:
+    shutil.rmtree(run_dir, ignore_errors=True)
+    args = sft_args(settings, model, dataset, build, run_dir, "per_question")
+    args += ["--max_steps", str(settings.steps), "--save_strategy", "no"]
+    return command(settings, args, settings.out / "logs" / f"{run_dir.name}.log")
+
+
+def train_with_checkpoints(
+    settings: Settings, model: Path, dataset: str, build: Path, run_dir: Path, layout: str, seconds: float | None
+) -> tuple[float, list[tuple[float, Path]]]:
+    """Train saving a checkpoint every tenth of the steps; with `seconds`, stop by SIGTERM once that wall time
+    is spent (`sft.py` saves where it stopped). Returns the wall seconds and each checkpoint with its time."""
+    shutil.rmtree(run_dir, ignore_errors=True)
+    every = max(1, settings.steps // 10)
+    steps = settings.steps * 20 if seconds else settings.steps
+    args = sft_args(settings, model, dataset, build, run_dir, layout)
+    args += ["--max_steps", str(steps), "--save_strategy", "steps", "--save_steps", str(every)]
+    args += ["--save_only_model", "true"]
+    argv = [sys.executable, *args[1:]]
+    print("$", " ".join(args), flush=True)
+    log = settings.out / "logs" / f"{run_dir.name}.log"
+    start = time.time()
+    with open(log, "a") as out:
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environment(settings))
+        try:
+            process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGTERM)
+            process.wait()
+    elapsed = time.time() - start
+    checkpoints = sorted(
+        ((p.stat().st_mtime - start, p) for p in run_dir.glob("checkpoint-*") if p.is_dir()),
+        key=lambda item: item[0],
+    )
+    return elapsed, checkpoints
+
+
+def scored_types(settings: Settings) -> tuple[str, ...]:
+    """The GEMeX types scored: the one trained on (`--gemex-config closed_ended`), else all three."""
+    return (settings.gemex_config,) if settings.gemex_config in GEMEX_SCORED else GEMEX_SCORED
+
+
+def generate(settings: Settings, model: Path, dataset: str, build: Path, predictions: Path, log: Path) -> None:
+    predictions.unlink(missing_ok=True)
+    configs = scored_types(settings) if dataset == "gemex" else (None,)
+    for config in configs:
+        args = ["python", "-m", "training_recipes.generate", "--model_name_or_path", str(model)]
+        args += ["--dataset_path", str(build), "--split", "train", "--output_file", str(predictions)]
+        args += ["--batch_size", "32", "--max_new_tokens", str(settings.max_new_tokens if dataset == "gemex" else 12)]
+        if config:
+            args += ["--dataset_config", config]
+        command(settings, args, log)
+
+
+def evaluate(settings: Settings, dataset: str, build: Path, how: list[str], out: Path, log: Path) -> dict:
+    command(
+        settings,
+        ["cxr-vqa", "evaluate", str(build), "--split", "train", *how, "--text-metrics", "", "--out", str(out)],
+        log,
+    )
+    return json.loads(out.read_text())["scores"]
+
+
+def headline(dataset: str, scores: dict, types: tuple[str, ...] = GEMEX_SCORED) -> tuple[float, float | None, int]:
+    """(accuracy, V-score, questions scored): GEMeX's A and V over `types` (evaluate's `all` row would count
+    the open-ended questions no probe is asked as missing), ReXVQA's overall accuracy."""
+    if dataset == "rexvqa":
+        return scores["overall"]["accuracy"], None, scores["overall"]["questions"]
+    rows = [scores[t] for t in types]
+    n = sum(r["questions"] for r in rows)
+    accuracy = sum(r["A"] * r["questions"] for r in rows) / n
+    v = sum(r["V"] * r["questions"] for r in rows if r["V"] is not None) / n
+    return accuracy, v, n
+
+
+def score_run(settings: Settings, run: Run, model: Path) -> Run:
+    log = settings.out / "logs" / f"{Path(run.predictions).stem}.log"
+    generate(settings, model, run.dataset, Path(run.build), Path(run.predictions), log)
+    scores = evaluate(
+        settings,
+        run.dataset,
+        Path(run.build),
+        ["--predictions", run.predictions],
+        Path(run.predictions).with_suffix(".scores.json"),
+        log,
+    )
+    run.accuracy, run.v_score, run.questions = headline(run.dataset, scores, scored_types(settings))
+    run.scores = {k: v for k, v in scores.items() if k != "per_category"}
+    return run
+
+
+def majority(settings: Settings, dataset: str, build: Path) -> dict:
+    out = settings.out / f"{dataset}-majority.scores.json"
+    scores = evaluate(settings, dataset, build, ["--baseline", "majority"], out, settings.out / "logs" / "majority.log")
+    accuracy, v, n = headline(dataset, scores, scored_types(settings))
+    return {"dataset": dataset, "accuracy": accuracy, "v_score": v, "questions": n}
+
+
+def arms_runs(settings: Settings, dataset: str, train_build: Path, held_out: Path, model: Path) -> list[Run]:
+    runs = []
+    for arm in settings.arms:
+        arm_train = make_arm(dataset, train_build, arm, settings.out / f"{dataset}-train-{arm}", settings.seed)
+        arm_held = make_arm(dataset, held_out, arm, settings.out / f"{dataset}-held-out-{arm}", settings.seed)
+        run_dir = settings.out / f"run-{dataset}-{arm}"
+        seconds = train(settings, model, dataset, arm_train, run_dir)
+        run = Run(
+            dataset,
+            arm,
+            "per_question",
+            str(arm_held),
+            "train",
+            str(settings.out / f"{dataset}-{arm}.jsonl"),
+            round(seconds, 1),
+            settings.steps,
+        )
+        runs.append(score_run(settings, run, run_dir))
+        print(f"{dataset} {arm}: accuracy {run.accuracy:.2f} ({run.questions} questions), {seconds:.0f} s", flush=True)
+    return runs
+
+
+def layout_runs(settings: Settings, dataset: str, train_build: Path, held_out: Path, model: Path) -> list[Run]:
+    """The images arm per question, then per image for the same wall time, each scored at 25/50/100% of it."""
+    runs = []
+    budget = None
+    for layout in ("per_question", "per_image"):
+        run_dir = settings.out / f"run-{dataset}-{layout}"
+        elapsed, checkpoints = train_with_checkpoints(settings, model, dataset, train_build, run_dir, layout, budget)
+        budget = budget or elapsed
+        for fraction in TIME_FRACTIONS:
+            at, checkpoint = min(checkpoints, key=lambda c: abs(c[0] - fraction * budget))
+            step = int(checkpoint.name.rsplit("-", 1)[1])
+            name = f"{dataset}-{layout}-{int(fraction * 100)}"
+            run = Run(
+                dataset,
+                "images",
+                layout,
+                str(held_out),
+                "train",
+                str(settings.out / f"{name}.jsonl"),
+                round(at, 1),
+                step,
+                time_fraction=fraction,
+            )
+            runs.append(score_run(settings, run, checkpoint))
+            print(f"{dataset} {layout} at {at:.0f} s (step {step}): accuracy {run.accuracy:.2f}", flush=True)
+    return runs
+
+
+def table(runs: list[Run], majorities: list[dict]) -> str:
+    lines = [
+        "| dataset | arm | layout | time | steps | train s | questions | accuracy | V (GEMeX) |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for r in runs:
+        v = f"{r.v_score:.2f}" if r.v_score is not None else "-"
+        lines.append(
+            f"| {r.dataset} | {r.arm} | {r.layout} | {int(r.time_fraction * 100)}% | {r.steps} | {r.train_seconds:.0f} "
+            f"| {r.questions} | {r.accuracy:.2f} | {v} |"
+        )
+    for m in majorities:
+        v = f"{m['v_score']:.2f}" if m["v_score"] is not None else "-"
+        lines.append(
+            f"| {m['dataset']} | majority baseline | - | - | - | - | {m['questions']} | {m['accuracy']:.2f} | {v} |"
+        )
+    return "\n".join(lines)
+
+
+def margins(runs: list[Run], majorities: list[dict]) -> list[str]:
+    """The target's margins: images above blank and shuffled (>= 10 points) and above majority (>= 5)."""
+    out = []
+    for m in majorities:
+        by_arm = {
+            r.arm: r.accuracy
+            for r in runs
+            if r.dataset == m["dataset"] and r.layout == "per_question" and r.time_fraction == 1.0
+        }
+        if "images" not in by_arm:
+            continue
+        parts = [f"{arm} {by_arm['images'] - by_arm[arm]:+.1f}" for arm in ("blank", "shuffled") if arm in by_arm]
+        parts.append(f"majority {by_arm['images'] - m['accuracy']:+.1f}")
+        out.append(f"{m['dataset']}: images minus " + ", ".join(parts) + " points")
+    return out
+
+
+def parse(argv: list[str] | None) -> Settings:
+    d = Settings(seed=0, out=Path("."))
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--seed", type=int, required=True, help="changes every image, question and initial weight")
+    p.add_argument("--out", type=Path, required=True, help="the folder for builds, runs and result.json")
+    p.add_argument("--datasets", default=",".join(d.datasets), help="comma-separated: gemex, rexvqa")
+    p.add_argument("--arms", default=",".join(d.arms), help=f"comma-separated of {', '.join(ARMS)}")
+    p.add_argument(
+        "--layout",
+        choices=("per_question", "per_image"),
+        default=d.layout,
+        help="per_image: the images arm per question and per image for the same time",
+    )
+    p.add_argument("--train-images", type=int, default=d.train_images, help="GEMeX training release")
+    p.add_argument("--train-studies", type=int, default=d.train_studies, help="ReXVQA training release")
+    p.add_argument("--held-out-images", type=int, default=d.held_out_images, help="GEMeX held-out release")
+    p.add_argument("--held-out-studies", type=int, default=d.held_out_studies, help="ReXVQA held-out release")
+    p.add_argument("--image-size", type=int, default=d.image_size, help="the build's --image-size")
+    p.add_argument("--size", default=d.size, help="tiny_model --size of the probe")
+    p.add_argument("--steps", type=int, default=d.steps, help="training steps of every arm")
+    p.add_argument("--batch-size", type=int, default=d.batch_size)
+    p.add_argument("--learning-rate", type=float, default=d.learning_rate)
+    p.add_argument(
+        "--gemex-config",
+        default=d.gemex_config,
+        help="the GEMeX config trained on per question and scored ('': sft, every type; "
+        "closed_ended, single_choice or multi_choice: that type alone)",
+    )
+    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="GEMeX reply length (boxes included)")
+    p.add_argument("--threads", type=int, default=d.threads, help="torch threads of each command")
+    a = p.parse_args(argv)
+    return Settings(
+        seed=a.seed,
+        out=a.out,
+        datasets=tuple(a.datasets.split(",")),
+        arms=tuple(a.arms.split(",")),
+        layout=a.layout,
+        train_images=a.train_images,
+        train_studies=a.train_studies,
+        held_out_images=a.held_out_images,
+        held_out_studies=a.held_out_studies,
+        image_size=a.image_size,
+        size=a.size,
+        steps=a.steps,
+        batch_size=a.batch_size,
+        learning_rate=a.learning_rate,
+        gemex_config=a.gemex_config,
+        max_new_tokens=a.max_new_tokens,
+        threads=a.threads,
+    )
+
+
+def main(argv: list[str] | None = None) -> int:
+    settings = parse(argv)
+    (settings.out / "logs").mkdir(parents=True, exist_ok=True)
+    start = time.monotonic()
+    model = probe_model(settings)
+    runs: list[Run] = []
+    majorities = []
+    for dataset in settings.datasets:
+        count = settings.train_images if dataset == "gemex" else settings.train_studies
+        held = settings.held_out_images if dataset == "gemex" else settings.held_out_studies
+        train_build = release_and_build(settings, dataset, "train", count, settings.seed)
+        held_out = release_and_build(settings, dataset, "held-out", held, settings.seed + HELD_OUT_SEED)
+        majorities.append(majority(settings, dataset, held_out))
+        make = layout_runs if settings.layout == "per_image" else arms_runs
+        runs += make(settings, dataset, train_build, held_out, model)
+    result = {
+        "seed": settings.seed,
+        "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
+        "runs": [asdict(r) for r in runs],
+        "majority": majorities,
+        "wall_seconds": round(time.monotonic() - start, 1),
+    }
+    (settings.out / "result.json").write_text(json.dumps(result, indent=1))
+    print(table(runs, majorities))
+    for line in margins(runs, majorities):
+        print(line)
+    print(f"{result['wall_seconds']:.0f} s in all; {settings.out / 'result.json'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,95 @@
+"""The learning-signal benchmark's control arms (benchmarks/probe_arms.py): a blank arm whose every image
+is one constant grey of the original's size, a shuffled arm whose images are a derangement of the
+build's images (GEMeX) or studies (ReXVQA), the same in every file; rows, questions and answers untouched."""
+
+from __future__ import annotations
+
+import io
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+from PIL import Image
+
+from benchmarks.learning_signal import headline
+from benchmarks.probe_arms import image_column, make_arm, parquet_files, permutation
+from cxr_vqa.cli import main as cxr_vqa
+
+KEY = {"gemex": "dicom_id", "rexvqa": "study_id"}
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("arms")
+    assert (
+        cxr_vqa(["synthesize", "gemex", "--out", str(root / "g-raw"), "--num-images", "10", "--downscale", "32"]) == 0
+    )
+    assert (
+        cxr_vqa(["synthesize", "rexvqa", "--out", str(root / "r-raw"), "--num-studies", "10", "--downscale", "8"]) == 0
+    )
+    gemex = ["build", "gemex", "--source", str(root / "g-raw"), "--images", str(root / "g-raw" / "files")]
+    assert cxr_vqa([*gemex, "--out", str(root / "gemex"), "--image-mode", "embed"]) == 0
+    rexvqa = ["build", "rexvqa", "--source", str(root / "r-raw"), "--out", str(root / "rexvqa")]
+    assert cxr_vqa([*rexvqa, "--image-mode", "embed"]) == 0
+    return {"gemex": root / "gemex", "rexvqa": root / "rexvqa"}
+
+
+def images_of(value, dataset: str) -> list[dict]:
+    return value if dataset == "rexvqa" else [value]
+
+
+def rows(folder: Path) -> dict[str, list[dict]]:
+    return {str(p.relative_to(folder)): pq.read_table(p).to_pylist() for p in parquet_files(folder)}
+
+
+@pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
+def test_the_blank_arm_holds_one_grey_image_of_each_size_and_the_same_rows(builds, dataset, tmp_path):
+    arm = make_arm(dataset, builds[dataset], "blank", tmp_path / "blank")
+    column = image_column(dataset)
+    before, after = rows(builds[dataset]), rows(arm)
+    assert before.keys() == after.keys() and before
+    for name, table in before.items():
+        for old, new in zip(table, after[name], strict=True):
+            assert {k: v for k, v in old.items() if k != column} == {k: v for k, v in new.items() if k != column}
+            for a, b in zip(images_of(old[column], dataset), images_of(new[column], dataset), strict=True):
+                original, blank = Image.open(io.BytesIO(a["bytes"])), Image.open(io.BytesIO(b["bytes"]))
+                assert blank.size == original.size and np.ptp(np.asarray(blank)) == 0
+    assert (arm / "README.md").read_text() == (builds[dataset] / "README.md").read_text()
+
+
+@pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
+def test_the_shuffled_arm_gives_every_image_another_ones_pixels_the_same_in_every_file(builds, dataset, tmp_path):
+    arm = make_arm(dataset, builds[dataset], "shuffled", tmp_path / "shuffled", seed=3)
+    column, key = image_column(dataset), KEY[dataset]
+    originals: dict[str, bytes] = {}
+    given: dict[str, set[bytes]] = defaultdict(set)
+    for name, table in rows(builds[dataset]).items():
+        for old, new in zip(table, rows(arm)[name], strict=True):
+            assert old["question_id"] == new["question_id"] if "question_id" in old else True
+            originals[old[key]] = b"".join(i["bytes"] for i in images_of(old[column], dataset))
+            given[new[key]].add(b"".join(i["bytes"] for i in images_of(new[column], dataset)))
+    assert all(len(v) == 1 for v in given.values()), "one key, one set of images in every file"
+    moved = {k: next(iter(v)) for k, v in given.items()}
+    assert sorted(moved.values()) == sorted(originals.values()), "a permutation: every image used once"
+    assert all(moved[k] != originals[k] for k in moved), "no image or study keeps its own"
+
+
+def test_a_permutation_is_a_derangement_fixed_by_its_seed():
+    keys = [f"k{i}" for i in range(9)]
+    moved = permutation(keys, 5)
+    assert sorted(moved.values()) == keys and all(moved[k] != k for k in keys)
+    assert moved == permutation(list(reversed(keys)), 5) != permutation(keys, 6)
+
+
+def test_the_headline_accuracy_weighs_the_scored_types_by_their_questions():
+    scores = {
+        "closed_ended": {"questions": 30, "A": 80.0, "V": 50.0},
+        "single_choice": {"questions": 10, "A": 40.0, "V": 30.0},
+        "multi_choice": {"questions": 10, "A": 20.0, "V": 10.0},
+        "open_ended": {"questions": 40, "A": None, "V": 0.0},
+    }
+    assert headline("gemex", scores) == (60.0, 38.0, 50)
+    assert headline("gemex", scores, ("closed_ended",)) == (80.0, 50.0, 30)
+    assert headline("rexvqa", {"overall": {"accuracy": 41.5, "questions": 600}}) == (41.5, None, 600)
