@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import sys
 from pathlib import Path
 
@@ -28,6 +29,26 @@ from transformers.trainer_callback import CallbackHandler
 from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 
 from training_recipes import data, sft
+
+
+def recorded_process(argv: list[str], log_dir: Path, **env: str) -> subprocess.Popen:
+    """`sft.main(argv)` in a process of its own, recorded under `log_dir`, with this file's kill switches
+    (`KILL_AT_STEP=3`, ...) given as `env`."""
+    environment = {
+        **os.environ,
+        "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+        "ROW_LOG": str(log_dir),
+        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        **env,
+    }
+    return subprocess.Popen(
+        [sys.executable, __file__, *argv],
+        env=environment,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
 
 
 def events_file(log_dir: Path) -> Path:

@@ -10,11 +10,8 @@ inside a save are real processes (`tests/row_recorder.py`), the others run here 
 
 from __future__ import annotations
 
-import os
 import shutil
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +25,7 @@ from safetensors.torch import load_file  # noqa: E402
 from training_recipes import checkpoints, sft  # noqa: E402
 
 from . import tiny_models  # noqa: E402
+from .row_recorder import recorded_process as process  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LR_A, LR_B = "1e-2", "5e-3"
@@ -48,25 +46,6 @@ def command(gemex: Path, model: Path, output_dir: Path, learning_rate: str, max_
         *("--report_to", "none", "--disable_tqdm", "true"),
         *extra,
     ]
-
-
-def process(argv: list[str], log_dir: Path, **env: str) -> subprocess.Popen:
-    """`sft.main(argv)` in a process of its own, through `tests/row_recorder.py` (its kill switches)."""
-    environment = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "ROW_LOG": str(log_dir),
-        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        **env,
-    }
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "row_recorder.py"), *argv],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
 
 
 def weights(folder: Path) -> dict[str, torch.Tensor]:

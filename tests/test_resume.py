@@ -136,24 +136,6 @@ def command(layout: str, builds: dict[str, Path], output_dir: Path, *extra: str)
     ]
 
 
-def recorded_process(argv: list[str], log_dir: Path, **env: str) -> subprocess.Popen:
-    environment = {
-        **os.environ,
-        "PYTHONPATH": str(ROOT),
-        "ROW_LOG": str(log_dir),
-        "HF_DATASETS_DISABLE_PROGRESS_BARS": "1",
-        "TOKENIZERS_PARALLELISM": "false",
-        **env,
-    }
-    return subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "row_recorder.py"), *argv],
-        env=environment,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-
-
 def recorded_run(argv: list[str], log_dir: Path, monkeypatch):
     """`sft.main(argv)` here, recorded as `row_recorder.py` records a process."""
     with monkeypatch.context() as patch:
@@ -178,10 +160,12 @@ def killed_runs(builds, tmp_path_factory) -> dict[str, Path]:
     twice in quick succession once it has trained a few steps (all started at once)."""
     root = tmp_path_factory.mktemp("killed")
     started = {
-        layout: recorded_process(command(layout, builds, root / str(i)), root / f"{i}-log", KILL_AT_STEP=str(KILL_AT))
+        layout: row_recorder.recorded_process(
+            command(layout, builds, root / str(i)), root / f"{i}-log", KILL_AT_STEP=str(KILL_AT)
+        )
         for i, layout in enumerate(LAYOUTS)
     }
-    preempted = recorded_process(
+    preempted = row_recorder.recorded_process(
         command("stream", builds, root / PREEMPTED, "--max_steps", "200", "--save_steps", "1000"),
         root / f"{PREEMPTED}-log",
     )
