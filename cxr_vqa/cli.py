@@ -104,7 +104,12 @@ def run_synthesize_gemex(args: argparse.Namespace) -> int:
     from gemex_dataset.synthetic import generate
 
     release = generate(
-        args.out, num_images=args.num_images, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc
+        args.out,
+        num_images=args.num_images,
+        seed=args.seed,
+        downscale=args.downscale,
+        num_proc=args.num_proc,
+        plain_findings=args.plain_findings,
     )
     print(
         f"{args.out}: synthetic GEMeX release, images per split {release.images}, questions per split {release.questions}"
@@ -230,6 +235,11 @@ def parser() -> argparse.ArgumentParser:
         "--downscale", type=int, default=8, help="images this many times smaller than MIMIC-CXR's per side"
     )
     synth_gemex.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images")
+    synth_gemex.add_argument(
+        "--plain-findings",
+        action="store_true",
+        help="draw each finding as a large, high-contrast mark of its kind filling its region (for probes)",
+    )
     synth_gemex.set_defaults(func=run_synthesize_gemex)
 
     synth_rexvqa = synth_datasets.add_parser(

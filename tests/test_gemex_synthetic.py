@@ -243,3 +243,27 @@ def test_questions_and_reasons_read_right():
             assert not (any(n in head for n in names) and q.lower().count(next(n for n in names if n in head)) > 1), q
     assert len(set(reasons)) / len(reasons) > 0.6
     assert len(set(questions)) / len(questions) > 0.93
+
+
+def test_plain_findings_cover_their_region_at_probe_size():
+    """`plain`: at the 112-pixel size a probe sees, each finding changes a large share of its region's box by
+    a high contrast against the same picture without findings, and the default drawing is not the plain one."""
+    shares = []
+    for index in range(12):
+        image = make_image(3, index, 8)
+
+        def small(shown, plain=True, image=image, index=index):
+            drawn = draw_chest(image.layout, image.width, image.height, index, shown, plain)
+            return np.asarray(drawn.resize((112, 112)), dtype=np.float32)
+
+        full, bare = small(image.shown), small([])
+        for shown in image.shown:
+            (x1, y1, x2, y2), _ = frame224_to_pixels(image.region_boxes[shown.region], image.width, image.height)
+            sx, sy = 112 / image.width, 112 / image.height
+            box = np.abs(full - bare)[round(y1 * sy) : round(y2 * sy), round(x1 * sx) : round(x2 * sx)]
+            share = (box > 50).mean()
+            assert share > 0.1, shown
+            shares.append(share)
+        if image.shown:
+            assert not np.array_equal(full, small(image.shown, plain=False))
+    assert len(shares) > 20 and np.median(shares) > 0.5
