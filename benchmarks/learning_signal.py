@@ -18,6 +18,10 @@ per image (GEMeX `sft_per_image`, ReXVQA `sft_per_study`), each given the per-qu
 (the per-image run is stopped by SIGTERM, which makes `sft.py` save and exit) and scored at the
 checkpoints nearest 25, 50 and 100% of that time.
 
+GEMeX releases are synthesized with `--plain-findings` (each finding a large, high-contrast mark filling
+its region, so the answer is in sight at the probe's 112 px; `--no-plain-findings` for the default
+drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has.
+
 The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
 """
 
@@ -36,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from huggingface_hub import DatasetCard
 
 from benchmarks.probe_arms import ARMS, make_arm
 
@@ -153,6 +158,11 @@ def balanced(build: Path, config: str, out: Path, seed: int) -> Path:
     rng = random.Random(seed)
     chosen = sorted(i for rows in by_answer.values() for i in rng.sample(rows, keep))
     pq.write_table(table.take(chosen), path)
+    card = DatasetCard.load(out / "README.md")
+    for info in card.data.get("dataset_info") or []:  # the recorded split sizes are no longer the files'
+        for key in ("splits", "download_size", "dataset_size"):
+            info.pop(key, None)
+    card.save(out / "README.md")
     return out
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from datasets import load_dataset
 from PIL import Image
 
 from benchmarks.learning_signal import balanced, headline
@@ -106,3 +107,5 @@ def test_balanced_rows_keep_as_many_of_each_answer_as_the_rarest_has(builds, tmp
     ids = {r["question_id"] for r in before[name]}
     assert {r["question_id"] for r in after[name]} <= ids
     assert {k: v for k, v in after.items() if k != name} == {k: v for k, v in before.items() if k != name}
+    loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
+    assert len(loaded) == len(kept)
