@@ -18,9 +18,9 @@ per image (GEMeX `sft_per_image`, ReXVQA `sft_per_study`), each given the per-qu
 (the per-image run is stopped by SIGTERM, which makes `sft.py` save and exit) and scored at the
 checkpoints nearest 25, 50 and 100% of that time.
 
-GEMeX releases are synthesized with `--plain-findings` (each finding a large, high-contrast mark filling
-its region, so the answer is in sight at the probe's 112 px; `--no-plain-findings` for the default
-drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has.
+GEMeX releases are synthesized with `--plain-findings answered` (each finding a closed-ended "Yes." names
+drawn as a large, high-contrast mark filling its region, so the answer is in sight at the probe's 112 px;
+`--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has.
 
 The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
 """
@@ -68,7 +68,7 @@ class Settings:
     batch_size: int = 16
     learning_rate: float = 2e-3
     gemex_config: str = ""
-    plain_findings: bool = True
+    plain_findings: str = "answered"
     balance_answers: bool = False
     max_new_tokens: int = 96
     threads: int = 1
@@ -126,7 +126,7 @@ def release_and_build(settings: Settings, dataset: str, name: str, count: int, s
     flag = "--num-images" if dataset == "gemex" else "--num-studies"
     if not build.is_dir():
         shutil.rmtree(raw, ignore_errors=True)
-        plain = ["--plain-findings"] if dataset == "gemex" and settings.plain_findings else []
+        plain = ["--plain-findings", settings.plain_findings] if dataset == "gemex" and settings.plain_findings else []
         command(
             settings,
             ["cxr-vqa", "synthesize", dataset, "--out", str(raw), flag, str(count), "--seed", str(seed), *plain],
@@ -370,7 +370,11 @@ def table(runs: list[Run], majorities: list[dict]) -> str:
 
 def release_note(settings: Settings) -> str:
     """How the GEMeX rows were made, printed above the table (result.json's settings hold the same)."""
-    drawn = "plain findings (synthesize gemex --plain-findings)" if settings.plain_findings else "default drawing"
+    drawn = (
+        f"plain findings (synthesize gemex --plain-findings {settings.plain_findings})"
+        if settings.plain_findings
+        else "default drawing"
+    )
     rows = "answers balanced" if settings.balance_answers and settings.gemex_config else "every row"
     return f"GEMeX images: {drawn}; training rows: {rows}"
 
@@ -422,9 +426,9 @@ def parse(argv: list[str] | None) -> Settings:
     )
     p.add_argument(
         "--plain-findings",
-        action=argparse.BooleanOptionalAction,
+        choices=("all", "answered", ""),
         default=d.plain_findings,
-        help="GEMeX releases drawn with `synthesize gemex --plain-findings` (each finding a large, high-contrast mark)",
+        help="GEMeX releases drawn with `synthesize gemex --plain-findings WHICH` ('': the default drawing)",
     )
     p.add_argument(
         "--balance-answers",

@@ -237,8 +237,12 @@ def parser() -> argparse.ArgumentParser:
     synth_gemex.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images")
     synth_gemex.add_argument(
         "--plain-findings",
-        action="store_true",
-        help="draw each finding as a large, high-contrast mark of its kind filling its region (for probes)",
+        nargs="?",
+        const="all",
+        default="",
+        choices=("all", "answered"),
+        help="draw findings as large, high-contrast marks of their kind filling their region (for probes): "
+        "all of them (the default), or those a closed-ended 'Yes.' names",
     )
     synth_gemex.set_defaults(func=run_synthesize_gemex)
 

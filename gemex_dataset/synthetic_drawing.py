@@ -4,6 +4,7 @@ into the box of the region it is in, so the image, not the text, carries the ans
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
@@ -34,7 +35,7 @@ def paint_order(shown: list[Shown], layout: Layout) -> list[Shown]:
 class ChestPainter:
     """Draws on one image in pixel coordinates of its regions' boxes."""
 
-    def __init__(self, layout: Layout, width: int, height: int, plain: bool = False):
+    def __init__(self, layout: Layout, width: int, height: int, plain: bool | Collection[Shown] = False):
         self.layout, self.width, self.height, self.plain = layout, width, height, plain
         self.image = Image.new("L", (width, height), 25)
         self.draw = ImageDraw.Draw(self.image)
@@ -112,11 +113,12 @@ class ChestPainter:
     def finding(self, shown: Shown, seed: int) -> None:
         """Paint one finding inside its region's box; its extent follows the severity, a nodule's diameter its size."""
         kind = FINDING_BY_NAME[shown.finding].kind
-        if self.plain and shown.region.startswith("bilateral "):
+        plain = self.plain is True or (bool(self.plain) and shown in self.plain)
+        if plain and shown.region.startswith("bilateral "):
             for side in ("right", "left"):
                 self.plain_finding(Shown(shown.finding, shown.region.replace("bilateral", side), shown.severity, 0))
             return
-        if self.plain:
+        if plain:
             self.plain_finding(shown)
             return
         if shown.region.startswith("bilateral ") and kind not in ("nodule", "clips", "line"):
@@ -173,17 +175,25 @@ class ChestPainter:
 
     def picture(self, seed: int) -> Image.Image:
         img = (
-            self.image if self.plain else self.image.filter(ImageFilter.GaussianBlur(radius=max(1.0, self.width / 250)))
+            self.image
+            if self.plain is True
+            else self.image.filter(ImageFilter.GaussianBlur(radius=max(1.0, self.width / 250)))
         )
         noise = np.random.default_rng(seed).normal(0, 6, (self.height, self.width))
         return Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) + noise, 0, 255).astype(np.uint8))
 
 
 def draw_chest(
-    layout: Layout, width: int, height: int, seed: int, shown: list[Shown] = (), plain: bool = False
+    layout: Layout,
+    width: int,
+    height: int,
+    seed: int,
+    shown: list[Shown] = (),
+    plain: bool | Collection[Shown] = False,
 ) -> Image.Image:
     """A grayscale radiograph-like picture whose structures fill their regions' boxes, with `shown` painted in
-    (`plain`: each as a large, high-contrast mark of its kind, unblurred, for probes that must see it)."""
+    (`plain`: True, each as a large, high-contrast mark of its kind, unblurred, for probes that must see it;
+    a collection, those of `shown` in it)."""
     painter = ChestPainter(layout, width, height, plain)
     heart = next((s for s in shown if FINDING_BY_NAME[s.finding].kind == "heart"), None)
     # the heart fills 0.72 of its box's width when normal, 0.85-0.99 when enlarged

@@ -147,14 +147,17 @@ def test_synthesize_writes_a_release(tmp_path):
 
 
 def test_synthesize_plain_findings_redraws_the_images_of_the_same_questions(tmp_path):
-    for name, extra in (("default", []), ("plain", ["--plain-findings"])):
+    variants = {"default": [], "all": ["--plain-findings"], "answered": ["--plain-findings", "answered"]}
+    for name, extra in variants.items():
         assert main(["synthesize", "gemex", "--out", str(tmp_path / name), "--num-images", "6", *extra]) == 0
-    default, plain = tmp_path / "default", tmp_path / "plain"
+    default = tmp_path / "default"
     questions = sorted((default / "per_type").rglob("*.jsonl"))
-    assert [q.read_bytes() for q in questions] == [(plain / q.relative_to(default)).read_bytes() for q in questions]
     images = sorted((default / "files").rglob("*.jpg"))
     assert len(images) == 6
-    assert any(i.read_bytes() != (plain / i.relative_to(default)).read_bytes() for i in images)
+    for name in ("all", "answered"):
+        plain = tmp_path / name
+        assert [q.read_bytes() for q in questions] == [(plain / q.relative_to(default)).read_bytes() for q in questions]
+        assert any(i.read_bytes() != (plain / i.relative_to(default)).read_bytes() for i in images)
 
 
 def one_line_error(args: list[str], capsys) -> str:

@@ -7,7 +7,7 @@ from PIL import Image
 
 from builders.box_frame import frame224_to_pixels
 from gemex_dataset.anatomy import REGIONS
-from gemex_dataset.synthetic import generate, make_image, split_sizes
+from gemex_dataset.synthetic import answered_findings, generate, make_image, split_sizes
 from gemex_dataset.synthetic_distributions import FINDING_BY_NAME
 from gemex_dataset.synthetic_drawing import draw_chest
 from gemex_dataset.synthetic_questions import graded, region_cells, within
@@ -267,3 +267,20 @@ def test_plain_findings_cover_their_region_at_probe_size():
         if image.shown:
             assert not np.array_equal(full, small(image.shown, plain=False))
     assert len(shares) > 20 and np.median(shares) > 0.5
+
+
+def test_answered_findings_are_those_a_closed_ended_yes_names_and_only_they_are_plain():
+    checked = 0
+    for index in range(20):
+        image = make_image(3, index, 8)
+        named = answered_findings(image)
+        for q in image.questions["closed_ended"]:
+            if q["answer"] == "Yes.":
+                assert any(s.region == q["visual_regions"][0] and s.finding in q["question"] for s in named), q
+                checked += 1
+        assert named <= set(image.shown)
+        if named and len(named) < len(image.shown):
+            only = draw_chest(image.layout, image.width, image.height, index, image.shown, named)
+            every = draw_chest(image.layout, image.width, image.height, index, image.shown, True)
+            assert not np.array_equal(np.asarray(only), np.asarray(every))
+    assert checked > 5
