@@ -18,6 +18,10 @@ per image (GEMeX `sft_per_image`, ReXVQA `sft_per_study`), each given the per-qu
 (the per-image run is stopped by SIGTERM, which makes `sft.py` save and exit) and scored at the
 checkpoints nearest 25, 50 and 100% of that time.
 
+GEMeX releases are synthesized with `--plain-findings answered` (each finding a closed-ended "Yes." names
+drawn as a large, high-contrast mark filling its region, so the answer is in sight at the probe's 112 px;
+`--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has.
+
 The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
 """
 
@@ -26,6 +30,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
 import shutil
 import signal
 import subprocess
@@ -33,6 +38,9 @@ import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+import pyarrow.parquet as pq
+from huggingface_hub import DatasetCard
 
 from benchmarks.probe_arms import ARMS, make_arm
 
@@ -60,6 +68,8 @@ class Settings:
     batch_size: int = 16
     learning_rate: float = 2e-3
     gemex_config: str = ""
+    plain_findings: str = "answered"
+    balance_answers: bool = False
     max_new_tokens: int = 96
     threads: int = 1
 
@@ -116,8 +126,11 @@ def release_and_build(settings: Settings, dataset: str, name: str, count: int, s
     flag = "--num-images" if dataset == "gemex" else "--num-studies"
     if not build.is_dir():
         shutil.rmtree(raw, ignore_errors=True)
+        plain = ["--plain-findings", settings.plain_findings] if dataset == "gemex" and settings.plain_findings else []
         command(
-            settings, ["cxr-vqa", "synthesize", dataset, "--out", str(raw), flag, str(count), "--seed", str(seed)], log
+            settings,
+            ["cxr-vqa", "synthesize", dataset, "--out", str(raw), flag, str(count), "--seed", str(seed), *plain],
+            log,
         )
         source = ["--source", str(raw)] + (["--images", str(raw / "files")] if dataset == "gemex" else [])
         command(
@@ -128,6 +141,29 @@ def release_and_build(settings: Settings, dataset: str, name: str, count: int, s
         )
         shutil.rmtree(raw)
     return build
+
+
+def balanced(build: Path, config: str, out: Path, seed: int) -> Path:
+    """`build` copied to `out` with its train split's `config` rows cut to as many of each answer as the rarest
+    has (a fixed random choice by `seed`), so no answer prior is worth learning; other files copied as they are."""
+    if out.is_dir():
+        return out
+    shutil.copytree(build, out)
+    path = next((out / "data" / "train").glob(f"{config}-*.parquet"))
+    table = pq.read_table(path)
+    by_answer: dict[str, list[int]] = {}
+    for index, answer in enumerate(table["answer"].to_pylist()):
+        by_answer.setdefault(answer, []).append(index)
+    keep = min(len(rows) for rows in by_answer.values())
+    rng = random.Random(seed)
+    chosen = sorted(i for rows in by_answer.values() for i in rng.sample(rows, keep))
+    pq.write_table(table.take(chosen), path)
+    card = DatasetCard.load(out / "README.md")
+    for info in card.data.get("dataset_info") or []:  # the recorded split sizes are no longer the files'
+        for key in ("splits", "download_size", "dataset_size"):
+            info.pop(key, None)
+    card.save(out / "README.md")
+    return out
 
 
 def probe_model(settings: Settings) -> Path:
@@ -332,6 +368,17 @@ def table(runs: list[Run], majorities: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def release_note(settings: Settings) -> str:
+    """How the GEMeX rows were made, printed above the table (result.json's settings hold the same)."""
+    drawn = (
+        f"plain findings (synthesize gemex --plain-findings {settings.plain_findings})"
+        if settings.plain_findings
+        else "default drawing"
+    )
+    rows = "answers balanced" if settings.balance_answers and settings.gemex_config else "every row"
+    return f"GEMeX images: {drawn}; training rows: {rows}"
+
+
 def margins(runs: list[Run], majorities: list[dict]) -> list[str]:
     """The target's margins: images above blank and shuffled (>= 10 points) and above majority (>= 5)."""
     out = []
@@ -377,6 +424,18 @@ def parse(argv: list[str] | None) -> Settings:
         help="the GEMeX config trained on per question and scored ('': sft, every type; "
         "closed_ended, single_choice or multi_choice: that type alone)",
     )
+    p.add_argument(
+        "--plain-findings",
+        choices=("all", "answered", ""),
+        default=d.plain_findings,
+        help="GEMeX releases drawn with `synthesize gemex --plain-findings WHICH` ('': the default drawing)",
+    )
+    p.add_argument(
+        "--balance-answers",
+        action=argparse.BooleanOptionalAction,
+        default=d.balance_answers,
+        help="train every arm on as many rows of each answer as the rarest has (GEMeX, with --gemex-config)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="GEMeX reply length (boxes included)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads of each command")
     a = p.parse_args(argv)
@@ -396,6 +455,8 @@ def parse(argv: list[str] | None) -> Settings:
         batch_size=a.batch_size,
         learning_rate=a.learning_rate,
         gemex_config=a.gemex_config,
+        plain_findings=a.plain_findings,
+        balance_answers=a.balance_answers,
         max_new_tokens=a.max_new_tokens,
         threads=a.threads,
     )
@@ -412,6 +473,10 @@ def main(argv: list[str] | None = None) -> int:
         count = settings.train_images if dataset == "gemex" else settings.train_studies
         held = settings.held_out_images if dataset == "gemex" else settings.held_out_studies
         train_build = release_and_build(settings, dataset, "train", count, settings.seed)
+        if dataset == "gemex" and settings.balance_answers and settings.gemex_config:
+            train_build = balanced(
+                train_build, settings.gemex_config, settings.out / "gemex-train-balanced", settings.seed
+            )
         held_out = release_and_build(settings, dataset, "held-out", held, settings.seed + HELD_OUT_SEED)
         majorities.append(majority(settings, dataset, held_out))
         make = layout_runs if settings.layout == "per_image" else arms_runs
@@ -424,6 +489,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_seconds": round(time.monotonic() - start, 1),
     }
     (settings.out / "result.json").write_text(json.dumps(result, indent=1))
+    print(release_note(settings))
     print(table(runs, majorities))
     for line in margins(runs, majorities):
         print(line)

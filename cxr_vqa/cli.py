@@ -108,7 +108,12 @@ def run_synthesize_gemex(args: argparse.Namespace) -> int:
     from gemex_dataset.synthetic import generate
 
     release = generate(
-        args.out, num_images=args.num_images, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc
+        args.out,
+        num_images=args.num_images,
+        seed=args.seed,
+        downscale=args.downscale,
+        num_proc=args.num_proc,
+        plain_findings=args.plain_findings,
     )
     print(
         f"{args.out}: synthetic GEMeX release, images per split {release.images}, questions per split {release.questions}"
@@ -243,6 +248,15 @@ def parser() -> argparse.ArgumentParser:
         "--downscale", type=int, default=8, help="images this many times smaller than MIMIC-CXR's per side"
     )
     synth_gemex.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images")
+    synth_gemex.add_argument(
+        "--plain-findings",
+        nargs="?",
+        const="all",
+        default="",
+        choices=("all", "answered"),
+        help="draw findings as large, high-contrast marks of their kind filling their region (for probes): "
+        "all of them (the default), or those a closed-ended 'Yes.' names",
+    )
     synth_gemex.set_defaults(func=run_synthesize_gemex)
 
     synth_rexvqa = synth_datasets.add_parser(

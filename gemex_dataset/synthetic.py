@@ -188,10 +188,25 @@ def make_image(seed: int, index: int, downscale: int, test: bool = False) -> Syn
     return image
 
 
-def write_image(image: SyntheticImage, image_root: Path, index: int) -> None:
+PLAIN_FINDINGS = ("all", "answered")
+"""Which findings `--plain-findings` draws plainly: every one, or those a closed-ended "Yes." names."""
+
+
+def answered_findings(image: SyntheticImage) -> frozenset[Shown]:
+    """The findings a closed-ended question of the image answers "Yes." about: its finding in its region."""
+    named = set()
+    for q in image.questions.get("closed_ended", []):
+        if q["answer"] == "Yes.":
+            region = q["visual_regions"][0]
+            named |= {s for s in image.shown if s.region == region and s.finding in q["question"]}
+    return frozenset(named)
+
+
+def write_image(image: SyntheticImage, image_root: Path, index: int, plain_findings: str = "") -> None:
     path = image_root / image.image_path
     path.parent.mkdir(parents=True, exist_ok=True)
-    draw_chest(image.layout, image.width, image.height, index, image.shown).save(
+    plain = answered_findings(image) if plain_findings == "answered" else plain_findings == "all"
+    draw_chest(image.layout, image.width, image.height, index, image.shown, plain).save(
         path, quality=90, comment=image_tag(path.name)
     )
 
@@ -228,9 +243,9 @@ def _split_records(
         yield image, image.questions, report(image, random.Random(f"{seed}/report/{index}"))
 
 
-def _write_images(seed: int, downscale: int, root: str, chunk: Chunk) -> int:
+def _write_images(seed: int, downscale: int, root: str, plain_findings: str, chunk: Chunk) -> int:
     for index in range(chunk.first, chunk.first + chunk.count):
-        write_image(make_image(seed, index, downscale, chunk.split == "test"), Path(root), index)
+        write_image(make_image(seed, index, downscale, chunk.split == "test"), Path(root), index, plain_findings)
     return chunk.count
 
 
@@ -358,11 +373,15 @@ def generate(
     layouts: tuple[str, ...] = LAYOUTS,
     num_proc: int = 1,
     images: bool = True,
+    plain_findings: str = "",
 ) -> SyntheticRelease:
     """Write a synthetic release of `num_images` images (the paper has 151,025) to `out`.
 
     Images are `downscale` times smaller than MIMIC-CXR's on each side (8 by default:
-    about 318 x 382 for a 2544 x 3056 original).
+    about 318 x 382 for a 2544 x 3056 original). `plain_findings` ("all" or "answered": only
+    the findings a closed-ended "Yes." names, the rest drawn as by default) draws those findings as large,
+    high-contrast marks of their kind filling their region's box (the same questions and answers), for
+    probes that must see the answer at a small image size.
     """
     out = Path(out)
     sizes = split_sizes(num_images)
@@ -378,6 +397,6 @@ def generate(
         write_annotations=annotations,
         chunk_size=256,
         num_proc=num_proc,
-        write_images=partial(_write_images, seed, downscale, str(out / "files")) if images else None,
+        write_images=partial(_write_images, seed, downscale, str(out / "files"), plain_findings) if images else None,
     )
     return SyntheticRelease(out, sizes, counts)

@@ -4,6 +4,7 @@ into the box of the region it is in, so the image, not the text, carries the ans
 from __future__ import annotations
 
 import random
+from collections.abc import Collection
 
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
@@ -34,8 +35,8 @@ def paint_order(shown: list[Shown], layout: Layout) -> list[Shown]:
 class ChestPainter:
     """Draws on one image in pixel coordinates of its regions' boxes."""
 
-    def __init__(self, layout: Layout, width: int, height: int):
-        self.layout, self.width, self.height = layout, width, height
+    def __init__(self, layout: Layout, width: int, height: int, plain: bool | Collection[Shown] = False):
+        self.layout, self.width, self.height, self.plain = layout, width, height, plain
         self.image = Image.new("L", (width, height), 25)
         self.draw = ImageDraw.Draw(self.image)
 
@@ -47,7 +48,7 @@ class ChestPainter:
         """The heart filling `scale` of its box's width."""
         x1, y1, x2, y2 = self.box("cardiac region")
         cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) / 2 * scale, (y2 - y1) / 2
-        self.draw.ellipse((cx - hw, cy - hh, cx + hw, cy + hh), fill=190)
+        self.draw.ellipse((cx - hw, cy - hh, cx + hw, cy + hh), fill=250 if self.plain and scale > 0.8 else 190)
 
     def anatomy(self, heart_scale: float) -> None:
         draw, width, height = self.draw, self.width, self.height
@@ -77,9 +78,49 @@ class ChestPainter:
         around = self.image.getpixel((min(int(x), self.width - 1), min(int(y), self.height - 1)))
         return around + step if around + step <= 250 else max(0, around - step)
 
+    def plain_finding(self, shown: Shown) -> None:
+        """Paint one finding as a large mark of its kind's own pattern, white or black, filling its region's box
+        by its severity: visible in a 112-pixel image, one look per kind."""
+        kind = FINDING_BY_NAME[shown.finding].kind
+        x1, y1, x2, y2 = self.box(shown.region)
+        w, h = x2 - x1, y2 - y1
+        share = 0.5 + 0.5 * SEVERITY_EXTENT[shown.severity]
+        cx, cy = (x1 + x2) / 2, (y1 + y2) / 2
+        hw, hh = w * share / 2, h * share / 2
+        thick = max(3, self.width // 24)
+        draw = self.draw
+        if kind == "opacity":
+            draw.ellipse((cx - hw, cy - hh, cx + hw, cy + hh), fill=OPACITY_FILL.get(shown.finding, 140) + 100)
+        elif kind == "nodule":
+            r = min(hw, hh)
+            draw.ellipse((cx - r, cy - r, cx + r, cy + r), fill=0, outline=255, width=thick)
+        elif kind == "effusion":
+            draw.rectangle((x1, y2 - h * share, x2, y2), fill=245)
+        elif kind == "pneumothorax":
+            draw.rectangle((x1, y1, x2, y1 + h * share), fill=0)
+        elif kind == "line":
+            draw.line((cx, y1, cx, y2), fill=255, width=2 * thick)
+        elif kind == "spots":
+            for k in range(4):
+                y = y1 + h * (2 * k + 1) / 8
+                draw.rectangle((x1, y - thick / 2, x2, y + thick / 2), fill=255)
+        elif kind == "clips":
+            draw.line((cx - hw, cy - hh, cx + hw, cy + hh), fill=255, width=thick)
+            draw.line((cx - hw, cy + hh, cx + hw, cy - hh), fill=255, width=thick)
+        else:  # hilum, dome, widening: the structure itself, white
+            draw.rectangle((cx - hw, cy - hh, cx + hw, cy + hh), fill=235)
+
     def finding(self, shown: Shown, seed: int) -> None:
         """Paint one finding inside its region's box; its extent follows the severity, a nodule's diameter its size."""
         kind = FINDING_BY_NAME[shown.finding].kind
+        plain = self.plain is True or (bool(self.plain) and shown in self.plain)
+        if plain and shown.region.startswith("bilateral "):
+            for side in ("right", "left"):
+                self.plain_finding(Shown(shown.finding, shown.region.replace("bilateral", side), shown.severity, 0))
+            return
+        if plain:
+            self.plain_finding(shown)
+            return
         if shown.region.startswith("bilateral ") and kind not in ("nodule", "clips", "line"):
             for side in ("right", "left"):  # on each lung, not across the mediastinum
                 self.finding(
@@ -133,14 +174,27 @@ class ChestPainter:
                 draw.line((px - 3 * line, py - 3 * line, px, py, px + 3 * line, py - 3 * line), fill=250, width=line)
 
     def picture(self, seed: int) -> Image.Image:
-        img = self.image.filter(ImageFilter.GaussianBlur(radius=max(1.0, self.width / 250)))
+        img = (
+            self.image
+            if self.plain is True
+            else self.image.filter(ImageFilter.GaussianBlur(radius=max(1.0, self.width / 250)))
+        )
         noise = np.random.default_rng(seed).normal(0, 6, (self.height, self.width))
         return Image.fromarray(np.clip(np.asarray(img, dtype=np.float32) + noise, 0, 255).astype(np.uint8))
 
 
-def draw_chest(layout: Layout, width: int, height: int, seed: int, shown: list[Shown] = ()) -> Image.Image:
-    """A grayscale radiograph-like picture whose structures fill their regions' boxes, with `shown` painted in."""
-    painter = ChestPainter(layout, width, height)
+def draw_chest(
+    layout: Layout,
+    width: int,
+    height: int,
+    seed: int,
+    shown: list[Shown] = (),
+    plain: bool | Collection[Shown] = False,
+) -> Image.Image:
+    """A grayscale radiograph-like picture whose structures fill their regions' boxes, with `shown` painted in
+    (`plain`: True, each as a large, high-contrast mark of its kind, unblurred, for probes that must see it;
+    a collection, those of `shown` in it)."""
+    painter = ChestPainter(layout, width, height, plain)
     heart = next((s for s in shown if FINDING_BY_NAME[s.finding].kind == "heart"), None)
     # the heart fills 0.72 of its box's width when normal, 0.85-0.99 when enlarged
     scale = 0.85 + 0.15 * SEVERITY_EXTENT[heart.severity] if heart else 0.72

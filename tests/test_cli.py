@@ -146,6 +146,20 @@ def test_synthesize_writes_a_release(tmp_path):
     assert (tmp_path / "r" / "per_type" / "test" / "open_ended_question.jsonl").exists()
 
 
+def test_synthesize_plain_findings_redraws_the_images_of_the_same_questions(tmp_path):
+    variants = {"default": [], "all": ["--plain-findings"], "answered": ["--plain-findings", "answered"]}
+    for name, extra in variants.items():
+        assert main(["synthesize", "gemex", "--out", str(tmp_path / name), "--num-images", "6", *extra]) == 0
+    default = tmp_path / "default"
+    questions = sorted((default / "per_type").rglob("*.jsonl"))
+    images = sorted((default / "files").rglob("*.jpg"))
+    assert len(images) == 6
+    for name in ("all", "answered"):
+        plain = tmp_path / name
+        assert [q.read_bytes() for q in questions] == [(plain / q.relative_to(default)).read_bytes() for q in questions]
+        assert any(i.read_bytes() != (plain / i.relative_to(default)).read_bytes() for i in images)
+
+
 def one_line_error(args: list[str], capsys) -> str:
     """What `cxr-vqa ARGS` prints on standard error, checked to be one line with exit status 1
     (`main`'s, in this process: `test_errors_are_one_line_and_exit_non_zero` runs the command itself)."""

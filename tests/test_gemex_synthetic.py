@@ -7,7 +7,7 @@ from PIL import Image
 
 from builders.box_frame import frame224_to_pixels
 from gemex_dataset.anatomy import REGIONS
-from gemex_dataset.synthetic import generate, make_image, split_sizes
+from gemex_dataset.synthetic import answered_findings, generate, make_image, split_sizes
 from gemex_dataset.synthetic_distributions import FINDING_BY_NAME
 from gemex_dataset.synthetic_drawing import draw_chest
 from gemex_dataset.synthetic_questions import graded, region_cells, within
@@ -243,3 +243,44 @@ def test_questions_and_reasons_read_right():
             assert not (any(n in head for n in names) and q.lower().count(next(n for n in names if n in head)) > 1), q
     assert len(set(reasons)) / len(reasons) > 0.6
     assert len(set(questions)) / len(questions) > 0.93
+
+
+def test_plain_findings_cover_their_region_at_probe_size():
+    """`plain`: at the 112-pixel size a probe sees, each finding changes a large share of its region's box by
+    a high contrast against the same picture without findings, and the default drawing is not the plain one."""
+    shares = []
+    for index in range(12):
+        image = make_image(3, index, 8)
+
+        def small(shown, plain=True, image=image, index=index):
+            drawn = draw_chest(image.layout, image.width, image.height, index, shown, plain)
+            return np.asarray(drawn.resize((112, 112)), dtype=np.float32)
+
+        full, bare = small(image.shown), small([])
+        for shown in image.shown:
+            (x1, y1, x2, y2), _ = frame224_to_pixels(image.region_boxes[shown.region], image.width, image.height)
+            sx, sy = 112 / image.width, 112 / image.height
+            box = np.abs(full - bare)[round(y1 * sy) : round(y2 * sy), round(x1 * sx) : round(x2 * sx)]
+            share = (box > 50).mean()
+            assert share > 0.1, shown
+            shares.append(share)
+        if image.shown:
+            assert not np.array_equal(full, small(image.shown, plain=False))
+    assert len(shares) > 20 and np.median(shares) > 0.5
+
+
+def test_answered_findings_are_those_a_closed_ended_yes_names_and_only_they_are_plain():
+    checked = 0
+    for index in range(20):
+        image = make_image(3, index, 8)
+        named = answered_findings(image)
+        for q in image.questions["closed_ended"]:
+            if q["answer"] == "Yes.":
+                assert any(s.region == q["visual_regions"][0] and s.finding in q["question"] for s in named), q
+                checked += 1
+        assert named <= set(image.shown)
+        if named and len(named) < len(image.shown):
+            only = draw_chest(image.layout, image.width, image.height, index, image.shown, named)
+            every = draw_chest(image.layout, image.width, image.height, index, image.shown, True)
+            assert not np.array_equal(np.asarray(only), np.asarray(every))
+    assert checked > 5

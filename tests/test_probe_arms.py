@@ -11,9 +11,10 @@ from pathlib import Path
 import numpy as np
 import pyarrow.parquet as pq
 import pytest
+from datasets import load_dataset
 from PIL import Image
 
-from benchmarks.learning_signal import headline
+from benchmarks.learning_signal import balanced, headline
 from benchmarks.probe_arms import image_column, make_arm, parquet_files, permutation
 from cxr_vqa.cli import main as cxr_vqa
 
@@ -93,3 +94,18 @@ def test_the_headline_accuracy_weighs_the_scored_types_by_their_questions():
     assert headline("gemex", scores) == (60.0, 38.0, 50)
     assert headline("gemex", scores, ("closed_ended",)) == (80.0, 50.0, 30)
     assert headline("rexvqa", {"overall": {"accuracy": 41.5, "questions": 600}}) == (41.5, None, 600)
+
+
+def test_balanced_rows_keep_as_many_of_each_answer_as_the_rarest_has(builds, tmp_path):
+    out = balanced(builds["gemex"], "closed_ended", tmp_path / "balanced", seed=0)
+    name = "data/train/closed_ended-00000-of-00001.parquet"
+    before, after = rows(builds["gemex"]), rows(out)
+    answers = [r["answer"] for r in before[name]]
+    rarest = min(answers.count(a) for a in set(answers))
+    kept = [r["answer"] for r in after[name]]
+    assert {a: kept.count(a) for a in set(kept)} == dict.fromkeys(set(answers), rarest)
+    ids = {r["question_id"] for r in before[name]}
+    assert {r["question_id"] for r in after[name]} <= ids
+    assert {k: v for k, v in after.items() if k != name} == {k: v for k, v in before.items() if k != name}
+    loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
+    assert len(loaded) == len(kept)
