@@ -8,7 +8,6 @@ each ``<image>`` tag one image, and the images decoded to the pixels the recipes
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 
@@ -24,6 +23,7 @@ from training_recipes.data import dataset_kind, decode_image, to_messages
 
 from . import tiny_models
 from .trainer_env import run_in
+from .trainer_envs.image_digest import image_digests
 
 pytestmark = pytest.mark.slow
 
@@ -48,7 +48,7 @@ def expected_rows(folder, config: str, split: str) -> list[dict]:
         rows.append(
             {
                 "messages": text_messages(to_messages(row, kind, settings)),
-                "images": [{"size": list(i.size), "sha256": hashlib.sha256(i.tobytes()).hexdigest()} for i in images],
+                "images": image_digests(images),
             }
         )
     return rows
@@ -62,12 +62,18 @@ def name_parts(name: str) -> tuple[str, str]:
     return config, split
 
 
-@pytest.mark.parametrize("build", ["gemex_embed", "rexvqa_embed"])
-def test_llamafactory_reads_every_row_as_ours(build, request, tmp_path):
+def converted(build: str, tool: str, request, tmp_path) -> tuple:
+    """The build fixture named `build` and the folder `cxr-vqa convert --to TOOL` wrote of it."""
     folder = request.getfixturevalue(build)
     folder = folder[0] if isinstance(folder, tuple) else folder
-    out = tmp_path / "lf"
-    assert main(["convert", str(folder), "--to", "llamafactory", "--out", str(out)]) == 0
+    out = tmp_path / tool
+    assert main(["convert", str(folder), "--to", tool, "--out", str(out)]) == 0
+    return folder, out
+
+
+@pytest.mark.parametrize("build", ["gemex_embed", "rexvqa_embed"])
+def test_llamafactory_reads_every_row_as_ours(build, request, tmp_path):
+    folder, out = converted(build, "llamafactory", request, tmp_path)
     info = json.loads((out / "dataset_info.json").read_text())
     assert {(c, s) for c, s in map(name_parts, info)} == {
         (c, s)
@@ -94,10 +100,7 @@ def test_llamafactory_reads_every_row_as_ours(build, request, tmp_path):
 @pytest.mark.parametrize("build", ["gemex_embed", "rexvqa_embed"])
 def test_swift_reads_every_row_as_ours(build, request, tmp_path):
     """GEMeX boxes go in as `objects`; written out by ms-swift's Qwen2.5-VL template they are the recipe's text."""
-    folder = request.getfixturevalue(build)
-    folder = folder[0] if isinstance(folder, tuple) else folder
-    out = tmp_path / "swift"
-    assert main(["convert", str(folder), "--to", "swift", "--out", str(out)]) == 0
+    folder, out = converted(build, "swift", request, tmp_path)
     files = sorted(p.name for p in out.glob("*.jsonl"))
     if build.startswith("gemex"):
         first = json.loads((out / files[0]).read_text().splitlines()[0])

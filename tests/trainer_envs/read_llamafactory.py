@@ -8,7 +8,6 @@ torchaudio is stood in for by an empty module: LLaMA-Factory's multimodal plugin
 time for audio alone, and no torchaudio build on PyPI loads beside the local CPU torch (2.13).
 """
 
-import hashlib
 import importlib.machinery
 import json
 import sys
@@ -18,6 +17,7 @@ audio = types.ModuleType("torchaudio")
 audio.__spec__ = importlib.machinery.ModuleSpec("torchaudio", None)
 sys.modules["torchaudio"] = audio
 
+from image_digest import image_digests  # noqa: E402
 from llamafactory.data.loader import _get_merged_dataset  # noqa: E402
 from llamafactory.data.mm_plugin import get_mm_plugin  # noqa: E402
 from llamafactory.hparams import DataArguments, ModelArguments  # noqa: E402
@@ -44,10 +44,7 @@ def main() -> None:
                 {
                     "system": row["_system"],
                     "messages": messages,
-                    "images": [
-                        {"size": list(i.size), "sha256": hashlib.sha256(i.convert("RGB").tobytes()).hexdigest()}
-                        for i in images
-                    ],
+                    "images": image_digests(images),
                 }
             )
         out[name] = rows

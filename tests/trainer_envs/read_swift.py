@@ -7,11 +7,11 @@ own steps: boxes rescaled to the image it is sent (`normalize_bbox`), each ``<bb
     ROOT_IMAGE_DIR=DIR python read_swift.py FILE.jsonl[,FILE.jsonl...]
 """
 
-import hashlib
 import json
 import sys
 import types
 
+from image_digest import image_digests
 from swift.dataset import load_dataset
 from swift.template.template_inputs import StdTemplateInputs
 from swift.template.templates.qwen import Qwen2_5VLTemplate
@@ -53,10 +53,7 @@ def main() -> None:
             rows.append(
                 {
                     "messages": messages,
-                    "images": [
-                        {"size": list(i.size), "sha256": hashlib.sha256(i.convert("RGB").tobytes()).hexdigest()}
-                        for i in images
-                    ],
+                    "images": image_digests(images),
                 }
             )
         out[path] = rows
