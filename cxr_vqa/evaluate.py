@@ -276,7 +276,7 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     from builders.scoring import text_metrics
     from gemex_dataset import scoring
 
-    image_root = getattr(args, "image_root", None)
+    image_root = args.image_root
     wanted = (*scoring.COLUMNS, "image_path") if image_root else scoring.COLUMNS
     rows = load_split(args.dataset, args.split, wanted, ("question_id", "question_type", "answer", "reason", "boxes"))
     if image_root:
