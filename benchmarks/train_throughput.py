@@ -46,6 +46,7 @@ import torch
 
 from builders import pixel_budget
 from builders.pixel_budget import PixelBudget
+from training_recipes.vision_attention import use_chunked_vision_attention
 
 # datasets, transformers, trl and the recipe's data path are imported where they are used, so `--help` is quick
 
@@ -245,6 +246,12 @@ def parse_args(argv):
         action="store_true",
         help="Batch rows of like length (LengthGroupedSampler over token counts from text and stored image sizes).",
     )
+    parser.add_argument(
+        "--chunked_vision_attention",
+        action="store_true",
+        help="The vision tower's windows attended a few sdpa calls a layer, as the recipes do "
+        "(training_recipes/vision_attention.py); without it, one call per window.",
+    )
     parser.add_argument("--liger", action="store_true", help="Liger's Triton kernels (liger-kernel; GPU only).")
     parser.add_argument("--compile", action="store_true", help="torch.compile each decoder layer and vision block.")
     parser.add_argument(
@@ -324,6 +331,8 @@ def main(argv: list[str] | None = None) -> dict:
     model, processor = build_model_and_processor(
         model_preset(TINY if args.tiny else MODELS[args.model]), budget, args.attn_implementation, device
     )
+    if args.chunked_vision_attention:
+        use_chunked_vision_attention(model)
     n_language, n_vision, n_embed = count_parameters(model)
     if args.liger:
         apply_liger(model)
@@ -422,6 +431,7 @@ def main(argv: list[str] | None = None) -> dict:
             name
             for name, on in (
                 ("group_by_length", args.group_by_length),
+                ("chunked_vision_attention", args.chunked_vision_attention),
                 ("liger", args.liger),
                 ("compile", args.compile),
             )

@@ -55,6 +55,7 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
     for step, row in zip(train_steps, bench["B.1"]):
         assert row["speedups"] == step.get("speedups", plan["train"]["speedups"])
         assert ("--group_by_length" in row["command"]) == ("group_by_length" in row["speedups"])
+        assert ("--chunked_vision_attention" in row["command"]) == ("chunked_vision_attention" in row["speedups"])
         if "compile" in row["speedups"] and row["status"] == "ok":
             assert row["compiled_blocks"] > 0 and row["compiled_graphs"] > 0
     assert all(0 <= r["padding_share"] < 1 for r in bench["B.1"] if r["status"] == "ok")

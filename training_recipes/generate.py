@@ -43,6 +43,7 @@ from training_recipes.data import (
     undecoded,
 )
 from training_recipes.processors import RecipeError, default_dtype, load_processor
+from training_recipes.vision_attention import use_chunked_vision_attention
 
 
 @dataclass
@@ -113,6 +114,7 @@ def load_model(model_name_or_path: str, dtype: str, device: str):
         model = PeftModel.from_pretrained(model, model_name_or_path).merge_and_unload()
     else:
         model = AutoModelForImageTextToText.from_pretrained(model_name_or_path, dtype=torch_dtype)
+    use_chunked_vision_attention(model)
     return model.to(device).eval(), processor
 
 

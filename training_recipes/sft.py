@@ -54,6 +54,7 @@ from training_recipes.launch import adopt_slurm_environment, check_world_size
 from training_recipes.preemption import Preemption
 from training_recipes.processors import RecipeError, bf16_available, default_dtype, load_processor
 from training_recipes.trainer import LengthGroupedSFTTrainer, split_lengths
+from training_recipes.vision_attention import use_chunked_vision_attention
 
 
 @dataclass
@@ -176,6 +177,7 @@ def train(
             attn_implementation=model_args.attn_implementation,
             dtype=dtype,
         )
+    use_chunked_vision_attention(model)
     budget = data_args.pixel_budget
     settings = settings_for(
         model.config.model_type, processor, data_args.box_convention, data_args.fold_system_prompt, budget

@@ -327,7 +327,12 @@ def built_configs(built: Path) -> set[str]:
         return set()
 
 
-SPEEDUP_FLAGS = {"group_by_length": ["--group_by_length"], "liger": ["--liger"], "compile": ["--compile"]}
+SPEEDUP_FLAGS = {
+    "group_by_length": ["--group_by_length"],
+    "chunked_vision_attention": ["--chunked_vision_attention"],
+    "liger": ["--liger"],
+    "compile": ["--compile"],
+}
 """benchmarks/train_throughput.py's flag for each speed-up a plan row may name."""
 
 
@@ -457,7 +462,15 @@ def step_generate(kit: Kit, spec: dict) -> None:
             **{k: v for k, v in batch.items() if k != "seconds"},
         )
     if outcome.status != "ok" or not measured["batches"]:
-        kit.record("B.2", f"{settings['dataset']} generation", outcome, command)
+        kit.record(  # the sweep's rows after the last one measured: killed with the worker
+            "B.2",
+            f"{settings['dataset']} generation",
+            outcome,
+            command,
+            dataset=settings["dataset"],
+            split=settings["split"],
+            variant="the rows after",
+        )
 
 
 def step_loop(kit: Kit, spec: dict) -> None:

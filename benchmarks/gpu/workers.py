@@ -22,6 +22,7 @@ import torch
 
 from benchmarks.gpu.kit import load_plan
 from benchmarks.train_throughput import MODELS, TINY, build_model_and_processor, model_preset
+from training_recipes.vision_attention import use_chunked_vision_attention
 
 
 def budget(plan: dict):
@@ -33,7 +34,9 @@ def budget(plan: dict):
 def model_on_device(plan: dict, tiny: bool):
     torch.manual_seed(0)
     preset = model_preset(TINY if tiny else MODELS[plan["model"]])
-    return build_model_and_processor(preset, budget(plan), plan["attn_implementation"], plan["device"])
+    model, processor = build_model_and_processor(preset, budget(plan), plan["attn_implementation"], plan["device"])
+    use_chunked_vision_attention(model)  # as the recipes load a model
+    return model, processor
 
 
 def synchronize(device: str) -> None:
