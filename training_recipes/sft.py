@@ -24,115 +24,27 @@ Trainer's own flags (Liger 0.8.5's Qwen2.5-VL patch does not load with transform
         --config training_recipes/configs/qwen25vl_lora.yaml
 
 Checkpoints `--resume_from_checkpoint auto` can trust: `training_recipes/checkpoints.py`; SIGTERM:
-`training_recipes/preemption.py`; the trainer: `training_recipes/trainer.py`.
+`training_recipes/preemption.py`; the trainer: `training_recipes/trainer.py`; the data arguments and
+splits: `training_recipes/splits.py`; the vision tower's attention: `training_recipes/vision_attention.py`.
 """
 
 from __future__ import annotations
 
 import sys
-from dataclasses import dataclass, field
 
 import torch
-from datasets import Dataset, IterableDataset, load_dataset
 from transformers import AutoModelForImageTextToText
 from trl import ModelConfig, SFTConfig, TrlParser, get_peft_config
 
-from builders.local_images import HELP as LOCAL_IMAGES_HELP
-from builders.local_images import LocalImagesError, with_local_images
-from builders.pixel_budget import PixelBudgetOptions
+from builders.local_images import LocalImagesError
 from training_recipes.checkpoints import Checkpointing, RunIdentity, resume_checkpoint
-from training_recipes.data import (
-    conversational,
-    first_rows,
-    layout_config,
-    mix,
-    settings_for,
-    stream_sharding,
-    whole_steps,
-)
+from training_recipes.data import settings_for
 from training_recipes.launch import adopt_slurm_environment, check_world_size
 from training_recipes.preemption import Preemption
 from training_recipes.processors import RecipeError, bf16_available, default_dtype, load_processor
-from training_recipes.trainer import LengthGroupedSFTTrainer, split_lengths
+from training_recipes.splits import DataArguments, TrainingSplits
+from training_recipes.trainer import LengthGroupedSFTTrainer
 from training_recipes.vision_attention import use_chunked_vision_attention
-
-
-@dataclass
-class DataArguments(PixelBudgetOptions):
-    """Which built folders to train on, and how their rows become conversations."""
-
-    gemex_path: str | None = field(default=None, metadata={"help": "Built GEMeX folder (or Hub repo id)."})
-    rexvqa_path: str | None = field(default=None, metadata={"help": "Built ReXVQA folder (or Hub repo id)."})
-    gemex_config: str | None = field(default=None, metadata={"help": "GEMeX config, e.g. one question type."})
-    rexvqa_config: str | None = field(default=None, metadata={"help": "ReXVQA config, e.g. one task."})
-    gemex_weight: float = field(default=1.0, metadata={"help": "Sampling weight of GEMeX when mixing."})
-    rexvqa_weight: float = field(default=1.0, metadata={"help": "Sampling weight of ReXVQA when mixing."})
-    train_split: str = field(default="train", metadata={"help": "Split to train on."})
-    eval_split: str | None = field(default=None, metadata={"help": "Split to evaluate the loss on (e.g. validation)."})
-    max_train_samples: int | None = field(default=None, metadata={"help": "Keep the first N rows per dataset."})
-    streaming: bool = field(
-        default=False,
-        metadata={
-            "help": "Stream the rows (nothing cached on disk; a cached load holds an image copy per question). Needs --max_steps."
-        },
-    )
-    box_convention: str | None = field(
-        default=None,
-        metadata={"help": "pixels, qwen2.5-vl, norm1000 or frame224; by default from the model family."},
-    )
-    layout: str = field(
-        default="per_question",
-        metadata={
-            "help": "per_question: one question a row (the paper's setup; --gemex_config/--rexvqa_config pick the config). "
-            "per_image: one conversation per image (GEMeX sft_per_image, ReXVQA sft_per_study), loss on every "
-            "reply; each image is sent once, not once per question, and a non-streaming load caches it once."
-        },
-    )
-    fold_system_prompt: bool | None = field(
-        default=None,
-        metadata={
-            "help": "Put the instruction in the user turn; by default when the chat template rejects a system turn."
-        },
-    )
-    image_root: str | None = field(default=None, metadata={"help": LOCAL_IMAGES_HELP})
-
-
-def load_split(
-    path: str,
-    config: str | None,
-    split: str,
-    max_samples: int | None = None,
-    streaming: bool = False,
-    image_root: str | None = None,
-) -> Dataset | IterableDataset:
-    dataset = load_dataset(path, config, split=split, streaming=streaming)
-    if image_root:
-        dataset = with_local_images(dataset, image_root, streaming)
-    if streaming:
-        return first_rows(dataset, max_samples) if max_samples is not None else dataset
-    if max_samples is not None:
-        dataset = dataset.select(range(min(max_samples, len(dataset))))
-    return dataset
-
-
-def training_data(data_args: DataArguments, settings, split: str, seed: int, max_samples: int | None = None):
-    """One dataset: its lazy conversational split. Two, or `streaming`: a (weighted) stream."""
-    weighted = []
-    if data_args.gemex_path:
-        config = layout_config("gemex", data_args.layout, data_args.gemex_config)
-        gemex = load_split(data_args.gemex_path, config, split, max_samples, data_args.streaming, data_args.image_root)
-        weighted.append((gemex, data_args.gemex_weight))
-    if data_args.rexvqa_path:
-        config = layout_config("rexvqa", data_args.layout, data_args.rexvqa_config)
-        rexvqa = load_split(
-            data_args.rexvqa_path, config, split, max_samples, data_args.streaming, data_args.image_root
-        )
-        weighted.append((rexvqa, data_args.rexvqa_weight))
-    if not weighted:
-        raise ValueError("give --gemex_path, --rexvqa_path or both")
-    if len(weighted) == 1 and not data_args.streaming:
-        return conversational(weighted[0][0], settings)
-    return mix(weighted, settings, seed=seed)
 
 
 def recipe_defaults(training_args: SFTConfig) -> SFTConfig:
@@ -182,31 +94,14 @@ def train(
     settings = settings_for(
         model.config.model_type, processor, data_args.box_convention, data_args.fold_system_prompt, budget
     )
-    train_dataset = training_data(
-        data_args, settings, data_args.train_split, training_args.seed, data_args.max_train_samples
-    )
-    eval_dataset = None
-    if data_args.eval_split:
-        eval_dataset = training_data(data_args, settings, data_args.eval_split, training_args.seed)
-    lengths = {}
-    if training_args.train_sampling_strategy == "group_by_length":
-        for split, dataset in (("train", train_dataset), ("eval", eval_dataset)):
-            counted = split_lengths(dataset, settings, processor, training_args.dataset_num_proc)
-            if counted is not None:
-                lengths[split] = counted
-    stream = isinstance(train_dataset, IterableDataset)
-    if stream:
-        rows_per_step = training_args.per_device_train_batch_size * training_args.gradient_accumulation_steps
-        train_dataset = whole_steps(train_dataset, rows_per_step)
-        if training_args.process_index == 0:
-            print(stream_sharding(train_dataset, training_args.world_size), file=sys.stderr)
+    splits = TrainingSplits.of(data_args, training_args, settings, processor)
     trainer = LengthGroupedSFTTrainer(
-        callbacks=[preemption, Checkpointing(identity, stream, save_total_limit)],
-        lengths=lengths,
+        callbacks=[preemption, Checkpointing(identity, splits.streamed, save_total_limit)],
+        lengths=splits.lengths,
         model=model,
         args=training_args,
-        train_dataset=train_dataset,
-        eval_dataset=eval_dataset,
+        train_dataset=splits.train,
+        eval_dataset=splits.eval,
         processing_class=processor,
         peft_config=get_peft_config(model_args),
     )

@@ -14,14 +14,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import torch
-from datasets import Dataset, IterableDataset
+from datasets import IterableDataset
 from safetensors import safe_open
 from transformers import PreTrainedModel
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from trl import SFTTrainer
 
 from training_recipes.checkpoints import STREAM_STATE
-from training_recipes.data import sequence_lengths
 
 PRIVATE_TRAINER_HOOKS: dict[str, str] = {
     "_build_accelerator_args": "(self, **kwargs) -> dict[str, typing.Any]",
@@ -137,13 +136,6 @@ class LengthGroupedSFTTrainer(SFTTrainer):
 
     def _get_eval_sampler(self, eval_dataset):
         return self.grouped_sampler("eval", self.args.eval_batch_size) or super()._get_eval_sampler(eval_dataset)
-
-
-def split_lengths(dataset, settings, processor, num_proc: int | None) -> list[int] | None:
-    """Token counts of a map-style split's rows; None for a stream (read in its own order)."""
-    if not isinstance(dataset, Dataset):
-        return None
-    return sequence_lengths(dataset.with_format(None), settings, processor, num_proc=num_proc)
 
 
 def saved_stream_epoch(state: dict) -> int | None:
