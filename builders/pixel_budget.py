@@ -149,8 +149,9 @@ class PixelBudgetOptions:
         return PixelBudget(min_pixels=self.min_pixels, max_pixels=self.max_pixels)
 
 
-def from_environment(environ: Mapping[str, str] = os.environ) -> PixelBudget:
-    """The budget `ENVIRONMENT` gives; the default bound where a variable is unset or empty."""
+def from_environment(environ: Mapping[str, str] = os.environ, model_type: str | None = None) -> PixelBudget:
+    """The budget `ENVIRONMENT` gives, the default bound where a variable is unset or empty, at the resize
+    factor of `model_type`'s family (`RESIZE_FACTORS`; Qwen2.5-VL's where it is none of them)."""
     bounds = {}
     for name, variable in ENVIRONMENT.items():
         value = environ.get(variable, "").strip()
@@ -159,4 +160,4 @@ def from_environment(environ: Mapping[str, str] = os.environ) -> PixelBudget:
                 bounds[name] = int(value)
             except ValueError:
                 raise ValueError(f"{variable}={value!r}: expected a number of pixels") from None
-    return PixelBudget(**bounds)
+    return PixelBudget(**bounds, factor=RESIZE_FACTORS.get(model_type or "", RESIZE_FACTORS["qwen2_5_vl"]))

@@ -82,3 +82,20 @@ def test_lmms_eval_tasks_read_the_budget_and_hand_qwen_models_images_at_it(monke
     monkeypatch.setenv("CXR_VQA_MAX_PIXELS", "lots")
     with pytest.raises(ValueError, match="CXR_VQA_MAX_PIXELS='lots'"):
         pixel_budget.from_environment()
+
+
+def test_lmms_eval_tasks_resize_at_the_model_familys_factor(monkeypatch):
+    """Qwen3-VL merges 32 px of image into a token, Qwen2.5-VL 28: the tasks hand each the image its recipe trained on."""
+    row = {"image": {"bytes": jpeg(1200, 1500), "path": None}}
+    monkeypatch.delenv("CXR_VQA_BOX_CONVENTION", raising=False)
+    monkeypatch.delenv("CXR_VQA_MAX_PIXELS", raising=False)
+    monkeypatch.setenv("CXR_VQA_MODEL_TYPE", "qwen3_vl")
+    assert harness.box_convention() == "norm1000"
+    assert harness.settings().pixel_budget == PixelBudget(MIN_PIXELS, MAX_PIXELS, factor=32)
+    width, height = harness.images(row, "gemex")[0].size
+    assert width % 32 == 0 and height % 32 == 0
+    monkeypatch.setenv("CXR_VQA_MODEL_TYPE", "qwen2_5_vl")
+    assert harness.box_convention() == "qwen2.5-vl"
+    assert harness.images(row, "gemex")[0].size == PixelBudget().resized_size(1200, 1500)
+    monkeypatch.setenv("CXR_VQA_BOX_CONVENTION", "pixels")  # said outright, the convention wins
+    assert harness.images(row, "gemex")[0].size == (1200, 1500)

@@ -2,13 +2,16 @@
 generate with, in lmms-eval's message format, and the per-question payload the scorers read.
 
 The dataset comes from an environment variable (``CXR_VQA_GEMEX`` / ``CXR_VQA_REXVQA``: a built
-folder or a Hub repo id) because lmms-eval's task files take no arguments; the box convention
-the model writes in comes from ``CXR_VQA_BOX_CONVENTION`` (default ``pixels``, as
-``cxr-vqa evaluate --box-convention``), and the pixel budget from ``CXR_VQA_MAX_PIXELS`` /
-``CXR_VQA_MIN_PIXELS`` (`builders.pixel_budget.from_environment`; the defaults of ``--max-pixels``/``--min-pixels``).
-For the Qwen conventions (``qwen2.5-vl``, ``norm1000``) each image is handed to the model already
-resized to the budget, exactly as the recipes train on it, so the model sees at most the budget
-whatever its wrapper's own ``max_pixels``, and ``qwen2.5-vl`` boxes are scored in those pixels.
+folder or a Hub repo id) because lmms-eval's task files take no arguments; the model's family from
+``CXR_VQA_MODEL_TYPE`` (its config's ``model_type``, e.g. ``qwen3_vl``), which gives the box
+convention it writes in (``CXR_VQA_BOX_CONVENTION`` says it outright; else ``pixels``, as
+``cxr-vqa evaluate --box-convention``) and the side multiple of its resize; and the pixel budget
+from ``CXR_VQA_MAX_PIXELS`` / ``CXR_VQA_MIN_PIXELS`` (`builders.pixel_budget.from_environment`; the
+defaults of ``--max-pixels``/``--min-pixels``). For the Qwen conventions (``qwen2.5-vl``,
+``norm1000``) each image is handed to the model already resized to the budget at its family's
+factor (Qwen3-VL's 32 px, Qwen2-VL's and Qwen2.5-VL's 28), exactly as the recipes train on it, so the
+model sees at most the budget whatever its wrapper's own ``max_pixels``, and ``qwen2.5-vl`` boxes
+are scored in those pixels.
 """
 
 from __future__ import annotations
@@ -19,9 +22,10 @@ from collections.abc import Mapping, Sequence
 
 from builders.box_frame import BOX_CONVENTIONS
 from builders.pixel_budget import from_environment
-from training_recipes.data import ConversationSettings, row_images, to_messages
+from training_recipes.data import ConversationSettings, box_convention_for, row_images, to_messages
 
 BOX_CONVENTION_VARIABLE = "CXR_VQA_BOX_CONVENTION"
+MODEL_TYPE_VARIABLE = "CXR_VQA_MODEL_TYPE"
 QWEN_CONVENTIONS = ("qwen2.5-vl", "norm1000")
 
 
@@ -35,8 +39,12 @@ def dataset_source(variable: str, dataset: str) -> str:
     return value
 
 
+def model_type() -> str | None:
+    return os.environ.get(MODEL_TYPE_VARIABLE, "").strip() or None
+
+
 def box_convention() -> str:
-    value = os.environ.get(BOX_CONVENTION_VARIABLE, "").strip() or "pixels"
+    value = os.environ.get(BOX_CONVENTION_VARIABLE, "").strip() or box_convention_for(model_type() or "")
     if value not in BOX_CONVENTIONS:
         raise ValueError(f"{BOX_CONVENTION_VARIABLE}={value!r}: expected one of {', '.join(BOX_CONVENTIONS)}")
     return value
@@ -45,7 +53,8 @@ def box_convention() -> str:
 def settings() -> ConversationSettings:
     """The recipes' conversation settings for the configured model family: images at the pixel budget for the Qwen conventions."""
     convention = box_convention()
-    return ConversationSettings(convention, pixel_budget=from_environment() if convention in QWEN_CONVENTIONS else None)
+    budget = from_environment(model_type=model_type()) if convention in QWEN_CONVENTIONS else None
+    return ConversationSettings(convention, pixel_budget=budget)
 
 
 def images(row: Mapping, kind: str) -> list:
