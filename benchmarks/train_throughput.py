@@ -2,7 +2,9 @@
 
 A model of real size is built from its config (`benchmarks/models/*.json`, the published
 architecture numbers) with random weights, straight on the device (speed does not depend on the
-weights; nothing is downloaded), trained in bf16 autocast with AdamW (fused on CUDA), fully or
+weights; nothing is downloaded), in the recipe's dtype (`sft.py`'s `--dtype`: bfloat16 on a GPU that
+has it, float32 on CPU; `--dtype float32` for fp32 master weights), trained in bf16 autocast with
+AdamW (fused on CUDA), fully or
 with LoRA adapters (`--lora`), on a built split through the recipe's own lazy conversion
 (`training_recipes.data.conversational`) and TRL's vision collator with reply-only labels, the
 images decoded in DataLoader workers. Prints samples/s, tokens/s, model FLOPs utilisation against
@@ -46,6 +48,7 @@ import torch
 
 from builders import pixel_budget
 from builders.pixel_budget import PixelBudget
+from training_recipes.processors import default_dtype
 from training_recipes.vision_attention import use_chunked_vision_attention
 
 # datasets, transformers, trl and the recipe's data path are imported where they are used, so `--help` is quick
@@ -242,6 +245,12 @@ def parse_args(argv):
     parser.add_argument("--gradient_checkpointing", action=argparse.BooleanOptionalAction, default=False)
     parser.add_argument("--attn_implementation", default="sdpa")
     parser.add_argument(
+        "--dtype",
+        choices=("bfloat16", "float32"),
+        default=None,
+        help="The weights' dtype (default: the recipe's, bfloat16 on a GPU that has it; float32 on CPU).",
+    )
+    parser.add_argument(
         "--group_by_length",
         action="store_true",
         help="Batch rows of like length (LengthGroupedSampler over token counts from text and stored image sizes).",
@@ -331,6 +340,8 @@ def main(argv: list[str] | None = None) -> dict:
     model, processor = build_model_and_processor(
         model_preset(TINY if args.tiny else MODELS[args.model]), budget, args.attn_implementation, device
     )
+    dtype = args.dtype or (default_dtype() if device.type == "cuda" else "float32")
+    model.to(getattr(torch, dtype))
     if args.chunked_vision_attention:
         use_chunked_vision_attention(model)
     n_language, n_vision, n_embed = count_parameters(model)
@@ -427,6 +438,7 @@ def main(argv: list[str] | None = None) -> dict:
         "max_pixels": args.max_pixels,
         "gradient_checkpointing": args.gradient_checkpointing,
         "attn_implementation": args.attn_implementation,
+        "dtype": dtype,
         "speedups": [
             name
             for name, on in (
