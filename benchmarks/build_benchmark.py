@@ -248,13 +248,13 @@ def release(dataset: str, scale: int, work: Path, downscale: int, images: bool =
     folder = work / f"{dataset}-{scale}-d{downscale}{'' if images else '-text'}"
     done = folder / ".generated"
     if dataset == "gemex":
-        from gemex_dataset.synthetic import generate
+        from gemex_dataset.synthetic.release import generate
 
         if not done.exists():
             generate(folder, num_images=scale, downscale=downscale, layouts=("per_type",), num_proc=2, images=images)
             done.touch()
         return folder / "per_type", folder / "files", folder / "per_type", folder_bytes(folder / "files")
-    from rexvqa_dataset.synthetic import generate
+    from rexvqa_dataset.synthetic.release import generate
 
     if not done.exists():
         generate(folder, num_studies=scale, downscale=downscale, num_proc=2, images=images)

@@ -56,13 +56,13 @@ def folder_bytes(folder: Path, pattern: str = "*") -> int:
 def release(dataset: str, images: int, work: Path, downscale: int) -> tuple[Path, Path | None, Path]:
     """(source, image root, annotation files) of a new synthetic release with at least `images` images."""
     if dataset == "gemex":
-        from gemex_dataset.synthetic import generate
+        from gemex_dataset.synthetic.release import generate
 
         made = generate(
             work / "gemex-release", num_images=images, downscale=downscale, layouts=("per_type",), num_proc=2
         )
         return made.root / "per_type", made.image_root, made.root / "per_type"
-    from rexvqa_dataset.synthetic import generate
+    from rexvqa_dataset.synthetic.release import generate
 
     made = generate(work / "rexvqa-release", num_studies=math.ceil(images / 1.7), downscale=downscale, num_proc=2)
     return made.root, None, made.metadata

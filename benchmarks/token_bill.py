@@ -153,9 +153,9 @@ def built_splits(work: Path, gemex_images: int, rexvqa_studies: int) -> dict:
 
     from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
-    from gemex_dataset.synthetic import generate as gemex_release
+    from gemex_dataset.synthetic.release import generate as gemex_release
     from rexvqa_dataset.build import build_rexvqa
-    from rexvqa_dataset.synthetic import generate as rexvqa_release
+    from rexvqa_dataset.synthetic.release import generate as rexvqa_release
 
     out = {}
     gemex_dir, rexvqa_dir = work / f"gemex-{gemex_images}-v2", work / f"rexvqa-{rexvqa_studies}-v2"

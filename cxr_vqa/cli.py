@@ -91,7 +91,7 @@ def run_build_rexvqa(args: argparse.Namespace) -> int:
 
 
 def run_synthesize_rexvqa(args: argparse.Namespace) -> int:
-    from rexvqa_dataset.synthetic import generate
+    from rexvqa_dataset.synthetic.release import generate
 
     release = generate(
         args.out, num_studies=args.num_studies, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc
@@ -105,7 +105,7 @@ def run_synthesize_rexvqa(args: argparse.Namespace) -> int:
 
 
 def run_synthesize_gemex(args: argparse.Namespace) -> int:
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic.release import generate
 
     release = generate(
         args.out,

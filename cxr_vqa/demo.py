@@ -26,7 +26,7 @@ def run_demo(out: Path, num_images: int = 24) -> int:
 
     from builders.hub.preview import add_preview_config
     from gemex_dataset.build import build_gemex
-    from gemex_dataset.synthetic import SyntheticRelease, generate
+    from gemex_dataset.synthetic.release import SyntheticRelease, generate
 
     out = Path(out)
     check_demo_folder(out)
@@ -62,7 +62,7 @@ def run_rexvqa_demo(out: Path, num_studies: int = 20, task_shares: dict[str, flo
     from datasets import load_dataset
 
     from rexvqa_dataset.build import build_rexvqa
-    from rexvqa_dataset.synthetic import generate
+    from rexvqa_dataset.synthetic.release import generate
 
     check_demo_folder(out)
     with staged_output(out / "raw" / "rexvqa", True, *demo_release_owner("rexvqa")) as (staged, _):
@@ -85,8 +85,8 @@ def demo_release_owner(dataset: str) -> tuple:
     file its synthetic generator wrote (`foreign_release_file`) is replaced."""
     from builders.provenance import foreign_release_file
     from builders.synthetic_release import NOTE_NAME
-    from gemex_dataset.synthetic import SYNTHETIC_NOTE as GEMEX_NOTE
-    from rexvqa_dataset.synthetic import SYNTHETIC_NOTE as REXVQA_NOTE
+    from gemex_dataset.synthetic.release import SYNTHETIC_NOTE as GEMEX_NOTE
+    from rexvqa_dataset.synthetic.release import SYNTHETIC_NOTE as REXVQA_NOTE
 
     note = {"gemex": GEMEX_NOTE, "rexvqa": REXVQA_NOTE}[dataset]
     return partial(foreign_release_file, notes={NOTE_NAME: note}), DEMO_RULE

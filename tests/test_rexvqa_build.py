@@ -20,7 +20,7 @@ from cxr_vqa.cli import main
 from rexvqa_dataset.build import build_rexvqa
 from rexvqa_dataset.features import PER_STUDY_CONFIG, TASK_CONFIGS, features
 from rexvqa_dataset.rows import raw_record, same_value
-from rexvqa_dataset.synthetic import generate
+from rexvqa_dataset.synthetic.release import generate
 
 DX_STORAGE = "1.2.840.10008.5.1.4.1.1.1.1"
 

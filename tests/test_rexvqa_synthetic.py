@@ -1,4 +1,4 @@
-"""rexvqa_dataset.synthetic: a deterministic raw release with everything a reader must cope with."""
+"""rexvqa_dataset.synthetic.release: a deterministic raw release with everything a reader must cope with."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ import pytest
 from PIL import Image
 
 from rexvqa_dataset.features import TASKS
-from rexvqa_dataset.synthetic import (
+from rexvqa_dataset.synthetic.drawing import DRAWINGS, StudyFinding, chest_pixels
+from rexvqa_dataset.synthetic.profile import FINDINGS, ID_PATTERN, SIZES
+from rexvqa_dataset.synthetic.release import (
     PUBLIC_QUESTIONS,
     PUBLIC_STUDIES,
     QUESTIONS_PER_STUDY,
@@ -23,8 +25,6 @@ from rexvqa_dataset.synthetic import (
     split_sizes,
     task_weights,
 )
-from rexvqa_dataset.synthetic_drawing import DRAWINGS, StudyFinding, chest_pixels
-from rexvqa_dataset.synthetic_profile import FINDINGS, ID_PATTERN, SIZES
 
 SURE = {
     "question",

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from gemex_dataset.synthetic import JsonArrayWriter, generate
-from rexvqa_dataset.synthetic import generate as generate_rexvqa
-from rexvqa_dataset.synthetic import make_study, split_sizes
+from gemex_dataset.synthetic.release import JsonArrayWriter, generate
+from rexvqa_dataset.synthetic.release import generate as generate_rexvqa
+from rexvqa_dataset.synthetic.release import make_study, split_sizes
 
 PINNED_DIGESTS = {  # sha256 over every file of a GEMeX release at a fixed seed; a deliberate change of the data re-pins them
     "gemex": "f77cfc012d394394ef236f230c84f175fa8590e39e4c6da6e19f3834a6fb165e",

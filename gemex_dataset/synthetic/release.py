@@ -35,14 +35,14 @@ from builders.synthetic_release import Chunk, write_release
 from gemex_dataset.anatomy import region_layout
 from gemex_dataset.features import LLAVA_Q_TYPES
 from gemex_dataset.prompts import TYPE_PROMPTS
-from gemex_dataset.synthetic_distributions import (
+from gemex_dataset.synthetic.distributions import (
     KEEP_RATE,
     PAPER_IMAGES,
     QUESTIONS_PER_IMAGE,
     TEST_QUESTIONS_PER_IMAGE,
 )
-from gemex_dataset.synthetic_drawing import draw_chest
-from gemex_dataset.synthetic_questions import Findings, QuestionWriter, Shown, described, healthy
+from gemex_dataset.synthetic.drawing import draw_chest
+from gemex_dataset.synthetic.questions import Findings, QuestionWriter, Shown, described, healthy
 
 MIMIC_SIZES = ((2544, 3056), (2539, 3050), (2544, 3056), (3056, 2544), (2048, 2500), (3050, 2539))
 LAYOUTS = ("per_type", "llava", "grouped")

@@ -4,8 +4,8 @@ No real record or image is used. Everything is deterministic in `seed`: study *i
 depends only on (seed, i), so a release can be made in parallel and at any scale (the
 public release: 160,000 studies, 653,834 questions; `PUBLIC_STUDIES`, `PUBLIC_QUESTIONS`).
 Its distributions (task shares, splits, views, images and findings per study, ids) are
-in `synthetic_profile.py`, each with its source; each study's findings are drawn into its
-images (`synthetic_drawing.py`) where its report and questions put them.
+in `profile.py`, each with its source; each study's findings are drawn into its
+images (`drawing.py`) where its report and questions put them.
 
 What a reader must cope with is all here: every key formats.md lists (sure, likely
 and unsure), bare `NaN` tokens in report fields, options as `"A. text"`, studies of 1
@@ -37,8 +37,8 @@ from builders.images import IMAGE_TAG_KEY
 from builders.provenance import ManifestWriter, image_tag
 from builders.synthetic_release import Chunk, write_release
 from rexvqa_dataset.features import TASKS
-from rexvqa_dataset.synthetic_drawing import StudyFinding, chest_pixels
-from rexvqa_dataset.synthetic_profile import (
+from rexvqa_dataset.synthetic.drawing import StudyFinding, chest_pixels
+from rexvqa_dataset.synthetic.profile import (
     FINDINGS,
     FINDINGS_PER_STUDY,
     FRONTAL_VIEWS,
