@@ -65,7 +65,7 @@ def release(dataset: str, images: int, work: Path, downscale: int) -> tuple[Path
     from rexvqa_dataset.synthetic.release import generate
 
     made = generate(work / "rexvqa-release", num_studies=math.ceil(images / 1.7), downscale=downscale, num_proc=2)
-    return made.root, None, made.metadata
+    return made.root, None, made.root / "metadata"
 
 
 def build(

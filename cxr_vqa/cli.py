@@ -90,39 +90,30 @@ def run_build_rexvqa(args: argparse.Namespace) -> int:
     return 0
 
 
-def run_synthesize_rexvqa(args: argparse.Namespace) -> int:
-    from rexvqa_dataset.synthetic.release import generate
-
-    release = generate(
-        args.out, num_studies=args.num_studies, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc
-    )
-    print(
-        f"{args.out}: synthetic ReXVQA release, studies per split {release.studies}, questions per split {release.questions}"
-    )
-    print(f"  annotations: {release.metadata}; images: {args.out}/deid_png")
-    print("build it:", *release.build_commands(), sep="\n  ")
+def run_synthesize(args: argparse.Namespace) -> int:
+    if args.dataset == "gemex":
+        from gemex_dataset.synthetic.release import generate
+    else:
+        from rexvqa_dataset.synthetic.release import generate
+    release = generate(args.out, **{name: getattr(args, name) for name in args.generate_options})
+    print(*release.summary(), sep="\n")
     return 0
 
 
-def run_synthesize_gemex(args: argparse.Namespace) -> int:
-    from gemex_dataset.synthetic.release import generate
-
-    release = generate(
-        args.out,
-        num_images=args.num_images,
-        seed=args.seed,
-        downscale=args.downscale,
-        num_proc=args.num_proc,
-        plain_findings=args.plain_findings,
-    )
-    print(
-        f"{args.out}: synthetic GEMeX release, images per split {release.images}, questions per split {release.questions}"
-    )
-    print(
-        f"  annotations: {args.out}/per_type, {args.out}/llava, {args.out}/grouped (the same questions); images: {release.image_root}"
-    )
-    print("build it:", *release.build_commands(), sep="\n  ")
-    return 0
+def _synthesize_parser(datasets, name: str, summary: str, count: tuple[str, int, str], downscale: tuple[int, str]):
+    """`synthesize DATASET`'s parser: the options every generator takes, `count` (flag, default, help) the
+    release's size and `downscale` (default, help) its images'; a dataset's own options are added to it."""
+    synth = datasets.add_parser(name, help=summary)
+    synth.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
+    flag, default, count_help = count
+    options = [
+        synth.add_argument(flag, type=int, default=default, help=count_help),
+        synth.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes"),
+        synth.add_argument("--downscale", type=int, default=downscale[0], help=downscale[1]),
+        synth.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images"),
+    ]
+    synth.set_defaults(func=run_synthesize, generate_options=[option.dest for option in options])
+    return synth
 
 
 def run_convert(args: argparse.Namespace) -> int:
@@ -240,15 +231,14 @@ def parser() -> argparse.ArgumentParser:
 
     synth = commands.add_parser("synthesize", help="write a synthetic raw release in the real formats")
     synth_datasets = synth.add_subparsers(dest="dataset", required=True, metavar="DATASET")
-    synth_gemex = synth_datasets.add_parser("gemex", help="GEMeX: all three layouts and chest-X-ray-like JPEGs")
-    synth_gemex.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
-    synth_gemex.add_argument("--num-images", type=int, default=24, help="images (the paper: 151025)")
-    synth_gemex.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
-    synth_gemex.add_argument(
-        "--downscale", type=int, default=8, help="images this many times smaller than MIMIC-CXR's per side"
+    synth_gemex = _synthesize_parser(
+        synth_datasets,
+        "gemex",
+        "GEMeX: all three layouts and chest-X-ray-like JPEGs",
+        ("--num-images", 24, "images (the paper: 151025)"),
+        (8, "images this many times smaller than MIMIC-CXR's per side"),
     )
-    synth_gemex.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images")
-    synth_gemex.add_argument(
+    plain = synth_gemex.add_argument(
         "--plain-findings",
         nargs="?",
         const="all",
@@ -257,26 +247,14 @@ def parser() -> argparse.ArgumentParser:
         help="draw findings as large, high-contrast marks of their kind filling their region (for probes): "
         "all of them (the default), or those a closed-ended 'Yes.' names",
     )
-    synth_gemex.set_defaults(func=run_synthesize_gemex)
-
-    synth_rexvqa = synth_datasets.add_parser(
-        "rexvqa", help="ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/"
+    synth_gemex.set_defaults(generate_options=[*synth_gemex.get_default("generate_options"), plain.dest])
+    _synthesize_parser(
+        synth_datasets,
+        "rexvqa",
+        "ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/",
+        ("--num-studies", 20, "studies (the public release: 160000, about 4.09 questions each)"),
+        (4, "images this many times smaller per side than the release's 600-800 px PNGs"),
     )
-    synth_rexvqa.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
-    synth_rexvqa.add_argument(
-        "--num-studies", type=int, default=20, help="studies (the public release: 160000, about 4.09 questions each)"
-    )
-    synth_rexvqa.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
-    synth_rexvqa.add_argument(
-        "--downscale",
-        type=int,
-        default=4,
-        help="images this many times smaller per side than the release's 600-800 px PNGs",
-    )
-    synth_rexvqa.add_argument(
-        "--num-proc", type=int, default=1, help="worker processes that draw and encode the images"
-    )
-    synth_rexvqa.set_defaults(func=run_synthesize_rexvqa)
 
     convert = commands.add_parser(
         "convert",

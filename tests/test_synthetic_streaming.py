@@ -50,7 +50,7 @@ def test_rexvqa_streamed_files_are_json_dumps_of_the_whole_split(tmp_path):
         for index in range(first, first + count):
             whole.update(make_study(3, index, split, 8).records)
         first += count
-        text = (release.metadata / f"{split}_vqa_data.json").read_text(encoding="utf-8")
+        text = (release.root / "metadata" / f"{split}_vqa_data.json").read_text(encoding="utf-8")
         assert text == json.dumps(whole, indent=1, allow_nan=True)
 
 

@@ -21,7 +21,6 @@ from __future__ import annotations
 import csv
 import json
 import random
-import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,7 +30,7 @@ from tqdm.auto import tqdm
 
 from builders.box_frame import pixels_to_frame224
 from builders.provenance import ManifestWriter, image_tag
-from builders.synthetic_release import Chunk, write_release
+from builders.synthetic_release import Chunk, ReleaseKind, SyntheticRelease, write_release
 from gemex_dataset.anatomy import region_layout
 from gemex_dataset.features import LLAVA_Q_TYPES
 from gemex_dataset.prompts import TYPE_PROMPTS
@@ -54,6 +53,17 @@ is generated; there is no patient data and no MIMIC-CXR content. Builds made fro
 in their card: SYNTHETIC_MANIFEST.json holds a keyed hash of every annotation file and every image
 carries a tag in its metadata (builders/provenance.py). This note itself proves nothing.
 """
+RELEASE = ReleaseKind(
+    dataset="gemex",
+    title="GEMeX",
+    note=SYNTHETIC_NOTE,
+    item="image",
+    items="images",
+    chunk_size=256,
+    annotations=LAYOUTS,
+    images="files",
+    image_root="files",
+)
 
 
 @dataclass
@@ -74,41 +84,6 @@ class SyntheticImage:
     def image_path(self) -> str:
         s = str(self.subject_id)
         return f"p{s[:2]}/p{s}/s{self.study_id}/{self.dicom_id}.jpg"
-
-
-@dataclass
-class SyntheticRelease:
-    """Where a release was written and what it holds."""
-
-    root: Path
-    images: dict[str, int]
-    questions: dict[str, int]
-
-    @property
-    def image_root(self) -> Path:
-        return self.root / "files"
-
-    def build_commands(self) -> list[str]:
-        """The `cxr-vqa build` command that makes a dataset of this release (beside it, `<root>-dataset`).
-
-        The root holds the same questions in each layout written; `build` reads one of them (per_type
-        first), so the root is the source."""
-        out = self.root.with_name(self.root.name + "-dataset")
-        return [
-            shlex.join(
-                [
-                    "cxr-vqa",
-                    "build",
-                    "gemex",
-                    "--source",
-                    str(self.root),
-                    "--images",
-                    str(self.image_root),
-                    "--out",
-                    str(out),
-                ]
-            )
-        ]
 
 
 def split_sizes(num_images: int) -> dict[str, int]:
@@ -389,14 +364,11 @@ def generate(
     def annotations(split: str, first: int, count: int, manifest: ManifestWriter, bar: tqdm) -> int:
         return write_annotations(out, split, seed, first, count, downscale, layouts, manifest, bar)
 
-    counts = write_release(
+    return write_release(
         out,
-        note=SYNTHETIC_NOTE,
-        made_by="cxr-vqa synthesize gemex",
-        sizes=sizes,
-        write_annotations=annotations,
-        chunk_size=256,
-        num_proc=num_proc,
-        write_images=partial(_write_images, seed, downscale, str(out / "files"), plain_findings) if images else None,
+        RELEASE,
+        sizes,
+        annotations,
+        partial(_write_images, seed, downscale, str(out / RELEASE.images), plain_findings) if images else None,
+        num_proc,
     )
-    return SyntheticRelease(out, sizes, counts)

@@ -23,7 +23,6 @@ from __future__ import annotations
 import json
 import math
 import random
-import shlex
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -35,7 +34,7 @@ from tqdm.auto import tqdm
 
 from builders.images import IMAGE_TAG_KEY
 from builders.provenance import ManifestWriter, image_tag
-from builders.synthetic_release import Chunk, write_release
+from builders.synthetic_release import Chunk, ReleaseKind, SyntheticRelease, write_release
 from rexvqa_dataset.features import TASKS
 from rexvqa_dataset.synthetic.drawing import StudyFinding, chest_pixels
 from rexvqa_dataset.synthetic.profile import (
@@ -85,6 +84,17 @@ The findings of each study are drawn into its images where its report and questi
 the questions hold no medical knowledge and a score on them shows that a pipeline works, not that
 a model reads chest radiographs.
 """
+RELEASE = ReleaseKind(
+    dataset="rexvqa",
+    title="ReXVQA",
+    note=SYNTHETIC_NOTE,
+    item="study",
+    items="studies",
+    chunk_size=64,
+    annotations=("metadata",),
+    images="deid_png",
+    image_root="metadata",
+)
 
 PRESENCE, LOCATION, NEGATION, DIFFERENTIAL, GEOMETRIC = TASKS
 QUESTIONS = {
@@ -206,23 +216,6 @@ def task_weights(shares: dict[str, float]) -> dict[str, float]:
 
 
 TASK_WEIGHTS = task_weights(TASK_SHARES)
-
-
-@dataclass
-class SyntheticRelease:
-    root: Path
-    studies: dict[str, int]
-    questions: dict[str, int]
-
-    @property
-    def metadata(self) -> Path:
-        return self.root / "metadata"
-
-    def build_commands(self) -> list[str]:
-        """The `cxr-vqa build` command that makes a dataset of this release (beside it, `<root>-dataset`);
-        image paths are relative to `metadata/`, which `build` takes by default."""
-        out = self.root.with_name(self.root.name + "-dataset")
-        return [shlex.join(["cxr-vqa", "build", "rexvqa", "--source", str(self.root), "--out", str(out)])]
 
 
 def split_sizes(num_studies: int) -> dict[str, int]:
@@ -495,15 +488,11 @@ def generate(
         manifest.add(path)
         return written
 
-    questions = write_release(
+    return write_release(
         out,
-        note=SYNTHETIC_NOTE,
-        made_by="cxr-vqa synthesize rexvqa",
-        sizes=sizes,
-        write_annotations=annotations,
-        chunk_size=64,
-        num_proc=num_proc,
-        item_unit="study",
-        write_images=partial(_write_images, seed, downscale, str(out)) if images else None,
+        RELEASE,
+        sizes,
+        annotations,
+        partial(_write_images, seed, downscale, str(out)) if images else None,
+        num_proc,
     )
-    return SyntheticRelease(out, sizes, questions)
