@@ -15,16 +15,16 @@ from PIL import Image
 
 from rexvqa_dataset.features import TASKS
 from rexvqa_dataset.synthetic.drawing import DRAWINGS, StudyFinding, chest_pixels
-from rexvqa_dataset.synthetic.profile import FINDINGS, ID_PATTERN, SIZES
-from rexvqa_dataset.synthetic.release import (
+from rexvqa_dataset.synthetic.profile import (
+    FINDINGS,
+    ID_PATTERN,
     PUBLIC_QUESTIONS,
     PUBLIC_STUDIES,
     QUESTIONS_PER_STUDY,
-    generate,
-    make_study,
-    split_sizes,
-    task_weights,
+    SIZES,
 )
+from rexvqa_dataset.synthetic.questions import task_weights
+from rexvqa_dataset.synthetic.release import generate, make_study, split_sizes
 
 SURE = {
     "question",
