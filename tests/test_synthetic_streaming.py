@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from gemex_dataset.synthetic.release import JsonArrayWriter, generate
+from gemex_dataset.synthetic.layouts import JsonArrayWriter
+from gemex_dataset.synthetic.release import generate
 from rexvqa_dataset.synthetic.release import generate as generate_rexvqa
 from rexvqa_dataset.synthetic.release import make_study, split_sizes
 
