@@ -53,13 +53,13 @@ class CommandParser(MaskingArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def _build_parser(datasets, name: str, summary: str, options_help: dict[str, str], run) -> None:
+def _build_parser(datasets, name: str, summary: str, options_help: dict[str, str]) -> None:
     from builders.assembly.settings import BuildSettings
     from cxr_vqa.options import add_options
 
     build = datasets.add_parser(name, help=summary, description=summary)
     add_options(build, BuildSettings, options_help)
-    build.set_defaults(func=run)
+    build.set_defaults(func=run_build)
 
 
 def _print_report(report, out: Path) -> None:
@@ -68,23 +68,15 @@ def _print_report(report, out: Path) -> None:
         print(f"rejected records are listed in {out / 'build_report.json'}")
 
 
-def run_build_gemex(args: argparse.Namespace) -> int:
+def run_build(args: argparse.Namespace) -> int:
     from builders.assembly.settings import BuildSettings
     from cxr_vqa.options import parsed_options
-    from gemex_dataset.build import build_gemex
 
-    report = build_gemex(parsed_options(BuildSettings, args))
-    args.written = args.out
-    _print_report(report, args.out)
-    return 0
-
-
-def run_build_rexvqa(args: argparse.Namespace) -> int:
-    from builders.assembly.settings import BuildSettings
-    from cxr_vqa.options import parsed_options
-    from rexvqa_dataset.build import build_rexvqa
-
-    report = build_rexvqa(parsed_options(BuildSettings, args))
+    if args.dataset == "gemex":
+        from gemex_dataset.build import build_gemex as build
+    else:
+        from rexvqa_dataset.build import build_rexvqa as build
+    report = build(parsed_options(BuildSettings, args))
     args.written = args.out
     _print_report(report, args.out)
     return 0
@@ -98,6 +90,22 @@ def run_synthesize(args: argparse.Namespace) -> int:
     release = generate(args.out, **{name: getattr(args, name) for name in args.generate_options})
     print(*release.summary(), sep="\n")
     return 0
+
+
+SYNTHESIZE = {
+    "gemex": (
+        "GEMeX: all three layouts and chest-X-ray-like JPEGs",
+        ("--num-images", 24, "images (the paper: 151025)"),
+        (8, "images this many times smaller than MIMIC-CXR's per side"),
+    ),
+    "rexvqa": (
+        "ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/",
+        ("--num-studies", 20, "studies (the public release: 160000, about 4.09 questions each)"),
+        (4, "images this many times smaller per side than the release's 600-800 px PNGs"),
+    ),
+}
+"""Each dataset's `synthesize` parser: its help, its size option (flag, default, help), its `--downscale`
+(default, help)."""
 
 
 def _synthesize_parser(datasets, name: str, summary: str, count: tuple[str, int, str], downscale: tuple[int, str]):
@@ -214,30 +222,16 @@ def parser() -> argparse.ArgumentParser:
     from gemex_dataset import build as gemex
     from rexvqa_dataset import build as rexvqa
 
-    _build_parser(
-        datasets,
-        "gemex",
-        "GEMeX: any of its three layouts, MIMIC-CXR-JPG (or DICOM) images",
-        gemex.OPTION_HELP,
-        run_build_gemex,
-    )
-    _build_parser(
-        datasets,
-        "rexvqa",
-        "ReXVQA: metadata/*_vqa_data.json, ReXGradient-160K PNG (or DICOM) images",
-        rexvqa.OPTION_HELP,
-        run_build_rexvqa,
-    )
+    summaries = {
+        "gemex": "GEMeX: any of its three layouts, MIMIC-CXR-JPG (or DICOM) images",
+        "rexvqa": "ReXVQA: metadata/*_vqa_data.json, ReXGradient-160K PNG (or DICOM) images",
+    }
+    for name, package in (("gemex", gemex), ("rexvqa", rexvqa)):
+        _build_parser(datasets, name, summaries[name], package.OPTION_HELP)
 
     synth = commands.add_parser("synthesize", help="write a synthetic raw release in the real formats")
     synth_datasets = synth.add_subparsers(dest="dataset", required=True, metavar="DATASET")
-    synth_gemex = _synthesize_parser(
-        synth_datasets,
-        "gemex",
-        "GEMeX: all three layouts and chest-X-ray-like JPEGs",
-        ("--num-images", 24, "images (the paper: 151025)"),
-        (8, "images this many times smaller than MIMIC-CXR's per side"),
-    )
+    synth_gemex, _ = (_synthesize_parser(synth_datasets, name, *spec) for name, spec in SYNTHESIZE.items())
     plain = synth_gemex.add_argument(
         "--plain-findings",
         nargs="?",
@@ -248,13 +242,6 @@ def parser() -> argparse.ArgumentParser:
         "all of them (the default), or those a closed-ended 'Yes.' names",
     )
     synth_gemex.set_defaults(generate_options=[*synth_gemex.get_default("generate_options"), plain.dest])
-    _synthesize_parser(
-        synth_datasets,
-        "rexvqa",
-        "ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/",
-        ("--num-studies", 20, "studies (the public release: 160000, about 4.09 questions each)"),
-        (4, "images this many times smaller per side than the release's 600-800 px PNGs"),
-    )
 
     convert = commands.add_parser(
         "convert",
