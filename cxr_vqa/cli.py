@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 from builders.secrets import MaskingArgumentParser, mask_logged_secrets, mask_secrets
+from cxr_vqa.options import folder_command
 
 
 class Terminated(BaseException):
@@ -23,10 +24,6 @@ class Terminated(BaseException):
 
 def _terminate(signum, frame) -> None:
     raise Terminated()
-
-
-FOLDER_HELP = "the built dataset folder (the --out of `cxr-vqa build`)"
-"""Every subcommand that reads a build names its folder first, positionally, with this help."""
 
 
 class DefaultsShown(argparse.HelpFormatter):
@@ -243,11 +240,11 @@ def parser() -> argparse.ArgumentParser:
     )
     synth_gemex.set_defaults(generate_options=[*synth_gemex.get_default("generate_options"), plain.dest])
 
-    convert = commands.add_parser(
+    convert = folder_command(
+        commands,
         "convert",
-        help="write a build for another trainer: LLaMA-Factory, ms-swift, or GEMeX's authors' LLaVA JSON",
+        "write a build for another trainer: LLaMA-Factory, ms-swift, or GEMeX's authors' LLaVA JSON",
     )
-    convert.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
     convert.add_argument(
         "--to",
         choices=["llava", "llamafactory", "swift"],
@@ -279,11 +276,11 @@ def parser() -> argparse.ArgumentParser:
     )
     convert.set_defaults(func=run_convert)
 
-    attach = commands.add_parser(
+    attach = folder_command(
+        commands,
         "attach",
-        help="build again a folder made without images (--image-mode none, or reference elsewhere) with local images",
+        "build again a folder made without images (--image-mode none, or reference elsewhere) with local images",
     )
-    attach.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
     attach.add_argument(
         "--image-root",
         type=Path,
@@ -301,12 +298,10 @@ def parser() -> argparse.ArgumentParser:
     attach.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     attach.set_defaults(func=run_attach)
 
-    check = commands.add_parser("validate", help="check a built folder is ready for the Hub's dataset viewer")
-    check.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
+    check = folder_command(commands, "validate", "check a built folder is ready for the Hub's dataset viewer")
     check.set_defaults(func=run_validate)
 
-    preview = commands.add_parser("preview", help="draw rows of a built folder, boxes included, as PNG or HTML")
-    preview.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
+    preview = folder_command(commands, "preview", "draw rows of a built folder, boxes included, as PNG or HTML")
     preview.add_argument("--out", type=Path, help="FILE.png (a grid) or FILE.html (self-contained page)")
     preview.add_argument("--n", type=int, default=16, help="rows to show")
     preview.add_argument("--config", help="the config to read (default: the card's default)")
@@ -320,8 +315,7 @@ def parser() -> argparse.ArgumentParser:
 
     from builders.hub.publish import PUBLIC_TEXT_LICENCES
 
-    push = commands.add_parser("publish", help="upload a built folder to a Hub dataset repo under the access rules")
-    push.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
+    push = folder_command(commands, "publish", "upload a built folder to a Hub dataset repo under the access rules")
     push.add_argument("--repo", required=True, help="ORG/NAME of the dataset repo")
     access = push.add_mutually_exclusive_group()
     access.add_argument(
