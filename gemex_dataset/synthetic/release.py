@@ -159,10 +159,6 @@ def make_image(seed: int, index: int, downscale: int, test: bool = False) -> Syn
     return image
 
 
-PLAIN_FINDINGS = ("all", "answered")
-"""Which findings `--plain-findings` draws plainly: every one, or those a closed-ended "Yes." names."""
-
-
 def answered_findings(image: SyntheticImage) -> frozenset[Shown]:
     """The findings a closed-ended question of the image answers "Yes." about: its finding in its region."""
     named = set()
