@@ -41,6 +41,8 @@ from pathlib import Path
 
 import numpy as np
 
+from benchmarks.tables import markdown_table
+
 ROOT = Path(__file__).resolve().parent.parent
 CONFIGS = {
     "gemex": ("open_ended", "closed_ended", "single_choice", "multi_choice"),
@@ -248,13 +250,13 @@ def release(dataset: str, scale: int, work: Path, downscale: int, images: bool =
     folder = work / f"{dataset}-{scale}-d{downscale}{'' if images else '-text'}"
     done = folder / ".generated"
     if dataset == "gemex":
-        from gemex_dataset.synthetic import generate
+        from gemex_dataset.synthetic.release import generate
 
         if not done.exists():
             generate(folder, num_images=scale, downscale=downscale, layouts=("per_type",), num_proc=2, images=images)
             done.touch()
         return folder / "per_type", folder / "files", folder / "per_type", folder_bytes(folder / "files")
-    from rexvqa_dataset.synthetic import generate
+    from rexvqa_dataset.synthetic.release import generate
 
     if not done.exists():
         generate(folder, num_studies=scale, downscale=downscale, num_proc=2, images=images)
@@ -338,52 +340,32 @@ def bench(
     return rows
 
 
+ROW_KEY = ["dataset", "scale", "way"]
+"""The columns that name a row of either table."""
+
+
+def row_key(r: dict) -> list[str]:
+    return [r["dataset"], str(r["scale"]), r["way"]]
+
+
 def table(rows: list[dict]) -> str:
-    head = [
-        "dataset",
-        "scale",
-        "way",
-        "seconds",
-        "records/s",
-        "images/s",
-        "peak MB",
-        "output MB",
-        "x read-only",
-        "x copy",
-        "out/(img+text)",
-        "1 config/(img+text)",
-        "dedup/(img+text)",
-        "naive/embed bytes",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    head = [*ROW_KEY, "seconds", "records/s", "images/s", "peak MB", "output MB", "x read-only", "x copy"]
+    head += ["out/(img+text)", "1 config/(img+text)", "dedup/(img+text)", "naive/embed bytes"]
 
     def fmt(value, spec="{:.2f}"):
         return "" if value is None else spec.format(value)
 
-    for r in rows:
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    r["dataset"],
-                    str(r["scale"]),
-                    r["way"],
-                    fmt(r["seconds"]),
-                    fmt(r["rows"] / r["seconds"], "{:.0f}"),
-                    fmt(r["images"] / r["seconds"] if r["images"] else None, "{:.0f}"),
-                    fmt(r["peak_mb"], "{:.0f}"),
-                    fmt(r["output_mb"], "{:.1f}"),
-                    fmt(r["vs_read"], "{:.1f}"),
-                    fmt(r["vs_copy"], "{:.1f}"),
-                    fmt(r.get("vs_distinct")),
-                    fmt(r.get("config_vs_distinct")),
-                    fmt(r.get("dedup_vs_distinct")),
-                    fmt(r.get("naive_over_embed"), "{:.1f}"),
-                ]
-            )
-            + " |"
-        )
-    return "\n".join(lines)
+    return markdown_table(
+        head,
+        (
+            [*row_key(r), fmt(r["seconds"]), fmt(r["rows"] / r["seconds"], "{:.0f}")]
+            + [fmt(r["images"] / r["seconds"] if r["images"] else None, "{:.0f}"), fmt(r["peak_mb"], "{:.0f}")]
+            + [fmt(r["output_mb"], "{:.1f}"), fmt(r["vs_read"], "{:.1f}"), fmt(r["vs_copy"], "{:.1f}")]
+            + [fmt(r.get("vs_distinct")), fmt(r.get("config_vs_distinct")), fmt(r.get("dedup_vs_distinct"))]
+            + [fmt(r.get("naive_over_embed"), "{:.1f}")]
+            for r in rows
+        ),
+    )
 
 
 def full_scale(work: Path, downscale: int, datasets: list[str], ways: list[str]) -> list[dict]:
@@ -451,39 +433,21 @@ def full_scale(work: Path, downscale: int, datasets: list[str], ways: list[str])
 
 
 def full_scale_table(rows: list[dict]) -> str:
-    head = [
-        "dataset",
-        "scale",
-        "way",
-        "records",
-        "seconds",
-        "peak MB",
-        "x json-parse",
-        "x (json-parse + headers)",
-        "seconds / tenth's",
-        "peak / tenth's",
-    ]
-    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for r in rows:
-        lines.append(
-            "| "
-            + " | ".join(
-                [
-                    r["dataset"],
-                    str(r["scale"]),
-                    r["way"],
-                    str(r["rows"]),
-                    f"{r['seconds']:.1f}",
-                    f"{r['peak_mb']:.0f}",
-                    f"{r['vs_floor']:.1f}",
-                    f"{r['vs_floor_with_images']:.1f}" if "vs_floor_with_images" in r else "",
-                    f"{r['seconds_vs_tenth']:.1f}" if "seconds_vs_tenth" in r else "",
-                    f"{r['peak_vs_tenth']:.2f}" if "peak_vs_tenth" in r else "",
-                ]
-            )
-            + " |"
-        )
-    return "\n".join(lines)
+    head = [*ROW_KEY, "records", "seconds", "peak MB", "x json-parse", "x (json-parse + headers)"]
+    head += ["seconds / tenth's", "peak / tenth's"]
+
+    def ratio(r: dict, key: str, spec: str) -> str:
+        return spec.format(r[key]) if key in r else ""
+
+    return markdown_table(
+        head,
+        (
+            [*row_key(r), str(r["rows"]), f"{r['seconds']:.1f}", f"{r['peak_mb']:.0f}"]
+            + [f"{r['vs_floor']:.1f}", ratio(r, "vs_floor_with_images", "{:.1f}")]
+            + [ratio(r, "seconds_vs_tenth", "{:.1f}"), ratio(r, "peak_vs_tenth", "{:.2f}")]
+            for r in rows
+        ),
+    )
 
 
 def main() -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from benchmarks.tables import markdown_table as table
+
 
 @dataclass(frozen=True)
 class Figure:
@@ -34,13 +36,12 @@ def markdown_table(figures: list[Figure]) -> str:
     def cell(value: float | None) -> str:
         return "" if value is None else f"{value:.4g}"
 
-    lines = [
-        "| dataset | figure | synthetic | paper | source | public | range | ok |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for f in figures:
-        lines.append(
-            f"| {f.dataset} | {f.figure} | {cell(f.synthetic)} | {cell(f.paper)} | {f.paper_source} | "
-            f"{cell(f.public)} | {cell(f.low)}-{cell(f.high)} | {'yes' if f.within else 'NO'} |"
-        )
-    return "\n".join(lines)
+    head = ["dataset", "figure", "synthetic", "paper", "source", "public", "range", "ok"]
+    return table(
+        head,
+        (
+            [f.dataset, f.figure, cell(f.synthetic), cell(f.paper), f.paper_source, cell(f.public)]
+            + [f"{cell(f.low)}-{cell(f.high)}", "yes" if f.within else "NO"]
+            for f in figures
+        ),
+    )

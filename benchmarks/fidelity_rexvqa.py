@@ -26,7 +26,7 @@ from pathlib import Path
 from benchmarks.fidelity_figures import Figure, markdown_table
 from builders.json_stream import Damage, RecordStream, open_text
 from rexvqa_dataset.features import TASKS
-from rexvqa_dataset.synthetic_profile import (
+from rexvqa_dataset.synthetic.profile import (
     ID_PATTERN,
     PUBLIC_QUESTIONS,
     PUBLIC_STUDIES,
@@ -385,7 +385,7 @@ def _location_questions(release: Path, splits: tuple[str, ...]) -> tuple[list, l
     import numpy as np
     from PIL import Image
 
-    from rexvqa_dataset.synthetic_profile import LUNG_ZONES
+    from rexvqa_dataset.synthetic.profile import LUNG_ZONES
 
     pixels, answers, options = [], [], []
     for split in splits:
@@ -446,7 +446,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as work:
         release = args.release
         if release is None:
-            from rexvqa_dataset.synthetic import generate
+            from rexvqa_dataset.synthetic.release import generate
 
             release = generate(
                 Path(work) / "rexvqa",

@@ -39,6 +39,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from benchmarks.tables import markdown_table
+
 LAYOUTS = {
     "by-config": ("by-config", True, True),
     "by-config, no CDC": ("by-config", False, True),
@@ -56,16 +58,16 @@ def folder_bytes(folder: Path, pattern: str = "*") -> int:
 def release(dataset: str, images: int, work: Path, downscale: int) -> tuple[Path, Path | None, Path]:
     """(source, image root, annotation files) of a new synthetic release with at least `images` images."""
     if dataset == "gemex":
-        from gemex_dataset.synthetic import generate
+        from gemex_dataset.synthetic.release import generate
 
         made = generate(
             work / "gemex-release", num_images=images, downscale=downscale, layouts=("per_type",), num_proc=2
         )
         return made.root / "per_type", made.image_root, made.root / "per_type"
-    from rexvqa_dataset.synthetic import generate
+    from rexvqa_dataset.synthetic.release import generate
 
     made = generate(work / "rexvqa-release", num_studies=math.ceil(images / 1.7), downscale=downscale, num_proc=2)
-    return made.root, None, made.metadata
+    return made.root, None, made.root / "metadata"
 
 
 def build(
@@ -199,13 +201,6 @@ def bench(
     return layouts, consumers
 
 
-def table(header: list[str], lines: list[list[str]]) -> str:
-    return "\n".join(
-        ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-        + ["| " + " | ".join(line) + " |" for line in lines]
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--images", type=int, default=2000, help="images per dataset (at least)")
@@ -235,7 +230,7 @@ def main() -> None:
             consumers += mine[1]
     print("Sizes as ratios to distinct image bytes + annotation text (img+text)\n")
     print(
-        table(
+        markdown_table(
             [
                 "dataset",
                 "layout",
@@ -266,7 +261,7 @@ def main() -> None:
             "\nA consumer's disk per config: download (its Parquet files) + `load_dataset` Arrow cache; streaming writes nothing\n"
         )
         print(
-            table(
+            markdown_table(
                 [
                     "dataset",
                     "layout",
@@ -297,11 +292,13 @@ def main() -> None:
             )
         )
     print("\nWith the one-conversation-per-image config over the same layout without it (--no-conversations)\n")
-    print(table(["dataset", "layout", "local with / without", "hub with / without"], conversation_costs(layouts)))
+    print(
+        markdown_table(["dataset", "layout", "local with / without", "hub with / without"], conversation_costs(layouts))
+    )
     local = {(r["dataset"], r["layout"]): r["local"] for r in layouts}
     print("\nLocal bytes, shared over by-config\n")
     print(
-        table(
+        markdown_table(
             ["dataset", "conversations", "shared / by-config"],
             [
                 [d, label, f"{local[d, 'shared' + suffix] / local[d, 'by-config' + suffix]:.2f}"]

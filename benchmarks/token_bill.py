@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from benchmarks.tables import markdown_table
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, RESIZE_FACTORS, PixelBudget
 from training_recipes import data
 
@@ -153,9 +154,9 @@ def built_splits(work: Path, gemex_images: int, rexvqa_studies: int) -> dict:
 
     from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
-    from gemex_dataset.synthetic import generate as gemex_release
+    from gemex_dataset.synthetic.release import generate as gemex_release
     from rexvqa_dataset.build import build_rexvqa
-    from rexvqa_dataset.synthetic import generate as rexvqa_release
+    from rexvqa_dataset.synthetic.release import generate as rexvqa_release
 
     out = {}
     gemex_dir, rexvqa_dir = work / f"gemex-{gemex_images}-v2", work / f"rexvqa-{rexvqa_studies}-v2"
@@ -385,59 +386,66 @@ def cpu_rate(samples: list[dict], kind: str, family: Family, budget: PixelBudget
 
 
 def table(results: dict) -> str:
-    lines = [
-        "| dataset | family | budget | sft tok/question | per-image tok/question | per-image / sft | vs processor's | "
-        "sft epoch tokens | per-image epoch tokens | longest sft / per-image | H100-h/epoch sft | per-image |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    head = [
+        "dataset",
+        "family",
+        "budget",
+        "sft tok/question",
+        "per-image tok/question",
+        "per-image / sft",
+        "vs processor's",
+        "sft epoch tokens",
+        "per-image epoch tokens",
+        "longest sft / per-image",
+        "H100-h/epoch sft",
+        "per-image",
     ]
+    rows = []
     for (kind, family), by_budget in results.items():
         own = list(by_budget.values())[-1]
-        for name, r in by_budget.items():
-            lines.append(
-                f"| {kind} | {family} | {name} | {r['sft_per_question']:,.0f} | {r['per_image_per_question']:,.0f} | "
-                f"{r['per_image_epoch'] / r['sft_epoch']:.2f}x | {r['sft_epoch'] / own['sft_epoch']:.3f}x | "
-                f"{r['sft_epoch'] / 1e9:.2f} B | {r['per_image_epoch'] / 1e9:.2f} B | {r['sft_longest']:,} / {r['per_image_longest']:,} | "
-                f"{r['h100_hours_sft']:,.1f} | {r['h100_hours_per_image']:,.1f} |"
-            )
-    return "\n".join(lines)
+        rows += [
+            [kind, family, name, f"{r['sft_per_question']:,.0f}", f"{r['per_image_per_question']:,.0f}"]
+            + [f"{r['per_image_epoch'] / r['sft_epoch']:.2f}x", f"{r['sft_epoch'] / own['sft_epoch']:.3f}x"]
+            + [f"{r['sft_epoch'] / 1e9:.2f} B", f"{r['per_image_epoch'] / 1e9:.2f} B"]
+            + [f"{r['sft_longest']:,} / {r['per_image_longest']:,}"]
+            + [f"{r['h100_hours_sft']:,.1f}", f"{r['h100_hours_per_image']:,.1f}"]
+            for name, r in by_budget.items()
+        ]
+    return markdown_table(head, rows)
 
 
 def padding_table(results: dict) -> str:
-    lines = [
-        f"| dataset | family | layout | padding, random batches of {PADDING_BATCH} | grouped by length | positions a grouped epoch saves |",
-        "|---|---|---|---|---|---|",
-    ]
+    head = ["dataset", "family", "layout", f"padding, random batches of {PADDING_BATCH}", "grouped by length"]
+    rows = []
     for (kind, family), by_budget in results.items():
         for layout, shares in next(iter(by_budget.values()))["padding"].items():
             saved = 1 - (1 - shares["random"]) / (1 - shares["grouped"])
-            lines.append(
-                f"| {kind} | {family} | {layout} | {shares['random']:.1%} | {shares['grouped']:.1%} | {saved:.0%} |"
-            )
-    return "\n".join(lines)
+            rows.append([kind, family, layout, f"{shares['random']:.1%}", f"{shares['grouped']:.1%}", f"{saved:.0%}"])
+    return markdown_table([*head, "positions a grouped epoch saves"], rows)
 
 
 def prompt_padding_table(results: dict) -> str:
-    lines = [
-        f"| dataset | family | padding, batches of {PROMPT_BATCH} prompts in the build's order | longest first |",
-        "|---|---|---|---|",
-    ]
-    for (kind, family), by_budget in results.items():
-        shares = next(iter(by_budget.values()))["prompt_padding"]
-        lines.append(f"| {kind} | {family} | {shares['split order']:.1%} | {shares['longest first']:.1%} |")
-    return "\n".join(lines)
+    head = ["dataset", "family", f"padding, batches of {PROMPT_BATCH} prompts in the build's order", "longest first"]
+    shares = {key: next(iter(by_budget.values()))["prompt_padding"] for key, by_budget in results.items()}
+    return markdown_table(
+        head,
+        (
+            [kind, family, f"{s['split order']:.1%}", f"{s['longest first']:.1%}"]
+            for (kind, family), s in shares.items()
+        ),
+    )
 
 
 def feed_table(rates: list[dict]) -> str:
-    lines = [
-        "| dataset | layout | budget | decode | samples/s per core | decode share | H100 samples/s | cores per H100 |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
-    for r in rates:
-        lines.append(
-            f"| {r['kind']} | {r['layout']} | {r['budget']} | {r['decode']} | {r['per_core']:.2f} | "
-            f"{r['decode_share']:.0%} | {r['gpu']:.2f} | {r['gpu'] / r['per_core']:.1f} |"
-        )
-    return "\n".join(lines)
+    head = "dataset | layout | budget | decode | samples/s per core | decode share | H100 samples/s | cores per H100"
+    return markdown_table(
+        head.split(" | "),
+        (
+            [r["kind"], r["layout"], r["budget"], r["decode"], f"{r['per_core']:.2f}", f"{r['decode_share']:.0%}"]
+            + [f"{r['gpu']:.2f}", f"{r['gpu'] / r['per_core']:.1f}"]
+            for r in rates
+        ),
+    )
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -165,7 +165,7 @@ def build_synthetic_gemex(workdir: Path, rows: int, image_size: int) -> Path:
     """A real `cxr-vqa` build (embed mode, long side `image_size`) of a synthetic release with at least `rows` training questions."""
     from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic.release import generate
 
     built = workdir / f"gemex-{rows}-{image_size}"
     if not built.exists():

@@ -2,12 +2,14 @@
 the manifest that proves it (`builders.provenance`), splits of consecutive item numbers, annotation
 files written split by split, and images written in chunks on a process pool.
 
-A dataset's generator says how to write one split's annotations and one chunk of images; item *i*
-of a release depends only on (seed, i), so chunks can be written in any order and in parallel.
+A dataset's generator says what its releases are (`ReleaseKind`) and how to write one split's
+annotations and one chunk of images; item *i* of a release depends only on (seed, i), so chunks can be
+written in any order and in parallel. What is written is a `SyntheticRelease`, whatever the dataset.
 """
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
@@ -20,6 +22,65 @@ from builders.provenance import ManifestWriter
 NOTE_NAME = "SYNTHETIC.md"
 QUIET_BELOW = 1024
 """Releases of fewer items than this write without progress bars (a test's, a demo's)."""
+
+
+@dataclass(frozen=True)
+class ReleaseKind:
+    """What every synthetic release of one dataset is, whatever its size and seed."""
+
+    dataset: str
+    """The name `cxr-vqa synthesize` and `cxr-vqa build` take."""
+    title: str
+    note: str
+    """The release's `SYNTHETIC.md`."""
+    item: str
+    """What a split is counted in and its images written by: `image`, `study`."""
+    items: str
+    """`item`, plural."""
+    chunk_size: int
+    """Items an image-writing call writes."""
+    annotations: tuple[str, ...]
+    """The folders under the root that hold the annotation files (several: the same questions in each)."""
+    images: str
+    """The folder under the root that holds the image files."""
+    image_root: str
+    """The folder under the root the annotations' image paths are relative to (`build --images`)."""
+
+
+@dataclass(frozen=True)
+class SyntheticRelease:
+    """A synthetic release as written: its kind, its folder, its items and questions per split."""
+
+    kind: ReleaseKind
+    root: Path
+    items: dict[str, int]
+    questions: dict[str, int]
+
+    @property
+    def image_root(self) -> Path:
+        return self.root / self.kind.image_root
+
+    def build_command(self) -> str:
+        """The `cxr-vqa build` command that makes a dataset of this release, beside it (`<root>-dataset`)."""
+        out = self.root.with_name(self.root.name + "-dataset")
+        return shlex.join(
+            ["cxr-vqa", "build", self.kind.dataset, "--source", str(self.root), "--images", str(self.image_root)]
+            + ["--out", str(out)]
+        )
+
+    def summary(self) -> list[str]:
+        """What `cxr-vqa synthesize` tells of the release: its counts, where its files are, how to build it."""
+        kind = self.kind
+        annotations = ", ".join(str(self.root / folder) for folder in kind.annotations)
+        if len(kind.annotations) > 1:
+            annotations += " (the same questions)"
+        return [
+            f"{self.root}: synthetic {kind.title} release, {kind.items} per split {self.items}, "
+            f"questions per split {self.questions}",
+            f"  annotations: {annotations}; images: {self.root / kind.images}",
+            "build it:",
+            f"  {self.build_command()}",
+        ]
 
 
 @dataclass(frozen=True)
@@ -55,23 +116,19 @@ def chunks(sizes: dict[str, int], size: int) -> Iterator[Chunk]:
 
 def write_release(
     out: Path,
-    *,
-    note: str,
-    made_by: str,
+    kind: ReleaseKind,
     sizes: dict[str, int],
     write_annotations: WriteAnnotations,
     write_images: WriteImages | None,
-    chunk_size: int,
     num_proc: int = 1,
-    item_unit: str = "image",
-) -> dict[str, int]:
-    """Write a synthetic release into `out`: its note, every split's annotations (then the manifest of
-    them), and unless `write_images` is None its images, `chunk_size` items a call on `num_proc`
-    processes. Returns the questions written per split."""
+) -> SyntheticRelease:
+    """Write a synthetic release of `kind` and `sizes` items per split into `out`: its note, every split's
+    annotations (then the manifest of them), and unless `write_images` is None its images, the kind's
+    `chunk_size` items a call on `num_proc` processes."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / NOTE_NAME).write_text(note, encoding="utf-8")
-    manifest = ManifestWriter(out, made_by)
+    (out / NOTE_NAME).write_text(kind.note, encoding="utf-8")
+    manifest = ManifestWriter(out, f"cxr-vqa synthesize {kind.dataset}")
     starts = split_starts(sizes)
     quiet = sum(sizes.values()) < QUIET_BELOW
     with tqdm(desc="synthetic questions", unit="question", disable=quiet or None) as bar:
@@ -80,8 +137,8 @@ def write_release(
         }
     manifest.save()
     if write_images is not None:
-        work = chunks(sizes, chunk_size)
-        with tqdm(total=sum(sizes.values()), desc="synthetic images", unit=item_unit, disable=quiet or None) as bar:
+        work = chunks(sizes, kind.chunk_size)
+        with tqdm(total=sum(sizes.values()), desc="synthetic images", unit=kind.item, disable=quiet or None) as bar:
             if num_proc > 1:
                 with ProcessPoolExecutor(num_proc) as pool:
                     for written in pool.map(write_images, work):
@@ -89,4 +146,4 @@ def write_release(
             else:
                 for chunk in work:
                     bar.update(write_images(chunk))
-    return questions
+    return SyntheticRelease(kind, out, sizes, questions)

@@ -15,6 +15,7 @@ import traceback
 from pathlib import Path
 
 from builders.secrets import MaskingArgumentParser, mask_logged_secrets, mask_secrets
+from cxr_vqa.options import folder_command
 
 
 class Terminated(BaseException):
@@ -23,10 +24,6 @@ class Terminated(BaseException):
 
 def _terminate(signum, frame) -> None:
     raise Terminated()
-
-
-FOLDER_HELP = "the built dataset folder (the --out of `cxr-vqa build`)"
-"""Every subcommand that reads a build names its folder first, positionally, with this help."""
 
 
 class DefaultsShown(argparse.HelpFormatter):
@@ -53,13 +50,13 @@ class CommandParser(MaskingArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-def _build_parser(datasets, name: str, summary: str, options_help: dict[str, str], run) -> None:
+def _build_parser(datasets, name: str, summary: str, options_help: dict[str, str]) -> None:
     from builders.assembly.settings import BuildSettings
     from cxr_vqa.options import add_options
 
     build = datasets.add_parser(name, help=summary, description=summary)
     add_options(build, BuildSettings, options_help)
-    build.set_defaults(func=run)
+    build.set_defaults(func=run_build)
 
 
 def _print_report(report, out: Path) -> None:
@@ -68,61 +65,60 @@ def _print_report(report, out: Path) -> None:
         print(f"rejected records are listed in {out / 'build_report.json'}")
 
 
-def run_build_gemex(args: argparse.Namespace) -> int:
+def run_build(args: argparse.Namespace) -> int:
     from builders.assembly.settings import BuildSettings
     from cxr_vqa.options import parsed_options
-    from gemex_dataset.build import build_gemex
 
-    report = build_gemex(parsed_options(BuildSettings, args))
+    if args.dataset == "gemex":
+        from gemex_dataset.build import build_gemex as build
+    else:
+        from rexvqa_dataset.build import build_rexvqa as build
+    report = build(parsed_options(BuildSettings, args))
     args.written = args.out
     _print_report(report, args.out)
     return 0
 
 
-def run_build_rexvqa(args: argparse.Namespace) -> int:
-    from builders.assembly.settings import BuildSettings
-    from cxr_vqa.options import parsed_options
-    from rexvqa_dataset.build import build_rexvqa
-
-    report = build_rexvqa(parsed_options(BuildSettings, args))
-    args.written = args.out
-    _print_report(report, args.out)
+def run_synthesize(args: argparse.Namespace) -> int:
+    if args.dataset == "gemex":
+        from gemex_dataset.synthetic.release import generate
+    else:
+        from rexvqa_dataset.synthetic.release import generate
+    release = generate(args.out, **{name: getattr(args, name) for name in args.generate_options})
+    print(*release.summary(), sep="\n")
     return 0
 
 
-def run_synthesize_rexvqa(args: argparse.Namespace) -> int:
-    from rexvqa_dataset.synthetic import generate
+SYNTHESIZE = {
+    "gemex": (
+        "GEMeX: all three layouts and chest-X-ray-like JPEGs",
+        ("--num-images", 24, "images (the paper: 151025)"),
+        (8, "images this many times smaller than MIMIC-CXR's per side"),
+    ),
+    "rexvqa": (
+        "ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/",
+        ("--num-studies", 20, "studies (the public release: 160000, about 4.09 questions each)"),
+        (4, "images this many times smaller per side than the release's 600-800 px PNGs"),
+    ),
+}
+"""Each dataset's `synthesize` parser: its help, its size option (flag, default, help), its `--downscale`
+(default, help)."""
 
-    release = generate(
-        args.out, num_studies=args.num_studies, seed=args.seed, downscale=args.downscale, num_proc=args.num_proc
-    )
-    print(
-        f"{args.out}: synthetic ReXVQA release, studies per split {release.studies}, questions per split {release.questions}"
-    )
-    print(f"  annotations: {release.metadata}; images: {args.out}/deid_png")
-    print("build it:", *release.build_commands(), sep="\n  ")
-    return 0
 
-
-def run_synthesize_gemex(args: argparse.Namespace) -> int:
-    from gemex_dataset.synthetic import generate
-
-    release = generate(
-        args.out,
-        num_images=args.num_images,
-        seed=args.seed,
-        downscale=args.downscale,
-        num_proc=args.num_proc,
-        plain_findings=args.plain_findings,
-    )
-    print(
-        f"{args.out}: synthetic GEMeX release, images per split {release.images}, questions per split {release.questions}"
-    )
-    print(
-        f"  annotations: {args.out}/per_type, {args.out}/llava, {args.out}/grouped (the same questions); images: {release.image_root}"
-    )
-    print("build it:", *release.build_commands(), sep="\n  ")
-    return 0
+def _synthesize_parser(datasets, name: str, summary: str, count: tuple[str, int, str], downscale: tuple[int, str]):
+    """`synthesize DATASET`'s parser: the options every generator takes, `count` (flag, default, help) the
+    release's size and `downscale` (default, help) its images'; a dataset's own options are added to it."""
+    synth = datasets.add_parser(name, help=summary)
+    synth.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
+    flag, default, count_help = count
+    options = [
+        synth.add_argument(flag, type=int, default=default, help=count_help),
+        synth.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes"),
+        synth.add_argument("--downscale", type=int, default=downscale[0], help=downscale[1]),
+        synth.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images"),
+    ]
+    synth.set_defaults(func=run_synthesize, generate_options=[option.dest for option in options])
+    return synth
 
 
 def run_convert(args: argparse.Namespace) -> int:
@@ -223,32 +219,17 @@ def parser() -> argparse.ArgumentParser:
     from gemex_dataset import build as gemex
     from rexvqa_dataset import build as rexvqa
 
-    _build_parser(
-        datasets,
-        "gemex",
-        "GEMeX: any of its three layouts, MIMIC-CXR-JPG (or DICOM) images",
-        gemex.OPTION_HELP,
-        run_build_gemex,
-    )
-    _build_parser(
-        datasets,
-        "rexvqa",
-        "ReXVQA: metadata/*_vqa_data.json, ReXGradient-160K PNG (or DICOM) images",
-        rexvqa.OPTION_HELP,
-        run_build_rexvqa,
-    )
+    summaries = {
+        "gemex": "GEMeX: any of its three layouts, MIMIC-CXR-JPG (or DICOM) images",
+        "rexvqa": "ReXVQA: metadata/*_vqa_data.json, ReXGradient-160K PNG (or DICOM) images",
+    }
+    for name, package in (("gemex", gemex), ("rexvqa", rexvqa)):
+        _build_parser(datasets, name, summaries[name], package.OPTION_HELP)
 
     synth = commands.add_parser("synthesize", help="write a synthetic raw release in the real formats")
     synth_datasets = synth.add_subparsers(dest="dataset", required=True, metavar="DATASET")
-    synth_gemex = synth_datasets.add_parser("gemex", help="GEMeX: all three layouts and chest-X-ray-like JPEGs")
-    synth_gemex.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
-    synth_gemex.add_argument("--num-images", type=int, default=24, help="images (the paper: 151025)")
-    synth_gemex.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
-    synth_gemex.add_argument(
-        "--downscale", type=int, default=8, help="images this many times smaller than MIMIC-CXR's per side"
-    )
-    synth_gemex.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images")
-    synth_gemex.add_argument(
+    synth_gemex, _ = (_synthesize_parser(synth_datasets, name, *spec) for name, spec in SYNTHESIZE.items())
+    plain = synth_gemex.add_argument(
         "--plain-findings",
         nargs="?",
         const="all",
@@ -257,32 +238,13 @@ def parser() -> argparse.ArgumentParser:
         help="draw findings as large, high-contrast marks of their kind filling their region (for probes): "
         "all of them (the default), or those a closed-ended 'Yes.' names",
     )
-    synth_gemex.set_defaults(func=run_synthesize_gemex)
+    synth_gemex.set_defaults(generate_options=[*synth_gemex.get_default("generate_options"), plain.dest])
 
-    synth_rexvqa = synth_datasets.add_parser(
-        "rexvqa", help="ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/"
-    )
-    synth_rexvqa.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
-    synth_rexvqa.add_argument(
-        "--num-studies", type=int, default=20, help="studies (the public release: 160000, about 4.09 questions each)"
-    )
-    synth_rexvqa.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes")
-    synth_rexvqa.add_argument(
-        "--downscale",
-        type=int,
-        default=4,
-        help="images this many times smaller per side than the release's 600-800 px PNGs",
-    )
-    synth_rexvqa.add_argument(
-        "--num-proc", type=int, default=1, help="worker processes that draw and encode the images"
-    )
-    synth_rexvqa.set_defaults(func=run_synthesize_rexvqa)
-
-    convert = commands.add_parser(
+    convert = folder_command(
+        commands,
         "convert",
-        help="write a build for another trainer: LLaMA-Factory, ms-swift, or GEMeX's authors' LLaVA JSON",
+        "write a build for another trainer: LLaMA-Factory, ms-swift, or GEMeX's authors' LLaVA JSON",
     )
-    convert.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
     convert.add_argument(
         "--to",
         choices=["llava", "llamafactory", "swift"],
@@ -314,11 +276,11 @@ def parser() -> argparse.ArgumentParser:
     )
     convert.set_defaults(func=run_convert)
 
-    attach = commands.add_parser(
+    attach = folder_command(
+        commands,
         "attach",
-        help="build again a folder made without images (--image-mode none, or reference elsewhere) with local images",
+        "build again a folder made without images (--image-mode none, or reference elsewhere) with local images",
     )
-    attach.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
     attach.add_argument(
         "--image-root",
         type=Path,
@@ -336,12 +298,10 @@ def parser() -> argparse.ArgumentParser:
     attach.add_argument("--overwrite", action="store_true", help="replace an existing --out folder")
     attach.set_defaults(func=run_attach)
 
-    check = commands.add_parser("validate", help="check a built folder is ready for the Hub's dataset viewer")
-    check.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
+    check = folder_command(commands, "validate", "check a built folder is ready for the Hub's dataset viewer")
     check.set_defaults(func=run_validate)
 
-    preview = commands.add_parser("preview", help="draw rows of a built folder, boxes included, as PNG or HTML")
-    preview.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
+    preview = folder_command(commands, "preview", "draw rows of a built folder, boxes included, as PNG or HTML")
     preview.add_argument("--out", type=Path, help="FILE.png (a grid) or FILE.html (self-contained page)")
     preview.add_argument("--n", type=int, default=16, help="rows to show")
     preview.add_argument("--config", help="the config to read (default: the card's default)")
@@ -355,8 +315,7 @@ def parser() -> argparse.ArgumentParser:
 
     from builders.hub.publish import PUBLIC_TEXT_LICENCES
 
-    push = commands.add_parser("publish", help="upload a built folder to a Hub dataset repo under the access rules")
-    push.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
+    push = folder_command(commands, "publish", "upload a built folder to a Hub dataset repo under the access rules")
     push.add_argument("--repo", required=True, help="ORG/NAME of the dataset repo")
     access = push.add_mutually_exclusive_group()
     access.add_argument(

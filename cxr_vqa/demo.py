@@ -11,6 +11,7 @@ release is written beside its place and renamed into it, so a killed run leaves 
 
 from __future__ import annotations
 
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -26,14 +27,13 @@ def run_demo(out: Path, num_images: int = 24) -> int:
 
     from builders.hub.preview import add_preview_config
     from gemex_dataset.build import build_gemex
-    from gemex_dataset.synthetic import SyntheticRelease, generate
+    from gemex_dataset.synthetic.release import generate
 
     out = Path(out)
     check_demo_folder(out)
     with staged_output(out / "raw" / "gemex", True, *demo_release_owner("gemex")) as (staged, _):
-        generate(staged, num_images=num_images)
+        release = replace(generate(staged, num_images=num_images), root=out / "raw" / "gemex")  # renamed into place
         list_release_files(staged)
-    release = SyntheticRelease(out / "raw" / "gemex", {}, {})  # renamed into place: its image root moved with it
     report = build_gemex(
         BuildSettings(
             source=release.root / "per_type",
@@ -62,7 +62,7 @@ def run_rexvqa_demo(out: Path, num_studies: int = 20, task_shares: dict[str, flo
     from datasets import load_dataset
 
     from rexvqa_dataset.build import build_rexvqa
-    from rexvqa_dataset.synthetic import generate
+    from rexvqa_dataset.synthetic.release import generate
 
     check_demo_folder(out)
     with staged_output(out / "raw" / "rexvqa", True, *demo_release_owner("rexvqa")) as (staged, _):
@@ -85,10 +85,10 @@ def demo_release_owner(dataset: str) -> tuple:
     file its synthetic generator wrote (`foreign_release_file`) is replaced."""
     from builders.provenance import foreign_release_file
     from builders.synthetic_release import NOTE_NAME
-    from gemex_dataset.synthetic import SYNTHETIC_NOTE as GEMEX_NOTE
-    from rexvqa_dataset.synthetic import SYNTHETIC_NOTE as REXVQA_NOTE
+    from gemex_dataset.synthetic.release import RELEASE as GEMEX
+    from rexvqa_dataset.synthetic.release import RELEASE as REXVQA
 
-    note = {"gemex": GEMEX_NOTE, "rexvqa": REXVQA_NOTE}[dataset]
+    note = {"gemex": GEMEX.note, "rexvqa": REXVQA.note}[dataset]
     return partial(foreign_release_file, notes={NOTE_NAME: note}), DEMO_RULE
 
 

@@ -35,6 +35,7 @@ from builders.scoring.predictions import (
 )
 from builders.scoring.text_metrics import BERTSCORE_NOTE, MissingExtraError
 from builders.secrets import MaskingArgumentParser, mask_secrets, mask_url
+from cxr_vqa.options import folder_command
 
 BENCHMARKS = ("gemex", "rexvqa")
 BASELINES = ("random", "majority")
@@ -46,13 +47,11 @@ class EvaluationError(RuntimeError):
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    parser = subparsers.add_parser(
+    parser = folder_command(
+        subparsers,
         "evaluate",
-        help="score model predictions (or a baseline) on a built GEMeX or ReXVQA split",
+        "score model predictions (or a baseline) on a built GEMeX or ReXVQA split",
         description=__doc__.split("\n\n")[0],
-    )
-    parser.add_argument(
-        "dataset", type=Path, metavar="FOLDER", help="the built dataset folder (the --out of `cxr-vqa build`)"
     )
     parser.add_argument(
         "--benchmark",

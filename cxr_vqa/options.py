@@ -12,9 +12,21 @@ import dataclasses
 import types
 import typing
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, TypeVar
 
 Options = TypeVar("Options")
+
+FOLDER_HELP = "the built dataset folder (the --out of `cxr-vqa build`)"
+
+
+def folder_command(
+    commands: argparse._SubParsersAction, name: str, summary: str, **settings: Any
+) -> argparse.ArgumentParser:
+    """A subcommand that reads a build: the folder comes first, positionally (`FOLDER`), in every one of them."""
+    parser = commands.add_parser(name, help=summary, **settings)
+    parser.add_argument("dataset", type=Path, metavar="FOLDER", help=FOLDER_HELP)
+    return parser
 
 
 def _value_type(hint: Any) -> Any:

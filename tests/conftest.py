@@ -37,7 +37,7 @@ def samples_dir(request) -> Path:
 
 @pytest.fixture(scope="session")
 def gemex_release(tmp_path_factory):
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic.release import generate
 
     return generate(tmp_path_factory.mktemp("gemex-release"), num_images=16, seed=7)
 
@@ -81,7 +81,7 @@ def gemex_embed_112(gemex_release, tmp_path_factory) -> Path:
 @pytest.fixture(scope="session")
 def rexvqa_release(tmp_path_factory):
     """A 12-study ReXVQA release with images (seed 3), shared read-only by the modules that build or read it."""
-    from rexvqa_dataset.synthetic import generate
+    from rexvqa_dataset.synthetic.release import generate
 
     return generate(tmp_path_factory.mktemp("rexvqa-release"), num_studies=12, seed=3)
 

@@ -17,7 +17,7 @@ _cache: dict[str, Path] = {}
 
 def _release(root: Path, synthetic: bool) -> Path:
     from builders.provenance import MANIFEST_NAME
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic.release import generate
 
     key = f"raw-{synthetic}"
     if key not in _cache:

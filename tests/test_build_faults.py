@@ -297,7 +297,7 @@ def test_a_fifo_among_the_images_is_rejected_and_does_not_hang_the_build(gemex_r
 @pytest.fixture(scope="module")
 def release_of_thousands(tmp_path_factory):
     """A GEMeX release whose train split is one chunk of over a thousand images: a build reads their headers in worker processes."""
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic.release import generate
 
     return generate(tmp_path_factory.mktemp("gemex-thousands"), num_images=1100, seed=3, downscale=16)
 

@@ -183,7 +183,7 @@ def test_a_folder_that_does_not_exist_is_named_as_such(tmp_path, capsys):
 
 
 def test_convert_of_a_rexvqa_build_says_what_it_converts(tmp_path, capsys):
-    from rexvqa_dataset.synthetic import generate
+    from rexvqa_dataset.synthetic.release import generate
 
     release = generate(tmp_path / "raw", num_studies=6)
     out = tmp_path / "rexvqa"
@@ -316,7 +316,7 @@ def test_every_command_that_reads_a_build_names_its_folder_first(tmp_path):
         if name.split()[0] in ("validate", "preview", "publish", "convert", "evaluate"):
             positional = [a for a in command._actions if not a.option_strings]
             assert positional and positional[0].metavar == "FOLDER", name
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic.release import generate
 
     release = generate(tmp_path / "raw", num_images=12, layouts=("per_type",), images=False)
     out = tmp_path / "gemex"

@@ -24,7 +24,7 @@ from builders.built_folder import card_configs, config_shards
 from builders.hub.validate import validate
 from gemex_dataset.build import build_gemex
 from rexvqa_dataset.build import build_rexvqa
-from rexvqa_dataset.synthetic import generate as generate_rexvqa
+from rexvqa_dataset.synthetic.release import generate as generate_rexvqa
 
 SPLITS = ("train", "validation", "test")
 

@@ -173,7 +173,7 @@ def test_evaluate_a_real_gemex_build(tmp_path, capsys, image_mode, convention):
 
     from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic.release import generate
 
     with_images = image_mode != "none"
     release = generate(tmp_path / "raw", num_images=3, layouts=("per_type",), images=with_images)
@@ -307,7 +307,7 @@ def gemex_build(tmp_path_factory):
     """A real GEMeX build (annotations only) with train, validation and test splits."""
     from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic.release import generate
 
     root = tmp_path_factory.mktemp("gemex-build")
     release = generate(root / "raw", num_images=24, layouts=("per_type",), images=False)

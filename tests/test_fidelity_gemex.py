@@ -6,7 +6,7 @@ from collections import Counter
 import pytest
 
 from benchmarks.fidelity_gemex import SAMPLES, figures, iou, read_split, text_only_baseline
-from gemex_dataset.synthetic import distinct_question, generate
+from gemex_dataset.synthetic.release import distinct_question, generate
 
 
 @pytest.fixture(scope="module")

@@ -8,7 +8,7 @@ import pytest
 
 from benchmarks import fidelity_rexvqa
 from rexvqa_dataset.features import TASKS
-from rexvqa_dataset.synthetic import generate
+from rexvqa_dataset.synthetic.release import generate
 
 
 @pytest.fixture(scope="module")

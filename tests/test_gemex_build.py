@@ -254,7 +254,7 @@ def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_ma
 ):
     """Only `embed` attaches images row by row (`group_rows`); the other modes attach them column-wise."""
     from gemex_dataset.prompts import to_messages
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic.release import generate
 
     release = generate(tmp_path / "release", num_images=12, seed=3)
     missing = sorted(release.image_root.rglob("*.jpg"))[4]

@@ -16,7 +16,7 @@ from builders.assembly.report import RecordError, Reject
 from gemex_dataset import record_columns
 from gemex_dataset.records import RawQuestion, find_source_files, read_file
 from gemex_dataset.rows import question_row
-from gemex_dataset.synthetic import generate
+from gemex_dataset.synthetic.release import generate
 
 
 def staged(items) -> list:

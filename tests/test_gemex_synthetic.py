@@ -7,10 +7,10 @@ from PIL import Image
 
 from builders.box_frame import frame224_to_pixels
 from gemex_dataset.anatomy import REGIONS
-from gemex_dataset.synthetic import answered_findings, generate, make_image, split_sizes
-from gemex_dataset.synthetic_distributions import FINDING_BY_NAME
-from gemex_dataset.synthetic_drawing import draw_chest
-from gemex_dataset.synthetic_questions import graded, region_cells, within
+from gemex_dataset.synthetic.distributions import FINDING_BY_NAME
+from gemex_dataset.synthetic.drawing import draw_chest
+from gemex_dataset.synthetic.questions import graded, region_cells, within
+from gemex_dataset.synthetic.release import answered_findings, generate, make_image, split_sizes
 
 
 def _files(root):

@@ -15,7 +15,7 @@ from builders.images import ImageError
 @pytest.fixture(scope="module")
 def release(tmp_path_factory):
     """A small synthetic GEMeX release with one truncated image of its own."""
-    from gemex_dataset.synthetic import generate
+    from gemex_dataset.synthetic.release import generate
 
     release = generate(tmp_path_factory.mktemp("release"), num_images=8, seed=11)
     complete = sorted(release.image_root.rglob("*.jpg"))[0]

@@ -6,7 +6,9 @@ module: module level, inside functions and under `TYPE_CHECKING` alike).
 - `builders/` (what every dataset shares) names no dataset.
 - No module reaches itself through its imports.
 
-And what a real build loads: none of the synthetic generators (they are test data).
+And the synthetic generators (test data) in their own rooms, `gemex_dataset/synthetic/`,
+`rexvqa_dataset/synthetic/` and their shared skeleton `builders/synthetic_release.py`: only they and the
+application import them, and a real build loads none of them.
 """
 
 from __future__ import annotations
@@ -145,6 +147,32 @@ def test_a_circle_would_be_found():
     assert circles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
+SYNTHETIC = ("gemex_dataset.synthetic", "rexvqa_dataset.synthetic", "builders.synthetic_release")
+
+
+def is_synthetic(module: str) -> bool:
+    return any(module == room or module.startswith(room + ".") for room in SYNTHETIC)
+
+
+def test_the_synthetic_generators_live_in_their_own_rooms(graph):
+    assert {"gemex_dataset.synthetic.release", "rexvqa_dataset.synthetic.release"} <= set(graph)
+    assert [module for module in graph if "synthetic" in module and not is_synthetic(module)] == []
+
+
+def test_only_the_generators_and_the_application_import_a_generator(graph):
+    assert "gemex_dataset.synthetic.release" in graph["cxr_vqa.cli"]  # the test would see an import
+    assert (
+        sorted(
+            f"{module} -> {target}"
+            for module, targets in graph.items()
+            if not is_synthetic(module) and package_of(module) != "cxr_vqa"
+            for target in targets
+            if is_synthetic(target)
+        )
+        == []
+    )
+
+
 BUILD_AND_LIST_MODULES = """
 import json, sys
 from cxr_vqa.cli import main
@@ -159,7 +187,7 @@ def test_a_real_build_loads_no_synthetic_module(dataset, gemex_release, tmp_path
     if dataset == "gemex":
         source = gemex_release.root / "per_type"
     else:
-        from rexvqa_dataset.synthetic import generate
+        from rexvqa_dataset.synthetic.release import generate
 
         source = generate(tmp_path / "release", num_studies=4).root
     argv = ["build", dataset, "--source", str(source), "--out", str(tmp_path / "out"), "--image-mode", "none"]

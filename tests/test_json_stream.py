@@ -14,8 +14,8 @@ import pytest
 
 from builders.json_stream import Damage, LineError, RecordStream, loads_line
 from cxr_vqa.cli import main
-from gemex_dataset.synthetic import generate as generate_gemex
-from rexvqa_dataset.synthetic import generate as generate_rexvqa
+from gemex_dataset.synthetic.release import generate as generate_gemex
+from rexvqa_dataset.synthetic.release import generate as generate_rexvqa
 
 DEEP = "[" * 100_000 + "]" * 100_000
 

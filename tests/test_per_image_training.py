@@ -19,7 +19,7 @@ from trl import ModelConfig, SFTTrainer  # noqa: E402
 
 from builders.assembly.settings import BuildSettings  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
-from rexvqa_dataset.synthetic import generate as generate_rexvqa  # noqa: E402
+from rexvqa_dataset.synthetic.release import generate as generate_rexvqa  # noqa: E402
 from training_recipes import data, sft  # noqa: E402
 
 from . import tiny_models  # noqa: E402

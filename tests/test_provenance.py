@@ -26,9 +26,9 @@ from cxr_vqa.cli import main
 from gemex_dataset import record_columns
 from gemex_dataset.build import build_gemex
 from gemex_dataset.records import find_source_files
-from gemex_dataset.synthetic import generate
+from gemex_dataset.synthetic.release import generate
 from rexvqa_dataset.build import build_rexvqa
-from rexvqa_dataset.synthetic import generate as generate_rexvqa
+from rexvqa_dataset.synthetic.release import generate as generate_rexvqa
 
 
 def placeholder_images(records: list[dict], root: Path) -> None:

@@ -286,7 +286,7 @@ def test_real_rexvqa_is_never_public_whatever_its_columns(tmp_path):
 
     from builders.provenance import MANIFEST_NAME
     from rexvqa_dataset.build import build_rexvqa
-    from rexvqa_dataset.synthetic import generate
+    from rexvqa_dataset.synthetic.release import generate
 
     release = generate(tmp_path / "release", num_studies=6, images=False)
     (release.root / MANIFEST_NAME).unlink()

@@ -352,7 +352,7 @@ def test_end_to_end_on_a_real_demo_build(tmp_path):
     preview asks for a `test` split the build may not have.)"""
     from builders.assembly.settings import BuildSettings
     from gemex_dataset.build import build_gemex
-    from gemex_dataset.synthetic import generate as generate_release
+    from gemex_dataset.synthetic.release import generate as generate_release
 
     release = generate_release(tmp_path / "raw", num_images=4)
     gemex_dir = tmp_path / "gemex"

@@ -20,7 +20,7 @@ from cxr_vqa.cli import main
 from rexvqa_dataset.build import build_rexvqa
 from rexvqa_dataset.features import PER_STUDY_CONFIG, TASK_CONFIGS, features
 from rexvqa_dataset.rows import raw_record, same_value
-from rexvqa_dataset.synthetic import generate
+from rexvqa_dataset.synthetic.release import generate
 
 DX_STORAGE = "1.2.840.10008.5.1.4.1.1.1.1"
 
@@ -135,7 +135,7 @@ def test_built_rows_convert_back_to_the_released_records(synthetic_build):
     made, out, _ = synthetic_build
     released = {}
     for name in ("train", "valid", "test"):
-        released.update(json.loads((made.metadata / f"{name}_vqa_data.json").read_text()))
+        released.update(json.loads((made.root / "metadata" / f"{name}_vqa_data.json").read_text()))
     for split in ("train", "validation", "test"):
         for row in rows(out, split).remove_columns("images"):
             assert same_value(raw_record(row), released[row["question_id"]])
@@ -334,14 +334,14 @@ def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_ma
     from rexvqa_dataset.prompts import to_messages
 
     release = generate(tmp_path / "release", num_studies=40, seed=5)
-    records = json.loads((release.metadata / "train_vqa_data.json").read_text())
+    records = json.loads((release.root / "metadata" / "train_vqa_data.json").read_text())
     several = next(r for r in records.values() if len(r["ImagePath"]) > 1)
-    (release.metadata / several["ImagePath"][1]).unlink()  # a study keeps its other images
+    (release.image_root / several["ImagePath"][1]).unlink()  # a study keeps its other images
     alone = next(r for r in records.values() if len(r["ImagePath"]) == 1)
-    (release.metadata / alone["ImagePath"][0]).unlink()  # a study loses its only image
+    (release.image_root / alone["ImagePath"][0]).unlink()  # a study loses its only image
     builds = {
         mode: build_rexvqa(
-            BuildSettings(source=release.root, out=tmp_path / mode, image_mode=mode, images=release.metadata)
+            BuildSettings(source=release.root, out=tmp_path / mode, image_mode=mode, images=release.image_root)
         )
         for mode in ("embed", "reference")
     }
@@ -368,7 +368,7 @@ def test_reference_and_none_rows_made_a_column_at_a_time_match_the_embed_rows_ma
 def test_a_record_the_row_check_refuses_is_rejected_by_its_question_id(tmp_path):
     """Options whose letters do not run A, B, C, D pass the schema; the row check rejects them, naming the id."""
     release = generate(tmp_path / "release", num_studies=4, seed=1)
-    path = release.metadata / "train_vqa_data.json"
+    path = release.root / "metadata" / "train_vqa_data.json"
     records = json.loads(path.read_text())
     question_id = next(iter(records))
     records[question_id]["options"][0] = "B. " + records[question_id]["options"][0][3:]

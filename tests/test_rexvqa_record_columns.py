@@ -17,7 +17,7 @@ from rexvqa_dataset import record_columns
 from rexvqa_dataset.build import RexvqaBuild
 from rexvqa_dataset.records import RawRecord, find_source_files, read_file
 from rexvqa_dataset.rows import question_row
-from rexvqa_dataset.synthetic import generate
+from rexvqa_dataset.synthetic.release import generate
 
 STAGING = RexvqaBuild.staging_schema()
 BROKEN = "@@broken@@"

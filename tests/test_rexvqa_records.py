@@ -12,7 +12,7 @@ import pytest
 from builders.assembly.report import Reject
 from rexvqa_dataset.records import RawRecord, find_source_files, metadata_folder, read_file
 from rexvqa_dataset.rows import RecordError, age_in_years, question_row, raw_record, same_value
-from rexvqa_dataset.synthetic import make_study
+from rexvqa_dataset.synthetic.release import make_study
 
 BASE = {
     "question": "Is there a pleural effusion?",

@@ -1,4 +1,4 @@
-"""rexvqa_dataset.synthetic: a deterministic raw release with everything a reader must cope with."""
+"""rexvqa_dataset.synthetic.release: a deterministic raw release with everything a reader must cope with."""
 
 from __future__ import annotations
 
@@ -14,17 +14,17 @@ import pytest
 from PIL import Image
 
 from rexvqa_dataset.features import TASKS
-from rexvqa_dataset.synthetic import (
+from rexvqa_dataset.synthetic.drawing import DRAWINGS, StudyFinding, chest_pixels
+from rexvqa_dataset.synthetic.profile import (
+    FINDINGS,
+    ID_PATTERN,
     PUBLIC_QUESTIONS,
     PUBLIC_STUDIES,
     QUESTIONS_PER_STUDY,
-    generate,
-    make_study,
-    split_sizes,
-    task_weights,
+    SIZES,
 )
-from rexvqa_dataset.synthetic_drawing import DRAWINGS, StudyFinding, chest_pixels
-from rexvqa_dataset.synthetic_profile import FINDINGS, ID_PATTERN, SIZES
+from rexvqa_dataset.synthetic.questions import task_weights
+from rexvqa_dataset.synthetic.release import generate, make_study, split_sizes
 
 SURE = {
     "question",
@@ -64,7 +64,7 @@ def release(rexvqa_release):
 def records(release) -> dict[str, dict]:
     out = {}
     for name in ("train", "valid", "test"):
-        out.update(json.loads((release.metadata / f"{name}_vqa_data.json").read_text()))
+        out.update(json.loads((release.root / "metadata" / f"{name}_vqa_data.json").read_text()))
     return out
 
 
@@ -72,8 +72,8 @@ def test_same_seed_same_release_and_another_seed_another(release, tmp_path):
     again = generate(tmp_path / "again", num_studies=12, seed=3)
     other = generate(tmp_path / "other", num_studies=12, seed=4, images=False)
     assert digest(release.root) == digest(again.root)
-    assert (release.metadata / "train_vqa_data.json").read_bytes() != (
-        other.metadata / "train_vqa_data.json"
+    assert (release.root / "metadata" / "train_vqa_data.json").read_bytes() != (
+        other.root / "metadata" / "train_vqa_data.json"
     ).read_bytes()
 
 
@@ -91,7 +91,7 @@ def test_records_carry_every_listed_key_and_bare_nan(release):
         assert set(record) >= SURE | LIKELY | UNSURE
         assert record["task_name"] in TASKS
         assert [o[:3] for o in record["options"]] == ["A. ", "B. ", "C. ", "D. "]
-    text = "".join((release.metadata / f"{n}_vqa_data.json").read_text() for n in ("train", "valid", "test"))
+    text = "".join((release.root / "metadata" / f"{n}_vqa_data.json").read_text() for n in ("train", "valid", "test"))
     assert ": NaN" in text
 
 
@@ -181,7 +181,7 @@ def test_images_are_16bit_single_channel_pngs_where_the_paths_point(release):
                 and "/series/" in relative
                 and "/instances/" in relative
             )
-            with Image.open(release.metadata / relative) as image:
+            with Image.open(release.image_root / relative) as image:
                 assert image.format == "PNG" and image.mode == "I;16"
                 assert 140 <= max(image.size) <= 200
 

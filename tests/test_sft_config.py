@@ -13,7 +13,7 @@ from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling
 from builders.assembly.settings import BuildSettings
 from gemex_dataset.build import build_gemex
 from rexvqa_dataset.build import build_rexvqa
-from rexvqa_dataset.synthetic import generate as generate_rexvqa
+from rexvqa_dataset.synthetic.release import generate as generate_rexvqa
 
 from . import tiny_models
 

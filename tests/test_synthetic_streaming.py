@@ -13,9 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from gemex_dataset.synthetic import JsonArrayWriter, generate
-from rexvqa_dataset.synthetic import generate as generate_rexvqa
-from rexvqa_dataset.synthetic import make_study, split_sizes
+from gemex_dataset.synthetic.layouts import JsonArrayWriter
+from gemex_dataset.synthetic.release import generate
+from rexvqa_dataset.synthetic.release import generate as generate_rexvqa
+from rexvqa_dataset.synthetic.release import make_study, split_sizes
 
 PINNED_DIGESTS = {  # sha256 over every file of a GEMeX release at a fixed seed; a deliberate change of the data re-pins them
     "gemex": "f77cfc012d394394ef236f230c84f175fa8590e39e4c6da6e19f3834a6fb165e",
@@ -50,7 +51,7 @@ def test_rexvqa_streamed_files_are_json_dumps_of_the_whole_split(tmp_path):
         for index in range(first, first + count):
             whole.update(make_study(3, index, split, 8).records)
         first += count
-        text = (release.metadata / f"{split}_vqa_data.json").read_text(encoding="utf-8")
+        text = (release.root / "metadata" / f"{split}_vqa_data.json").read_text(encoding="utf-8")
         assert text == json.dumps(whole, indent=1, allow_nan=True)
 
 

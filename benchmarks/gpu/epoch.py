@@ -9,8 +9,8 @@ sample (what the same tokens would cost at 40% MFU).
 from __future__ import annotations
 
 from benchmarks.train_throughput import MFU_TARGET
-from gemex_dataset.synthetic_distributions import PAPER_IMAGES, PAPER_QUESTIONS
-from rexvqa_dataset.synthetic import PUBLIC_QUESTIONS, PUBLIC_STUDIES, SPLIT_SHARES
+from gemex_dataset.synthetic.distributions import PAPER_IMAGES, PAPER_QUESTIONS
+from rexvqa_dataset.synthetic.profile import PUBLIC_QUESTIONS, PUBLIC_STUDIES, SPLIT_SHARES
 
 GEMEX_TRAIN_SHARE = PAPER_IMAGES["train"] / sum(PAPER_IMAGES.values())
 TRAIN_ROWS = {

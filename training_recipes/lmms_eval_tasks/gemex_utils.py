@@ -13,22 +13,11 @@ from gemex_dataset import scoring
 from training_recipes.lmms_eval_tasks import harness
 
 DATASET = harness.dataset_source("CXR_VQA_GEMEX", "GEMeX")
+doc_to_visual, doc_to_text, doc_to_messages = harness.prompt_functions("gemex")
 BOX_CONVENTION = harness.box_convention()
 PIXEL_BUDGET = from_environment()
 TEXT_METRICS = installed_metrics()[0]
 """ROUGE-L, BLEU-1 and BERTScore, those whose extras are installed (as ``cxr-vqa evaluate``)."""
-
-
-def doc_to_visual(doc: dict) -> list:
-    return harness.images(doc, "gemex")
-
-
-def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str:
-    return harness.user_text(doc, "gemex")
-
-
-def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> list[dict]:
-    return harness.chat_messages(doc, "gemex")
 
 
 def metric_names(question_type: int | str) -> list[str]:

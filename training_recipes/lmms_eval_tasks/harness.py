@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from builders.box_frame import BOX_CONVENTIONS
 from builders.pixel_budget import from_environment
@@ -85,6 +85,21 @@ def user_text(row: Mapping, kind: str) -> str:
     into the question, as for chat templates without a system role."""
     messages = to_messages(dict(row), kind, ConversationSettings(box_convention(), fold_system=True), with_answer=False)
     return "".join(part["text"] for part in messages[-1]["content"] if part["type"] == "text")
+
+
+def prompt_functions(kind: str) -> tuple[Callable, Callable, Callable]:
+    """A task file's `doc_to_visual`, `doc_to_text` and `doc_to_messages` for the rows of `kind`, as lmms-eval calls them."""
+
+    def doc_to_visual(doc: dict) -> list:
+        return images(doc, kind)
+
+    def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str:
+        return user_text(doc, kind)
+
+    def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> list[dict]:
+        return chat_messages(doc, kind)
+
+    return doc_to_visual, doc_to_text, doc_to_messages
 
 
 def scored_item(row: Mapping, results: Sequence[str], columns: Sequence[str]) -> dict:

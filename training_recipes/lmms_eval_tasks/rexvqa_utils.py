@@ -14,19 +14,8 @@ from rexvqa_dataset import scoring
 from training_recipes.lmms_eval_tasks import harness
 
 DATASET = harness.dataset_source("CXR_VQA_REXVQA", "ReXVQA")
+doc_to_visual, doc_to_text, doc_to_messages = harness.prompt_functions("rexvqa")
 COLUMNS = scoring.COLUMNS + ("task_name",)
-
-
-def doc_to_visual(doc: dict) -> list:
-    return harness.images(doc, "rexvqa")
-
-
-def doc_to_text(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> str:
-    return harness.user_text(doc, "rexvqa")
-
-
-def doc_to_messages(doc: dict, lmms_eval_specific_kwargs: dict | None = None) -> list[dict]:
-    return harness.chat_messages(doc, "rexvqa")
 
 
 def process_results(doc: dict, results: list[str]) -> dict:

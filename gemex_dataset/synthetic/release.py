@@ -18,10 +18,7 @@ without that prefix)::
 
 from __future__ import annotations
 
-import csv
-import json
 import random
-import shlex
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from functools import partial
@@ -31,21 +28,19 @@ from tqdm.auto import tqdm
 
 from builders.box_frame import pixels_to_frame224
 from builders.provenance import ManifestWriter, image_tag
-from builders.synthetic_release import Chunk, write_release
+from builders.synthetic_release import Chunk, ReleaseKind, SyntheticRelease, write_release
 from gemex_dataset.anatomy import region_layout
-from gemex_dataset.features import LLAVA_Q_TYPES
-from gemex_dataset.prompts import TYPE_PROMPTS
-from gemex_dataset.synthetic_distributions import (
+from gemex_dataset.synthetic.distributions import (
     KEEP_RATE,
     PAPER_IMAGES,
     QUESTIONS_PER_IMAGE,
     TEST_QUESTIONS_PER_IMAGE,
 )
-from gemex_dataset.synthetic_drawing import draw_chest
-from gemex_dataset.synthetic_questions import Findings, QuestionWriter, Shown, described, healthy
+from gemex_dataset.synthetic.drawing import draw_chest
+from gemex_dataset.synthetic.layouts import LAYOUTS, SplitWriter
+from gemex_dataset.synthetic.questions import Findings, QuestionWriter, Shown, described, healthy
 
 MIMIC_SIZES = ((2544, 3056), (2539, 3050), (2544, 3056), (3056, 2544), (2048, 2500), (3050, 2539))
-LAYOUTS = ("per_type", "llava", "grouped")
 
 SYNTHETIC_NOTE = """# Synthetic GEMeX release
 
@@ -54,6 +49,17 @@ is generated; there is no patient data and no MIMIC-CXR content. Builds made fro
 in their card: SYNTHETIC_MANIFEST.json holds a keyed hash of every annotation file and every image
 carries a tag in its metadata (builders/provenance.py). This note itself proves nothing.
 """
+RELEASE = ReleaseKind(
+    dataset="gemex",
+    title="GEMeX",
+    note=SYNTHETIC_NOTE,
+    item="image",
+    items="images",
+    chunk_size=256,
+    annotations=LAYOUTS,
+    images="files",
+    image_root="files",
+)
 
 
 @dataclass
@@ -74,41 +80,6 @@ class SyntheticImage:
     def image_path(self) -> str:
         s = str(self.subject_id)
         return f"p{s[:2]}/p{s}/s{self.study_id}/{self.dicom_id}.jpg"
-
-
-@dataclass
-class SyntheticRelease:
-    """Where a release was written and what it holds."""
-
-    root: Path
-    images: dict[str, int]
-    questions: dict[str, int]
-
-    @property
-    def image_root(self) -> Path:
-        return self.root / "files"
-
-    def build_commands(self) -> list[str]:
-        """The `cxr-vqa build` command that makes a dataset of this release (beside it, `<root>-dataset`).
-
-        The root holds the same questions in each layout written; `build` reads one of them (per_type
-        first), so the root is the source."""
-        out = self.root.with_name(self.root.name + "-dataset")
-        return [
-            shlex.join(
-                [
-                    "cxr-vqa",
-                    "build",
-                    "gemex",
-                    "--source",
-                    str(self.root),
-                    "--images",
-                    str(self.image_root),
-                    "--out",
-                    str(out),
-                ]
-            )
-        ]
 
 
 def split_sizes(num_images: int) -> dict[str, int]:
@@ -188,10 +159,6 @@ def make_image(seed: int, index: int, downscale: int, test: bool = False) -> Syn
     return image
 
 
-PLAIN_FINDINGS = ("all", "answered")
-"""Which findings `--plain-findings` draws plainly: every one, or those a closed-ended "Yes." names."""
-
-
 def answered_findings(image: SyntheticImage) -> frozenset[Shown]:
     """The findings a closed-ended question of the image answers "Yes." about: its finding in its region."""
     named = set()
@@ -220,21 +187,6 @@ def report(image: SyntheticImage, rng: random.Random) -> str:
     )
 
 
-def _llava_record(q: dict, qtype: str, row: int, image_path: str) -> dict:
-    human = f"<image>\n{q['question']}"
-    if "choices" in q:
-        human += " <choices>: [" + ", ".join(q["choices"]) + "]"
-    answer = repr(q["answer"]) if qtype == "multi_choice" else q["answer"]
-    gpt = f"<answer> {answer} <reason> {q['reason']} <location> {json.dumps(q['visual_locations'])}"
-    return {
-        "conversations": [{"from": "human", "value": human}, {"from": "gpt", "value": gpt}],
-        "row_id": row,
-        "q_type": LLAVA_Q_TYPES[qtype],
-        "type_prompt": TYPE_PROMPTS[qtype],
-        "image": image_path,
-    }
-
-
 def _split_records(
     seed: int, first: int, count: int, downscale: int, test: bool
 ) -> Iterator[tuple[SyntheticImage, dict[str, list[dict]], str]]:
@@ -247,96 +199,6 @@ def _write_images(seed: int, downscale: int, root: str, plain_findings: str, chu
     for index in range(chunk.first, chunk.first + chunk.count):
         write_image(make_image(seed, index, downscale, chunk.split == "test"), Path(root), index, plain_findings)
     return chunk.count
-
-
-class JsonArrayWriter:
-    """Writes a JSON array one element at a time, byte for byte as `json.dumps(items, indent=1)` would."""
-
-    def __init__(self, path: Path):
-        self.file = open(path, "w", encoding="utf-8")  # noqa: SIM115 - closed by close(), one element at a time
-        self.count = 0
-
-    def add(self, item: dict) -> None:
-        self.file.write(("[\n " if self.count == 0 else ",\n ") + json.dumps(item, indent=1).replace("\n", "\n "))
-        self.count += 1
-
-    def close(self) -> None:
-        self.file.write("\n]" if self.count else "[]")
-        self.file.close()
-
-
-class SplitWriter:
-    """One split's annotation files in each layout, open while the split's images are generated."""
-
-    def __init__(self, out: Path, split: str, layouts: tuple[str, ...]):
-        self.paths: list[Path] = []
-        self.per_type: dict[str, object] = {}
-        self.llava = self.grouped = self.csv_file = None
-        if "per_type" in layouts:
-            folder = out / "per_type" / split
-            folder.mkdir(parents=True, exist_ok=True)
-            self.per_type = {t: self._open(folder / f"{t}_question.jsonl") for t in QUESTIONS_PER_IMAGE}
-        if "llava" in layouts:
-            folder = out / "llava" / split
-            folder.mkdir(parents=True, exist_ok=True)
-            self.paths.append(folder / f"{split}_conversations.json")
-            self.llava = JsonArrayWriter(self.paths[-1])
-        if "grouped" in layouts:
-            folder = out / "grouped" / split
-            folder.mkdir(parents=True, exist_ok=True)
-            self.grouped = self._open(folder / f"{split}_questions.jsonl")
-            self.csv_file = self._open(folder / f"{split}_images.csv", newline="")
-            self.csv = csv.writer(self.csv_file)
-            self.csv.writerow(["mimic_image_file_path"])
-        self.counts = dict.fromkeys(QUESTIONS_PER_IMAGE, 0)
-
-    def _open(self, path: Path, **options):
-        self.paths.append(path)
-        return open(path, "w", encoding="utf-8", **options)
-
-    def add_image(self, row: int, image: SyntheticImage, qs: dict[str, list[dict]], text: str) -> int:
-        """Write one image's questions in every layout; returns how many."""
-        for qtype, items in qs.items():
-            for q in items:
-                if self.per_type:  # the release's files end without a trailing newline
-                    rec = {"question": q["question"]}
-                    if "choices" in q:
-                        rec["choices"] = q["choices"]
-                    rec.update({k: q[k] for k in ("type", "answer", "reason", "visual_regions", "visual_locations")})
-                    rec.update(
-                        {
-                            "image_path": image.image_path,
-                            "ori_report": text,
-                            "q_id": self.counts[qtype],
-                            "row_id": f"row_{row}",
-                        }
-                    )
-                    self.per_type[qtype].write(("\n" if self.counts[qtype] else "") + json.dumps(rec))
-                if self.llava:
-                    self.llava.add(_llava_record(q, qtype, row, image.image_path))
-                self.counts[qtype] += 1
-        if self.grouped:
-            self.grouped.write(
-                json.dumps(
-                    {
-                        f"{t}_questions": [
-                            {k: q[k] for k in ("question", "choices", "answer", "reason", "visual_locations") if k in q}
-                            for q in items
-                        ]
-                        for t, items in qs.items()
-                    }
-                )
-                + "\n"
-            )
-            self.csv.writerow([f"files/{image.image_path}"])
-        return sum(len(items) for items in qs.values())
-
-    def close(self, manifest: ManifestWriter) -> None:
-        for file in [*self.per_type.values(), self.llava, self.grouped, self.csv_file]:
-            if file is not None:
-                file.close()
-        for path in self.paths:
-            manifest.add(path)
 
 
 def write_annotations(
@@ -356,7 +218,7 @@ def write_annotations(
     total = 0
     try:
         for row, (image, qs, text) in enumerate(_split_records(seed, first, count, downscale, split == "test")):
-            written = writer.add_image(row, image, qs, text)
+            written = writer.add_image(row, image.image_path, qs, text)
             total += written
             if progress is not None:
                 progress.update(written)
@@ -389,14 +251,11 @@ def generate(
     def annotations(split: str, first: int, count: int, manifest: ManifestWriter, bar: tqdm) -> int:
         return write_annotations(out, split, seed, first, count, downscale, layouts, manifest, bar)
 
-    counts = write_release(
+    return write_release(
         out,
-        note=SYNTHETIC_NOTE,
-        made_by="cxr-vqa synthesize gemex",
-        sizes=sizes,
-        write_annotations=annotations,
-        chunk_size=256,
-        num_proc=num_proc,
-        write_images=partial(_write_images, seed, downscale, str(out / "files"), plain_findings) if images else None,
+        RELEASE,
+        sizes,
+        annotations,
+        partial(_write_images, seed, downscale, str(out / RELEASE.images), plain_findings) if images else None,
+        num_proc,
     )
-    return SyntheticRelease(out, sizes, counts)

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 from PIL import Image, ImageDraw
 
-from rexvqa_dataset.synthetic_profile import SIZES, FindingKind
+from rexvqa_dataset.synthetic.profile import SIZES, FindingKind
 
 
 @dataclass(frozen=True)
@@ -360,7 +360,7 @@ DRAWINGS: dict[str, Callable[[Chest, StudyFinding], None]] = {
     "trachea": _in_anatomy,
     "scoliosis": _in_anatomy,
 }
-"""How each `FindingKind.drawing` is drawn; every kind of `synthetic_profile.FINDINGS` has one."""
+"""How each `FindingKind.drawing` is drawn; every kind of `profile.FINDINGS` has one."""
 
 
 def chest_pixels(rng: random.Random, width: int, height: int, findings: list[StudyFinding]) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, field
 
-from gemex_dataset.synthetic_distributions import (
+from gemex_dataset.synthetic.distributions import (
     ASK_AGAIN_SHARE,
     CLOSED_ASK_PRESENT,
     CONTENT_TYPE_SHARES,

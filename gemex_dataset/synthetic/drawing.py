@@ -9,8 +9,8 @@ from collections.abc import Collection
 import numpy as np
 from PIL import Image, ImageDraw, ImageFilter
 
-from gemex_dataset.synthetic_distributions import CHEST_WIDTH_CM, FINDING_BY_NAME, SEVERITY_EXTENT
-from gemex_dataset.synthetic_questions import Shown
+from gemex_dataset.synthetic.distributions import CHEST_WIDTH_CM, FINDING_BY_NAME, SEVERITY_EXTENT
+from gemex_dataset.synthetic.questions import Shown
 
 Layout = dict[str, tuple[float, float, float, float]]
 OPACITY_FILL = {"consolidation": 150, "atelectasis": 128, "pulmonary edema": 112}

@@ -4,8 +4,8 @@ No real record or image is used. Everything is deterministic in `seed`: study *i
 depends only on (seed, i), so a release can be made in parallel and at any scale (the
 public release: 160,000 studies, 653,834 questions; `PUBLIC_STUDIES`, `PUBLIC_QUESTIONS`).
 Its distributions (task shares, splits, views, images and findings per study, ids) are
-in `synthetic_profile.py`, each with its source; each study's findings are drawn into its
-images (`synthetic_drawing.py`) where its report and questions put them.
+in `profile.py`, each with its source; each study's findings are drawn into its
+images (`drawing.py`) where its report and questions put them.
 
 What a reader must cope with is all here: every key formats.md lists (sure, likely
 and unsure), bare `NaN` tokens in report fields, options as `"A. text"`, studies of 1
@@ -21,10 +21,8 @@ Layout on disk::
 from __future__ import annotations
 
 import json
-import math
 import random
-import shlex
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -35,10 +33,9 @@ from tqdm.auto import tqdm
 
 from builders.images import IMAGE_TAG_KEY
 from builders.provenance import ManifestWriter, image_tag
-from builders.synthetic_release import Chunk, write_release
-from rexvqa_dataset.features import TASKS
-from rexvqa_dataset.synthetic_drawing import StudyFinding, chest_pixels
-from rexvqa_dataset.synthetic_profile import (
+from builders.synthetic_release import Chunk, ReleaseKind, SyntheticRelease, write_release
+from rexvqa_dataset.synthetic.drawing import StudyFinding, chest_pixels
+from rexvqa_dataset.synthetic.profile import (
     FINDINGS,
     FINDINGS_PER_STUDY,
     FRONTAL_VIEWS,
@@ -48,8 +45,6 @@ from rexvqa_dataset.synthetic_profile import (
     LUNG_ZONES,
     NEGATION_CATEGORY,
     NULL_VIEW_RATE,
-    PUBLIC_QUESTIONS,
-    PUBLIC_STUDIES,
     QUESTIONS_PER_STUDY,
     RELEASE_SIDES,
     SHORT_VIEW_LIST_RATE,
@@ -59,20 +54,8 @@ from rexvqa_dataset.synthetic_profile import (
     TASK_SHARES,
     UID_ROOT,
     UID_SUFFIX_DIGITS,
-    FindingKind,
 )
-
-__all__ = [
-    "PUBLIC_QUESTIONS",
-    "PUBLIC_STUDIES",
-    "QUESTIONS_PER_STUDY",
-    "SyntheticRelease",
-    "SyntheticStudy",
-    "generate",
-    "make_study",
-    "split_sizes",
-    "write_split",
-]
+from rexvqa_dataset.synthetic.questions import NEGATION, TASK_WEIGHTS, ask, pick_task, task_weights
 
 SYNTHETIC_NOTE = """# Synthetic ReXVQA release
 
@@ -85,144 +68,17 @@ The findings of each study are drawn into its images where its report and questi
 the questions hold no medical knowledge and a score on them shows that a pipeline works, not that
 a model reads chest radiographs.
 """
-
-PRESENCE, LOCATION, NEGATION, DIFFERENTIAL, GEOMETRIC = TASKS
-QUESTIONS = {
-    PRESENCE: (
-        "Which of the following findings is present{where}?",
-        "Which finding can be seen{where}?",
-        "Which of these abnormalities is visible{where}?",
-        "Which of the following is demonstrated{where}?",
-        "What abnormality is identified{where}?",
-        "Which of the following findings does the study show{where}?",
-    ),
-    LOCATION: (
-        "Where is the {finding} located{where}?",
-        "In which lung zone is the {finding} seen{where}?",
-        "What is the location of the {finding}{where}?",
-        "Which zone does the {finding} project over{where}?",
-        "Where does the {finding} lie{where}?",
-    ),
-    NEGATION: (
-        "Which of the following findings is NOT present{where}?",
-        "Which finding is NOT seen{where}?",
-        "All of the following are visible{where} EXCEPT:",
-        "Which of these is absent{where}?",
-        "Which of the following can be excluded{where}?",
-    ),
-    DIFFERENTIAL: (
-        "What is the most likely diagnosis given the imaging findings{where}?",
-        "Which diagnosis best explains the findings{where}?",
-        "Which condition is most likely{where}?",
-        "What is the leading diagnosis based on the findings{where}?",
-        "Which diagnosis do the findings{where} favor?",
-    ),
-    GEOMETRIC: (
-        "What is the size of the {finding}{where}?",
-        "How large is the {finding}{where}?",
-        "How would you grade the extent of the {finding}{where}?",
-        "What is the extent of the {finding}{where}?",
-    ),
-}
-"""chosen: plausible. Several wordings per task; none names or hints at the answer. `{where}` names the
-images where no opening sentence does; `{finding}` is the finding asked about."""
-WHERE = (
-    " on this chest radiograph",
-    " on this chest X-ray",
-    " on the radiograph",
-    " on these images",
-    " in this study",
+RELEASE = ReleaseKind(
+    dataset="rexvqa",
+    title="ReXVQA",
+    note=SYNTHETIC_NOTE,
+    item="study",
+    items="studies",
+    chunk_size=64,
+    annotations=("metadata",),
+    images="deid_png",
+    image_root="metadata",
 )
-VIEW_NAMES = {"PA": "PA", "AP": "AP", "LATERAL": "lateral", "LL": "left lateral"}
-AGE_UNITS = {"Y": "year", "M": "month", "W": "week", "D": "day"}
-
-
-def _views_phrase(views: list[str | None]) -> str:
-    """`PA and lateral radiographs`, `AP radiograph`, `radiographs`: the study's named views."""
-    named = list(dict.fromkeys(VIEW_NAMES[v] for v in views if v in VIEW_NAMES))
-    noun = "radiographs" if len(views) > 1 else "radiograph"
-    return f"{' and '.join(named)} {noun}" if named else noun
-
-
-def _patient(study: dict) -> str:
-    """`a 67-year-old woman`, `a 5-month-old boy`: from the study's age and sex."""
-    age = study["PatientAge"]
-    number, unit = int(age[:-1]), AGE_UNITS[age[-1]]
-    adult = unit == "year"
-    who = {"M": "man" if adult else "boy", "F": "woman" if adult else "girl"}[study["PatientSex"]]
-    article = "an" if str(number).startswith("8") or number in (11, 18) else "a"
-    return f"{article} {number}-{unit}-old {who}"
-
-
-def _complaint(study: dict) -> str | None:
-    """The indication as a complaint (`cough`, `fever`), or None where the study has none."""
-    text = study["Indication"]
-    return text.split(",")[0].rstrip(".").lower() if isinstance(text, str) else None
-
-
-def question_wording(rng: random.Random, task: str, study: dict) -> str:
-    """A question of `task` as written for this study's report: the core wording, opened (or not) by the
-    views, the patient and the complaint (which say nothing of the answer); `{finding}` left to fill."""
-    core = rng.choice(QUESTIONS[task])
-    complaint = _complaint(study)
-    form = rng.random()
-    if form < 0.3:
-        return core.replace("{where}", rng.choice(WHERE))
-    if form < 0.7:
-        opening = f"On the {_views_phrase(study['ImageViewPosition'] or [None] * len(study['ImagePath']))} of {_patient(study)}"
-        opening += f" with {complaint}, " if complaint else ", "
-        return opening + core[0].lower() + core[1:].replace("{where}", "")
-    first = (
-        f"{_capital(_patient(study))} presents with {complaint}."
-        if complaint
-        else f"{_capital(_patient(study))} is referred for imaging."
-    )
-    return first + " " + core.replace("{where}", rng.choice(WHERE))
-
-
-ASKABLE: dict[str, Callable[[FindingKind], bool]] = {
-    PRESENCE: lambda kind: True,
-    LOCATION: lambda kind: kind.where == "zone",
-    NEGATION: lambda kind: True,
-    DIFFERENTIAL: lambda kind: kind.diagnosis is not None,
-    GEOMETRIC: lambda kind: kind.sized,
-}
-"""Which present findings a question of each task can be about (presence and negation: any)."""
-
-
-def _chance_askable(task: str) -> float:
-    """The chance that a study has a finding a `task` question can be about (negation: three findings, always)."""
-    eligible = sum(ASKABLE[task](kind) for kind in FINDINGS)
-    return sum(
-        weight * (1 - math.comb(len(FINDINGS) - eligible, count) / math.comb(len(FINDINGS), count))
-        for count, weight in FINDINGS_PER_STUDY.items()
-    )
-
-
-def task_weights(shares: dict[str, float]) -> dict[str, float]:
-    """Each task's share divided by the chance a study can be asked it, so that over the release each
-    task keeps its share although some studies cannot be asked some tasks."""
-    return {task: share / _chance_askable(task) for task, share in shares.items()}
-
-
-TASK_WEIGHTS = task_weights(TASK_SHARES)
-
-
-@dataclass
-class SyntheticRelease:
-    root: Path
-    studies: dict[str, int]
-    questions: dict[str, int]
-
-    @property
-    def metadata(self) -> Path:
-        return self.root / "metadata"
-
-    def build_commands(self) -> list[str]:
-        """The `cxr-vqa build` command that makes a dataset of this release (beside it, `<root>-dataset`);
-        image paths are relative to `metadata/`, which `build` takes by default."""
-        out = self.root.with_name(self.root.name + "-dataset")
-        return [shlex.join(["cxr-vqa", "build", "rexvqa", "--source", str(self.root), "--out", str(out)])]
 
 
 def split_sizes(num_studies: int) -> dict[str, int]:
@@ -269,92 +125,6 @@ def _findings(rng: random.Random) -> list[StudyFinding]:
     kinds = rng.sample(FINDINGS, _pick(rng, FINDINGS_PER_STUDY))
     places = {"zone": LUNG_ZONES, "side": SIDES, "": ("",)}
     return [StudyFinding(kind, rng.choice(places[kind.where]), rng.randrange(len(SIZES))) for kind in kinds]
-
-
-def _capital(text: str) -> str:
-    return text[0].upper() + text[1:]
-
-
-@dataclass
-class Question:
-    task: str
-    question: str
-    options: list[str]
-    answer: int
-    explanation: str
-    topic: FindingKind
-    """The finding whose category and subcategory the question is filed under."""
-
-
-def _ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dict) -> Question:
-    """One question of `task` about the study's `findings`, its answer at a uniformly random letter.
-
-    Every option is of one kind (four finding names, four diagnoses, four zones, four sizes), each
-    equally likely to be the answer, so that the text alone tells no more than chance. Presence and
-    negation questions, whose options are findings, are filed under a uniformly chosen option's
-    finding: their category and subcategory point at the answer one time in four, as any option does.
-    """
-    wording = question_wording(rng, task, study)
-    present = [f.kind for f in findings]
-    absent = [kind for kind in FINDINGS if kind not in present]
-    if task in (PRESENCE, NEGATION):
-        right, wrong = (
-            (rng.choice(present), rng.sample(absent, 3))
-            if task == PRESENCE
-            else (rng.choice(absent), rng.sample(present, 3))
-        )
-        kinds = _shuffled(rng, right, wrong)
-        options, answer = [_capital(k.name) for k in kinds], kinds.index(right)
-        if task == PRESENCE:
-            explanation = f"The radiograph shows {right.name}; {', '.join(k.name for k in wrong)} are not seen."
-        else:
-            explanation = f"{_capital(', '.join(k.name for k in wrong))} are seen; {right.name} is not."
-        return Question(task, wording, options, answer, explanation, rng.choice(kinds))
-    about = rng.choice([f for f in findings if ASKABLE[task](f.kind)])
-    if task == DIFFERENTIAL:
-        others = [k.diagnosis for k in absent if k.diagnosis is not None]
-        choices = _shuffled(rng, about.kind.diagnosis, rng.sample(others, 3))
-        filed_under = rng.choice(choices)
-        filed = next(k for k in FINDINGS if k.diagnosis == filed_under)
-        return Question(
-            task,
-            wording,
-            choices,
-            choices.index(about.kind.diagnosis),
-            f"{about.phrase()[:-1]}, which points to {about.kind.diagnosis.lower()}.",
-            filed,
-        )
-    if task == LOCATION:
-        choices = _shuffled(rng, about.place, rng.sample([z for z in LUNG_ZONES if z != about.place], 3))
-        return Question(
-            task,
-            wording.format(finding=about.kind.name),
-            [_capital(z) for z in choices],
-            choices.index(about.place),
-            f"The {about.kind.name} projects over the {about.place}.",
-            about.kind,
-        )
-    size = SIZES[about.size]
-    choices = _shuffled(rng, size, [s for s in SIZES if s != size])
-    return Question(
-        task,
-        wording.format(finding=about.kind.name),
-        choices,
-        choices.index(size),
-        f"The {about.kind.name} is {size.lower()} in extent.",
-        about.kind,
-    )
-
-
-def _shuffled(rng: random.Random, right: object, wrong: list) -> list:
-    options = list(wrong)
-    options.insert(rng.randrange(len(options) + 1), right)
-    return options
-
-
-def _task(rng: random.Random, findings: list[StudyFinding], weights: dict[str, float]) -> str:
-    askable = [t for t in TASKS if any(ASKABLE[t](f.kind) for f in findings)]
-    return rng.choices(askable, weights=[weights[t] for t in askable])[0]
 
 
 @dataclass
@@ -410,7 +180,7 @@ def make_study(
     }
     records = {}
     for _q in range(max(1, round(rng.gauss(QUESTIONS_PER_STUDY, 1.2)))):
-        asked = _ask(rng, _task(rng, findings, weights), findings, study)
+        asked = ask(rng, pick_task(rng, findings, weights), findings, study)
         record = {
             "question": asked.question,
             "options": [f"{'ABCD'[k]}. {t}" for k, t in enumerate(asked.options)],
@@ -495,15 +265,11 @@ def generate(
         manifest.add(path)
         return written
 
-    questions = write_release(
+    return write_release(
         out,
-        note=SYNTHETIC_NOTE,
-        made_by="cxr-vqa synthesize rexvqa",
-        sizes=sizes,
-        write_annotations=annotations,
-        chunk_size=64,
-        num_proc=num_proc,
-        item_unit="study",
-        write_images=partial(_write_images, seed, downscale, str(out)) if images else None,
+        RELEASE,
+        sizes,
+        annotations,
+        partial(_write_images, seed, downscale, str(out)) if images else None,
+        num_proc,
     )
-    return SyntheticRelease(out, sizes, questions)
