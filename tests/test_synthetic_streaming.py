@@ -19,8 +19,8 @@ from rexvqa_dataset.synthetic.release import generate as generate_rexvqa
 from rexvqa_dataset.synthetic.release import make_study, split_sizes
 
 PINNED_DIGESTS = {  # sha256 over every file of a GEMeX release at a fixed seed; a deliberate change of the data re-pins them
-    "gemex": "f77cfc012d394394ef236f230c84f175fa8590e39e4c6da6e19f3834a6fb165e",
-    "gemex2": "40aaf7006b044bc46d39dc8b6588dc4277ab733fd4110491dbe18f0187b9d14b",
+    "gemex": "ac898f818f367453fd62502c4ebda3355998cd8e0def5be100403682aaf0cbd7",
+    "gemex2": "1d1bff286e1c2cca981371a5abc4ba52042a320ea24d025655d44b9a1ed1b5ab",
 }
 
 

@@ -44,7 +44,7 @@ MIMIC_SIZES = ((2544, 3056), (2539, 3050), (2544, 3056), (3056, 2544), (2048, 25
 
 SYNTHETIC_NOTE = """# Synthetic GEMeX release
 
-Made by `cxr-vqa synthesize gemex` (gemex_dataset/synthetic.py). Every image, report and question
+Made by `cxr-vqa synthesize gemex` (gemex_dataset/synthetic/). Every image, report and question
 is generated; there is no patient data and no MIMIC-CXR content. Builds made from this folder say so
 in their card: SYNTHETIC_MANIFEST.json holds a keyed hash of every annotation file and every image
 carries a tag in its metadata (builders/provenance.py). This note itself proves nothing.

@@ -59,7 +59,7 @@ from rexvqa_dataset.synthetic.questions import NEGATION, TASK_WEIGHTS, ask, pick
 
 SYNTHETIC_NOTE = """# Synthetic ReXVQA release
 
-Made by `cxr-vqa synthesize rexvqa` (rexvqa_dataset/synthetic.py). Every image, report and question
+Made by `cxr-vqa synthesize rexvqa` (rexvqa_dataset/synthetic/). Every image, report and question
 is generated; there is no patient data and no ReXGradient-160K content. Builds made from this folder
 say so in their card: SYNTHETIC_MANIFEST.json holds a keyed hash of every annotation file and every
 image carries a tag in its metadata (builders/provenance.py). This note itself proves nothing.
