@@ -182,34 +182,27 @@ def cli(*args: str | Path) -> list[str]:
 # ---- steps -------------------------------------------------------------------------------------------------
 
 
+RELEASE_SIZES = {"gemex": ("--num-images", "gemex_images"), "rexvqa": ("--num-studies", "rexvqa_studies")}
+"""Each dataset's `cxr-vqa synthesize` size option and the plan's `data` key that gives it."""
+
+
 def step_data(kit: Kit, spec: dict) -> None:
     """Synthesize full-size GEMeX and ReXVQA releases and build each (`--image-mode embed`), once per machine."""
     data = kit.plan["data"]
     releases = {
-        "gemex": cli(
+        dataset: cli(
             "synthesize",
-            "gemex",
+            dataset,
             "--out",
-            kit.work / "release" / "gemex",
-            "--num-images",
-            str(data["gemex_images"]),
+            kit.work / "release" / dataset,
+            count_option,
+            str(data[count]),
             "--downscale",
             str(data["downscale"]),
             "--num-proc",
             str(data["num_proc"]),
-        ),
-        "rexvqa": cli(
-            "synthesize",
-            "rexvqa",
-            "--out",
-            kit.work / "release" / "rexvqa",
-            "--num-studies",
-            str(data["rexvqa_studies"]),
-            "--downscale",
-            str(data["downscale"]),
-            "--num-proc",
-            str(data["num_proc"]),
-        ),
+        )
+        for dataset, (count_option, count) in RELEASE_SIZES.items()
     }
     sources = {
         "gemex": [
