@@ -20,7 +20,8 @@ checkpoints nearest 25, 50 and 100% of that time.
 
 GEMeX releases are synthesized with `--plain-findings answered` (each finding a closed-ended "Yes." names
 drawn as a large, high-contrast mark filling its region, so the answer is in sight at the probe's 112 px;
-`--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has.
+`--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has;
+`--reply answer` trains GEMeX replies without the reason and boxes (`answer_replies`), so the loss falls on the answer.
 
 The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
 """
