@@ -367,6 +367,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if not (a.gemex or a.rexvqa):
         p.error("give --gemex BUILD, --rexvqa BUILD or both")
+    unknown = set(a.arms.split(",")) - set(ARMS)
+    if unknown:
+        p.error(f"--arms: unknown {', '.join(sorted(unknown))}; one or more of {', '.join(ARMS)}")
     for name in ("gemex", "rexvqa"):
         build = getattr(a, name)
         if build is not None and not (build / "data").is_dir():

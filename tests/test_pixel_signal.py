@@ -104,3 +104,9 @@ def test_a_folder_without_data_is_refused_with_its_name(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--gemex", str(tmp_path), "--out", str(tmp_path / "out")])
     assert f"--gemex {tmp_path}: not a built folder" in capsys.readouterr().err
+
+
+def test_an_unknown_arm_is_refused_by_name(builds, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--gemex", str(builds["gemex"]), "--out", str(tmp_path), "--arms", "images,shuffled"])
+    assert "--arms: unknown shuffled" in capsys.readouterr().err
