@@ -20,7 +20,8 @@ checkpoints nearest 25, 50 and 100% of that time.
 
 GEMeX releases are synthesized with `--plain-findings answered` (each finding a closed-ended "Yes." names
 drawn as a large, high-contrast mark filling its region, so the answer is in sight at the probe's 112 px;
-`--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has.
+`--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has;
+`--reply answer` trains GEMeX replies without the reason and boxes (`answer_replies`), so the loss falls on the answer.
 
 The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
 """
@@ -39,6 +40,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard
 
@@ -70,6 +72,7 @@ class Settings:
     gemex_config: str = ""
     plain_findings: str = "answered"
     balance_answers: bool = False
+    reply: str = "full"
     max_new_tokens: int = 96
     threads: int = 1
 
@@ -163,6 +166,27 @@ def balanced(build: Path, config: str, out: Path, seed: int) -> Path:
         for key in ("splits", "download_size", "dataset_size"):
             info.pop(key, None)
     card.save(out / "README.md")
+    return out
+
+
+def answer_replies(build: Path, out: Path) -> Path:
+    """`build` copied to `out` with every per-question GEMeX training row's reason emptied and boxes dropped, so the
+    reply a probe learns is ``<answer> X <reason>  <location> []``: its loss falls on the answer, the one token
+    only the image can give (the reason's wording is drawn at random from templates; learning it swamps the
+    answer's gradient). Other files copied as they are; the held-out release, which is scored, is untouched."""
+    if out.is_dir():
+        return out
+    shutil.copytree(build, out)
+    for path in sorted((out / "data" / "train").glob("*.parquet")):
+        table = pq.read_table(path)
+        if "reason" not in table.column_names or "turns" in table.column_names:
+            continue
+        for column in ("reason", "boxes", "boxes_224"):
+            index = table.schema.get_field_index(column)
+            field = table.schema.field(index)
+            empty = "" if column == "reason" else []
+            table = table.set_column(index, field, pa.array([empty] * len(table), type=field.type))
+        pq.write_table(table, path)
     return out
 
 
@@ -376,7 +400,8 @@ def release_note(settings: Settings) -> str:
         else "default drawing"
     )
     rows = "answers balanced" if settings.balance_answers and settings.gemex_config else "every row"
-    return f"GEMeX images: {drawn}; training rows: {rows}"
+    replies = "the answer alone (no reason, no boxes)" if settings.reply == "answer" else "answer, reason and boxes"
+    return f"GEMeX images: {drawn}; training rows: {rows}; replies trained: {replies}"
 
 
 def margins(runs: list[Run], majorities: list[dict]) -> list[str]:
@@ -436,6 +461,12 @@ def parse(argv: list[str] | None) -> Settings:
         default=d.balance_answers,
         help="train every arm on as many rows of each answer as the rarest has (GEMeX, with --gemex-config)",
     )
+    p.add_argument(
+        "--reply",
+        choices=("full", "answer"),
+        default=d.reply,
+        help="GEMeX replies trained on: full (answer, reason, boxes) or answer (reason emptied, no boxes)",
+    )
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="GEMeX reply length (boxes included)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads of each command")
     a = p.parse_args(argv)
@@ -457,6 +488,7 @@ def parse(argv: list[str] | None) -> Settings:
         gemex_config=a.gemex_config,
         plain_findings=a.plain_findings,
         balance_answers=a.balance_answers,
+        reply=a.reply,
         max_new_tokens=a.max_new_tokens,
         threads=a.threads,
     )
@@ -477,6 +509,8 @@ def main(argv: list[str] | None = None) -> int:
             train_build = balanced(
                 train_build, settings.gemex_config, settings.out / "gemex-train-balanced", settings.seed
             )
+        if dataset == "gemex" and settings.reply == "answer":
+            train_build = answer_replies(train_build, settings.out / f"{train_build.name}-answer-replies")
         held_out = release_and_build(settings, dataset, "held-out", held, settings.seed + HELD_OUT_SEED)
         majorities.append(majority(settings, dataset, held_out))
         make = layout_runs if settings.layout == "per_image" else arms_runs

@@ -14,9 +14,10 @@ import pytest
 from datasets import load_dataset
 from PIL import Image
 
-from benchmarks.learning_signal import balanced, headline
+from benchmarks.learning_signal import answer_replies, balanced, headline
 from benchmarks.probe_arms import image_column, make_arm, parquet_files, permutation
 from cxr_vqa.cli import main as cxr_vqa
+from gemex_dataset.prompts import answer_text, target_text
 
 KEY = {"gemex": "dicom_id", "rexvqa": "study_id"}
 
@@ -109,3 +110,20 @@ def test_balanced_rows_keep_as_many_of_each_answer_as_the_rarest_has(builds, tmp
     assert {k: v for k, v in after.items() if k != name} == {k: v for k, v in before.items() if k != name}
     loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
     assert len(loaded) == len(kept)
+
+
+def test_answer_replies_train_the_answer_alone_and_leave_the_rest(builds, tmp_path):
+    out = answer_replies(builds["gemex"], tmp_path / "answers")
+    before, after = rows(builds["gemex"]), rows(out)
+    assert before.keys() == after.keys()
+    for name, table in before.items():
+        if not name.startswith("data/train/") or name.startswith("data/train/sft_per_image"):
+            assert after[name] == table
+            continue
+        for old, new in zip(table, after[name], strict=True):
+            assert target_text(new) == f"<answer> {answer_text(old)} <reason>  <location> []"
+            assert {k: v for k, v in new.items() if k not in ("reason", "boxes", "boxes_224")} == {
+                k: v for k, v in old.items() if k not in ("reason", "boxes", "boxes_224")
+            }
+    loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
+    assert set(loaded["reason"]) == {""}

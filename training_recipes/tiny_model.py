@@ -232,11 +232,21 @@ def released_qwen2_5_vl_processor(image_processor, tokenizer):
     )
 
 
+def idefics3_image_processor(image_size: int):
+    """The tiny Idefics3's image processor: one square of `image_size` pixels a side, no tiles."""
+    from transformers import Idefics3ImageProcessorPil
+
+    return Idefics3ImageProcessorPil(
+        do_image_splitting=False,
+        size={"longest_edge": image_size},
+        max_image_size={"longest_edge": image_size},
+    )
+
+
 def tiny_idefics3(size: ModelSize = SMOKE) -> TinyVLM:
     from transformers import (
         Idefics3Config,
         Idefics3ForConditionalGeneration,
-        Idefics3ImageProcessorPil,
         Idefics3Processor,
     )
 
@@ -253,13 +263,8 @@ def tiny_idefics3(size: ModelSize = SMOKE) -> TinyVLM:
     tokenizer = train_tokenizer(
         specials, bos_token="<|begin_of_text|>", eos_token="<end_of_utterance>", pad_token="<pad>"
     )
-    image_processor = Idefics3ImageProcessorPil(
-        do_image_splitting=False,
-        size={"longest_edge": size.image_size},
-        max_image_size={"longest_edge": size.image_size},
-    )
     processor = Idefics3Processor(
-        image_processor=image_processor,
+        image_processor=idefics3_image_processor(size.image_size),
         tokenizer=tokenizer,
         image_seq_len=size.image_tokens,
         chat_template=chat_template("idefics3"),

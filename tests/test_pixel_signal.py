@@ -1,0 +1,112 @@
+"""The pixel-signal benchmark (benchmarks/pixel_signal.py) on tiny builds: it reads every closed-ended GEMeX
+question and every ReXVQA question, splits them by image, trains its classifier per arm and size, and writes
+each run's figures to result.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from benchmarks.pixel_signal import finding_named, gemex_questions, grade_named, held_out, main, rexvqa_questions
+from cxr_vqa.cli import main as cxr_vqa
+
+RUN_FIELDS = {
+    "dataset",
+    "arm",
+    "image_size",
+    "region_mask",
+    "train_questions",
+    "held_out_questions",
+    "epochs",
+    "seconds",
+    "accuracy",
+    "balanced_accuracy",
+    "train_accuracy",
+    "majority",
+    "majority_answer",
+    "per_kind",
+}
+
+
+@pytest.fixture(scope="module")
+def builds(tmp_path_factory) -> dict[str, Path]:
+    root = tmp_path_factory.mktemp("pixel-signal")
+    synthesize = ["synthesize", "gemex", "--out", str(root / "g-raw"), "--num-images", "16", "--downscale", "32"]
+    assert cxr_vqa([*synthesize, "--plain-findings", "answered"]) == 0
+    assert (
+        cxr_vqa(["synthesize", "rexvqa", "--out", str(root / "r-raw"), "--num-studies", "12", "--downscale", "8"]) == 0
+    )
+    gemex = ["build", "gemex", "--source", str(root / "g-raw"), "--images", str(root / "g-raw" / "files")]
+    assert cxr_vqa([*gemex, "--out", str(root / "gemex"), "--image-mode", "embed"]) == 0
+    rexvqa = ["build", "rexvqa", "--source", str(root / "r-raw"), "--out", str(root / "rexvqa")]
+    assert cxr_vqa([*rexvqa, "--image-mode", "embed"]) == 0
+    return {"gemex": root / "gemex", "rexvqa": root / "rexvqa"}
+
+
+def closed_ended_rows(build: Path) -> list[dict]:
+    return [
+        row
+        for path in sorted((build / "data").rglob("closed_ended-*.parquet"))
+        for row in pq.read_table(path, columns=["dicom_id", "question", "answer"]).to_pylist()
+    ]
+
+
+def test_a_tiny_run_writes_every_arm_and_size_with_its_figures(builds, tmp_path, capsys):
+    out = tmp_path / "ps"
+    args = ["--gemex", str(builds["gemex"]), "--rexvqa", str(builds["rexvqa"]), "--out", str(out)]
+    assert main([*args, "--image-sizes", "32,48", "--epochs", "1", "--held-out-share", "0.4", "--width", "4"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    runs = result["runs"]
+    assert [(r["dataset"], r["image_size"], r["arm"]) for r in runs] == [
+        (d, s, a) for d in ("gemex", "rexvqa") for s in (32, 48) for a in ("images", "blank")
+    ]
+    assert all(set(r) == RUN_FIELDS for r in runs)
+    rows = closed_ended_rows(builds["gemex"])
+    gemex = [r for r in runs if r["dataset"] == "gemex"]
+    assert {r["train_questions"] + r["held_out_questions"] for r in gemex} == {len(rows)}
+    held = [r for r in rows if held_out(r["dicom_id"], 0.4)]
+    assert {r["held_out_questions"] for r in gemex} == {len(held)}
+    for r in gemex:  # the majority answer of the training questions, scored on the held-out ones
+        trained = [q["answer"] for q in rows if not held_out(q["dicom_id"], 0.4)]
+        assert r["majority_answer"] == max(set(trained), key=trained.count)
+        assert r["majority"] == pytest.approx(100 * sum(q["answer"] == r["majority_answer"] for q in held) / len(held))
+        assert sum(k["questions"] for k in r["per_kind"].values()) == r["held_out_questions"]
+    assert all(0 <= r[f] <= 100 for r in runs for f in ("accuracy", "balanced_accuracy", "train_accuracy"))
+    assert all(r["majority_answer"] in "ABCD" for r in runs if r["dataset"] == "rexvqa")
+    assert "| gemex | images | 32 |" in capsys.readouterr().out
+
+
+def test_every_question_of_a_build_is_read_with_what_it_names(builds):
+    questions, images = gemex_questions(builds["gemex"])
+    rows = closed_ended_rows(builds["gemex"])
+    assert len(questions) == len(rows) and set(images) == {r["dicom_id"] for r in rows}
+    for q, row in zip(questions, rows, strict=True):
+        assert q.options[q.answer] == row["answer"]
+        assert q.condition[0] == "finding:" + finding_named(row["question"])
+        assert all(0 <= share <= 1 for share in q.box)
+    studies, first_images = rexvqa_questions(builds["rexvqa"])
+    assert studies and {q.key for q in studies} == set(first_images)
+    assert all(q.condition[0].startswith("task:") and 0 <= q.answer < len(q.options) for q in studies)
+
+
+def test_a_question_names_its_longest_finding_and_its_grade():
+    assert finding_named("Is there a nodular opacity in the left lung?") == "nodular opacity"
+    assert grade_named("Is the pleural effusion in the right lung severe?") == "severe"
+    assert grade_named("Is there any pleural effusion in the right lung?") == ""
+    with pytest.raises(ValueError, match="names no known finding"):
+        finding_named("Is the film rotated?")
+
+
+def test_a_folder_without_data_is_refused_with_its_name(tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--gemex", str(tmp_path), "--out", str(tmp_path / "out")])
+    assert f"--gemex {tmp_path}: not a built folder" in capsys.readouterr().err
+
+
+def test_an_unknown_arm_is_refused_by_name(builds, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--gemex", str(builds["gemex"]), "--out", str(tmp_path), "--arms", "images,shuffled"])
+    assert "--arms: unknown shuffled" in capsys.readouterr().err
