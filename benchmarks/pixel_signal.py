@@ -40,7 +40,7 @@ import torch
 from PIL import Image
 from torch import nn
 
-from gemex_dataset.synthetic_distributions import FINDING_BY_NAME, SEVERITIES
+from gemex_dataset.synthetic.distributions import FINDING_BY_NAME, SEVERITIES
 from training_recipes.data import to_rgb
 from training_recipes.tiny_model import SIZES, idefics3_image_processor
 
