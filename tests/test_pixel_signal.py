@@ -11,7 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from benchmarks.pixel_signal import finding_named, gemex_questions, grade_named, held_out, main, rexvqa_questions
-from cxr_vqa.cli import main as cxr_vqa
+from tests.tiny_builds import synthetic_embed_builds
 
 RUN_FIELDS = {
     "dataset",
@@ -33,17 +33,7 @@ RUN_FIELDS = {
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("pixel-signal")
-    synthesize = ["synthesize", "gemex", "--out", str(root / "g-raw"), "--num-images", "16", "--downscale", "32"]
-    assert cxr_vqa([*synthesize, "--plain-findings", "answered"]) == 0
-    assert (
-        cxr_vqa(["synthesize", "rexvqa", "--out", str(root / "r-raw"), "--num-studies", "12", "--downscale", "8"]) == 0
-    )
-    gemex = ["build", "gemex", "--source", str(root / "g-raw"), "--images", str(root / "g-raw" / "files")]
-    assert cxr_vqa([*gemex, "--out", str(root / "gemex"), "--image-mode", "embed"]) == 0
-    rexvqa = ["build", "rexvqa", "--source", str(root / "r-raw"), "--out", str(root / "rexvqa")]
-    assert cxr_vqa([*rexvqa, "--image-mode", "embed"]) == 0
-    return {"gemex": root / "gemex", "rexvqa": root / "rexvqa"}
+    return synthetic_embed_builds(tmp_path_factory.mktemp("pixel-signal"), 16, 12, ("--plain-findings", "answered"))
 
 
 def closed_ended_rows(build: Path) -> list[dict]:

@@ -16,26 +16,15 @@ from PIL import Image
 
 from benchmarks.learning_signal import answer_replies, balanced, headline
 from benchmarks.probe_arms import image_column, make_arm, parquet_files, permutation
-from cxr_vqa.cli import main as cxr_vqa
 from gemex_dataset.prompts import answer_text, target_text
+from tests.tiny_builds import synthetic_embed_builds
 
 KEY = {"gemex": "dicom_id", "rexvqa": "study_id"}
 
 
 @pytest.fixture(scope="module")
 def builds(tmp_path_factory) -> dict[str, Path]:
-    root = tmp_path_factory.mktemp("arms")
-    assert (
-        cxr_vqa(["synthesize", "gemex", "--out", str(root / "g-raw"), "--num-images", "10", "--downscale", "32"]) == 0
-    )
-    assert (
-        cxr_vqa(["synthesize", "rexvqa", "--out", str(root / "r-raw"), "--num-studies", "10", "--downscale", "8"]) == 0
-    )
-    gemex = ["build", "gemex", "--source", str(root / "g-raw"), "--images", str(root / "g-raw" / "files")]
-    assert cxr_vqa([*gemex, "--out", str(root / "gemex"), "--image-mode", "embed"]) == 0
-    rexvqa = ["build", "rexvqa", "--source", str(root / "r-raw"), "--out", str(root / "rexvqa")]
-    assert cxr_vqa([*rexvqa, "--image-mode", "embed"]) == 0
-    return {"gemex": root / "gemex", "rexvqa": root / "rexvqa"}
+    return synthetic_embed_builds(tmp_path_factory.mktemp("arms"), 10, 10, ())
 
 
 def images_of(value, dataset: str) -> list[dict]:

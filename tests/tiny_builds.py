@@ -1,5 +1,6 @@
 """Small built GEMeX and ReXVQA folders (Parquet under `data/<split>/`) with synthetic images,
-shaped like the builders' output, for the recipe tests."""
+shaped like the builders' output, for the recipe tests; and small synthetic releases built by the
+CLI itself, images embedded (`synthetic_embed_builds`), for the probe benchmarks' tests."""
 
 from __future__ import annotations
 
@@ -128,3 +129,24 @@ def built_rexvqa(directory: Path, n: int = 4, split: str = "train") -> Path:
 
 def load_built(directory: Path, split: str = "train") -> Dataset:
     return load_dataset(str(directory), split=split)
+
+
+def synthetic_embed_builds(
+    root: Path, gemex_images: int, rexvqa_studies: int, gemex_options: tuple[str, ...] = ()
+) -> dict[str, Path]:
+    """`cxr-vqa synthesize` then `build --image-mode embed` of each dataset under `root`, small images."""
+    from cxr_vqa.cli import main as cxr_vqa
+
+    gemex_raw, rexvqa_raw = root / "g-raw", root / "r-raw"
+    synthesize_gemex = ["--out", str(gemex_raw), "--num-images", str(gemex_images), "--downscale", "32"]
+    assert cxr_vqa(["synthesize", "gemex", *synthesize_gemex, *gemex_options]) == 0
+    synthesize_rexvqa = ["--out", str(rexvqa_raw), "--num-studies", str(rexvqa_studies), "--downscale", "8"]
+    assert cxr_vqa(["synthesize", "rexvqa", *synthesize_rexvqa]) == 0
+    built = {"gemex": root / "gemex", "rexvqa": root / "rexvqa"}
+    sources = {
+        "gemex": ["--source", str(gemex_raw), "--images", str(gemex_raw / "files")],
+        "rexvqa": ["--source", str(rexvqa_raw)],
+    }
+    for dataset, source in sources.items():
+        assert cxr_vqa(["build", dataset, *source, "--out", str(built[dataset]), "--image-mode", "embed"]) == 0
+    return built
