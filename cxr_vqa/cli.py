@@ -228,7 +228,8 @@ def parser() -> argparse.ArgumentParser:
 
     synth = commands.add_parser("synthesize", help="write a synthetic raw release in the real formats")
     synth_datasets = synth.add_subparsers(dest="dataset", required=True, metavar="DATASET")
-    synth_gemex, _ = (_synthesize_parser(synth_datasets, name, *spec) for name, spec in SYNTHESIZE.items())
+    synthesize = {name: _synthesize_parser(synth_datasets, name, *spec) for name, spec in SYNTHESIZE.items()}
+    synth_gemex = synthesize["gemex"]
     plain = synth_gemex.add_argument(
         "--plain-findings",
         nargs="?",
