@@ -25,7 +25,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.assembly.sft import chat_messages, chat_messages_array, format_choices, format_choices_array
+from builders.assembly.sft import ConversationFormat, chat_messages_array, format_choices, format_choices_array
 from builders.box_frame import to_model_frame
 from builders.columns import join_lists
 from builders.pixel_budget import PixelBudget
@@ -97,21 +97,18 @@ def target_text(row: dict, box_convention: str = "pixels", budget: PixelBudget |
     )
 
 
-def to_messages(
-    row: dict,
-    box_convention: str = "pixels",
-    with_answer: bool = True,
-    fold_system: bool = False,
-    budget: PixelBudget | None = None,
-) -> list[dict]:
-    """A GEMeX row as TRL's conversational vision format (the image itself goes in `image`).
+def instruction(row: dict) -> str:
+    return type_prompt(row["question_type"])
 
-    `fold_system` puts the type prompt at the start of the user's text instead of a system turn,
-    for chat templates that reject a system role. `budget` is the processor's resize when `box_convention`
-    is ``qwen2.5-vl``.
-    """
-    target = target_text(row, box_convention, budget) if with_answer else None
-    return chat_messages(type_prompt(row["question_type"]), question_text(row), 1, target, fold_system)
+
+def image_count(row: dict) -> int:
+    """One image a question, whether or not the build holds it."""
+    return 1
+
+
+CONVERSATION = ConversationFormat(instruction, question_text, image_count, target_text)
+to_messages = CONVERSATION.messages
+"""A GEMeX row as TRL's conversational vision format (`ConversationFormat.messages`)."""
 
 
 def messages_array(rows: pa.Table, pixel_boxes: np.ndarray) -> pa.Array:

@@ -14,7 +14,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from builders.assembly.sft import chat_messages, chat_messages_array, format_choices, format_choices_array
+from builders.assembly.sft import ConversationFormat, chat_messages_array, format_choices, format_choices_array
 from builders.pixel_budget import PixelBudget
 
 INSTRUCTION = (
@@ -22,11 +22,6 @@ INSTRUCTION = (
     "the correct option with a detailed reason."
 )
 """The fixed system instruction, worded like GEMeX's type prompts."""
-
-
-def type_prompt(question_type: str | None = None) -> str:
-    """ReXVQA has one format (four options, one answer); kept for symmetry with GEMeX."""
-    return INSTRUCTION
 
 
 def question_text(row: dict) -> str:
@@ -54,16 +49,13 @@ def image_count(row: dict) -> int:
     return len(images)
 
 
-def to_messages(
-    row: dict,
-    box_convention: str = "pixels",
-    with_answer: bool = True,
-    fold_system: bool = False,
-    budget: PixelBudget | None = None,
-) -> list[dict]:
-    """A ReXVQA row as TRL's conversational vision format: one image part per study image."""
-    target = target_text(row, box_convention, budget) if with_answer else None
-    return chat_messages(INSTRUCTION, question_text(row), image_count(row), target, fold_system)
+def instruction(row: dict) -> str:
+    return INSTRUCTION
+
+
+CONVERSATION = ConversationFormat(instruction, question_text, image_count, target_text)
+to_messages = CONVERSATION.messages
+"""A ReXVQA row as TRL's conversational vision format, one image part per study image."""
 
 
 def messages_array(rows: pa.Table, image_counts: np.ndarray) -> pa.Array:
@@ -75,5 +67,5 @@ def messages_array(rows: pa.Table, image_counts: np.ndarray) -> pa.Array:
         target_text({"answer": answer, "answer_index": index, "explanation": explanation})
         for answer, index, explanation in zip(*(rows[c].to_pylist() for c in ("answer", "answer_index", "explanation")))
     ]
-    instruction = pa.repeat(INSTRUCTION, len(question))
-    return chat_messages_array(instruction, question, image_counts, pa.array(target, pa.string()))
+    instructions = pa.repeat(INSTRUCTION, len(question))
+    return chat_messages_array(instructions, question, image_counts, pa.array(target, pa.string()))

@@ -12,7 +12,8 @@ the same way (`format_choices`).
 from __future__ import annotations
 
 import string
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +21,7 @@ import pyarrow.compute as pc
 from datasets import Features, List, Value
 
 from builders.columns import join_lists, positions
+from builders.pixel_budget import PixelBudget
 
 MESSAGES = List({"role": Value("string"), "content": List({"type": Value("string"), "text": Value("string")})})
 """Chat turns; every content part has both keys (`text` is null for an image part), so the column is one Arrow type."""
@@ -54,6 +56,33 @@ def chat_messages(
     if target is not None:
         messages.append({"role": "assistant", "content": [_text(target)]})
     return messages
+
+
+@dataclass(frozen=True)
+class ConversationFormat:
+    """How a dataset's row reads as a chat: each dataset gives the parts, `messages` assembles them alike."""
+
+    instruction: Callable[[dict], str]
+    question_text: Callable[[dict], str]
+    image_count: Callable[[dict], int]
+    target_text: Callable[[dict, str, PixelBudget | None], str]
+
+    def messages(
+        self,
+        row: dict,
+        box_convention: str = "pixels",
+        with_answer: bool = True,
+        fold_system: bool = False,
+        budget: PixelBudget | None = None,
+    ) -> list[dict]:
+        """The row in TRL's conversational vision format (the images themselves go in the image column).
+
+        `fold_system` puts the instruction at the start of the user's text instead of a system turn, for
+        chat templates that reject a system role. `budget` is the processor's resize, for box conventions
+        in the resized image's pixels (``qwen2.5-vl``).
+        """
+        target = self.target_text(row, box_convention, budget) if with_answer else None
+        return chat_messages(self.instruction(row), self.question_text(row), self.image_count(row), target, fold_system)
 
 
 def _text(text: str) -> dict:
