@@ -21,7 +21,8 @@ checkpoints nearest 25, 50 and 100% of that time.
 GEMeX releases are synthesized with `--plain-findings answered` (each finding a closed-ended "Yes." names
 drawn as a large, high-contrast mark filling its region, so the answer is in sight at the probe's 112 px;
 `--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has;
-`--reply answer` trains GEMeX replies without the reason and boxes (`answer_replies`), so the loss falls on the answer.
+`--reply answer` trains GEMeX replies without the reason and boxes (`answer_replies`), so the loss falls on the answer;
+`--reply answer_boxes` keeps the boxes, so the V-score of each arm shows what the image adds to the grounding.
 
 The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
 """
@@ -169,11 +170,12 @@ def balanced(build: Path, config: str, out: Path, seed: int) -> Path:
     return out
 
 
-def answer_replies(build: Path, out: Path) -> Path:
+def answer_replies(build: Path, out: Path, boxes: bool = False) -> Path:
     """`build` copied to `out` with every per-question GEMeX training row's reason emptied and boxes dropped, so the
     reply a probe learns is ``<answer> X <reason>  <location> []``: its loss falls on the answer, the one token
     only the image can give (the reason's wording is drawn at random from templates; learning it swamps the
-    answer's gradient). Other files copied as they are; the held-out release, which is scored, is untouched."""
+    answer's gradient). `boxes` keeps the boxes (``<location> [[...]]``). Other files copied as they are; the
+    held-out release, which is scored, is untouched."""
     if out.is_dir():
         return out
     shutil.copytree(build, out)
@@ -181,7 +183,7 @@ def answer_replies(build: Path, out: Path) -> Path:
         table = pq.read_table(path)
         if "reason" not in table.column_names or "turns" in table.column_names:
             continue
-        for column in ("reason", "boxes", "boxes_224"):
+        for column in ("reason",) if boxes else ("reason", "boxes", "boxes_224"):
             index = table.schema.get_field_index(column)
             field = table.schema.field(index)
             empty = "" if column == "reason" else []
@@ -400,7 +402,10 @@ def release_note(settings: Settings) -> str:
         else "default drawing"
     )
     rows = "answers balanced" if settings.balance_answers and settings.gemex_config else "every row"
-    replies = "the answer alone (no reason, no boxes)" if settings.reply == "answer" else "answer, reason and boxes"
+    replies = {
+        "answer": "the answer alone (no reason, no boxes)",
+        "answer_boxes": "the answer and boxes (no reason)",
+    }.get(settings.reply, "answer, reason and boxes")
     return f"GEMeX images: {drawn}; training rows: {rows}; replies trained: {replies}"
 
 
@@ -463,9 +468,10 @@ def parse(argv: list[str] | None) -> Settings:
     )
     p.add_argument(
         "--reply",
-        choices=("full", "answer"),
+        choices=("full", "answer", "answer_boxes"),
         default=d.reply,
-        help="GEMeX replies trained on: full (answer, reason, boxes) or answer (reason emptied, no boxes)",
+        help="GEMeX replies trained on: full (answer, reason, boxes), answer (reason emptied, no boxes) or "
+        "answer_boxes (reason emptied)",
     )
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="GEMeX reply length (boxes included)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads of each command")
@@ -509,8 +515,12 @@ def main(argv: list[str] | None = None) -> int:
             train_build = balanced(
                 train_build, settings.gemex_config, settings.out / "gemex-train-balanced", settings.seed
             )
-        if dataset == "gemex" and settings.reply == "answer":
-            train_build = answer_replies(train_build, settings.out / f"{train_build.name}-answer-replies")
+        if dataset == "gemex" and settings.reply != "full":
+            train_build = answer_replies(
+                train_build,
+                settings.out / f"{train_build.name}-{settings.reply}",
+                boxes=settings.reply == "answer_boxes",
+            )
         held_out = release_and_build(settings, dataset, "held-out", held, settings.seed + HELD_OUT_SEED)
         majorities.append(majority(settings, dataset, held_out))
         make = layout_runs if settings.layout == "per_image" else arms_runs

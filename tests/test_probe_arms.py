@@ -16,7 +16,7 @@ from PIL import Image
 
 from benchmarks.learning_signal import answer_replies, balanced, headline
 from benchmarks.probe_arms import image_column, make_arm, parquet_files, permutation
-from gemex_dataset.prompts import answer_text, target_text
+from gemex_dataset.prompts import answer_text, location_text, target_text
 from tests.tiny_builds import synthetic_embed_builds
 
 KEY = {"gemex": "dicom_id", "rexvqa": "study_id"}
@@ -116,3 +116,14 @@ def test_answer_replies_train_the_answer_alone_and_leave_the_rest(builds, tmp_pa
             }
     loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
     assert set(loaded["reason"]) == {""}
+
+
+def test_answer_replies_with_boxes_empty_the_reason_alone(builds, tmp_path):
+    out = answer_replies(builds["gemex"], tmp_path / "answer-boxes", boxes=True)
+    before, after = rows(builds["gemex"]), rows(out)
+    for name, table in before.items():
+        if not name.startswith("data/train/") or name.startswith("data/train/sft_per_image"):
+            continue
+        for old, new in zip(table, after[name], strict=True):
+            assert new == {**old, "reason": ""}
+            assert target_text(new) == f"<answer> {answer_text(old)} <reason>  <location> {location_text(old)}"
