@@ -162,11 +162,48 @@ def balanced(build: Path, config: str, out: Path, seed: int) -> Path:
     rng = random.Random(seed)
     chosen = sorted(i for rows in by_answer.values() for i in rng.sample(rows, keep))
     pq.write_table(table.take(chosen), path)
-    card = DatasetCard.load(out / "README.md")
-    for info in card.data.get("dataset_info") or []:  # the recorded split sizes are no longer the files'
+    _forget_split_sizes(out)
+    return out
+
+
+def _forget_split_sizes(build: Path) -> None:
+    """The card's recorded split sizes, dropped once rows are cut (`datasets` checks them against the files)."""
+    card = DatasetCard.load(build / "README.md")
+    for info in card.data.get("dataset_info") or []:
         for key in ("splits", "download_size", "dataset_size"):
             info.pop(key, None)
-    card.save(out / "README.md")
+    card.save(build / "README.md")
+
+
+def conversations_of(build: Path, config: str, out: Path) -> Path:
+    """`build` copied to `out` with each train per-image conversation cut to the turns of `config`'s train rows, so
+    both layouts train on the same questions (conversations left with none go). Other files copied as they are;
+    the stored `messages` keep the build's text, since the recipes write each row's messages from its typed columns."""
+    if out.is_dir():
+        return out
+    shutil.copytree(build, out)
+    train = out / "data" / "train"
+    kept = set(
+        pq.read_table(next(train.glob(f"{config}-*.parquet")), columns=["question_id"])["question_id"].to_pylist()
+    )
+    for path in sorted(train.glob("sft_per_image-*.parquet")):
+        rows = pq.read_table(path)
+        ids, turns = rows["question_ids"].to_pylist(), rows["turns"].to_pylist()
+        keep = [[i for i, question in enumerate(row_ids) if question in kept] for row_ids in ids]
+        rows = rows.set_column(
+            rows.schema.get_field_index("question_ids"),
+            rows.schema.field("question_ids"),
+            pa.array(
+                [[row_ids[i] for i in k] for row_ids, k in zip(ids, keep)], rows.schema.field("question_ids").type
+            ),
+        )
+        rows = rows.set_column(
+            rows.schema.get_field_index("turns"),
+            rows.schema.field("turns"),
+            pa.array([[row[i] for i in k] for row, k in zip(turns, keep)], rows.schema.field("turns").type),
+        )
+        pq.write_table(rows.filter(pa.array([bool(k) for k in keep])), path)
+    _forget_split_sizes(out)
     return out
 
 
@@ -179,15 +216,19 @@ def answer_replies(build: Path, out: Path, boxes: bool = False) -> Path:
     if out.is_dir():
         return out
     shutil.copytree(build, out)
+    emptied = {"reason": ""} | ({} if boxes else {"boxes": [], "boxes_224": []})
     for path in sorted((out / "data" / "train").glob("*.parquet")):
         table = pq.read_table(path)
-        if "reason" not in table.column_names or "turns" in table.column_names:
+        if "turns" in table.column_names:
+            index, field = table.schema.get_field_index("turns"), table.schema.field("turns")
+            turns = [[turn | emptied for turn in row] for row in table["turns"].to_pylist()]
+            table = table.set_column(index, field, pa.array(turns, type=field.type))
+        elif "reason" in table.column_names:
+            for column, empty in emptied.items():
+                index, field = table.schema.get_field_index(column), table.schema.field(column)
+                table = table.set_column(index, field, pa.array([empty] * len(table), type=field.type))
+        else:
             continue
-        for column in ("reason",) if boxes else ("reason", "boxes", "boxes_224"):
-            index = table.schema.get_field_index(column)
-            field = table.schema.field(index)
-            empty = "" if column == "reason" else []
-            table = table.set_column(index, field, pa.array([empty] * len(table), type=field.type))
         pq.write_table(table, path)
     return out
 
@@ -514,6 +555,10 @@ def main(argv: list[str] | None = None) -> int:
         if dataset == "gemex" and settings.balance_answers and settings.gemex_config:
             train_build = balanced(
                 train_build, settings.gemex_config, settings.out / "gemex-train-balanced", settings.seed
+            )
+        if dataset == "gemex" and settings.layout == "per_image" and settings.gemex_config:
+            train_build = conversations_of(
+                train_build, settings.gemex_config, settings.out / f"{train_build.name}-per-image"
             )
         if dataset == "gemex" and settings.reply != "full":
             train_build = answer_replies(

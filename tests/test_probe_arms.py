@@ -14,7 +14,7 @@ import pytest
 from datasets import load_dataset
 from PIL import Image
 
-from benchmarks.learning_signal import answer_replies, balanced, headline
+from benchmarks.learning_signal import answer_replies, balanced, conversations_of, headline
 from benchmarks.probe_arms import image_column, make_arm, parquet_files, permutation
 from gemex_dataset.prompts import answer_text, location_text, target_text
 from tests.tiny_builds import synthetic_embed_builds
@@ -105,15 +105,17 @@ def test_answer_replies_train_the_answer_alone_and_leave_the_rest(builds, tmp_pa
     out = answer_replies(builds["gemex"], tmp_path / "answers")
     before, after = rows(builds["gemex"]), rows(out)
     assert before.keys() == after.keys()
+    emptied = {"reason": "", "boxes": [], "boxes_224": []}
     for name, table in before.items():
-        if not name.startswith("data/train/") or name.startswith("data/train/sft_per_image"):
+        if not name.startswith("data/train/"):
             assert after[name] == table
             continue
         for old, new in zip(table, after[name], strict=True):
+            if "turns" in old:
+                assert new == {**old, "turns": [turn | emptied for turn in old["turns"]]}
+                continue
             assert target_text(new) == f"<answer> {answer_text(old)} <reason>  <location> []"
-            assert {k: v for k, v in new.items() if k not in ("reason", "boxes", "boxes_224")} == {
-                k: v for k, v in old.items() if k not in ("reason", "boxes", "boxes_224")
-            }
+            assert new == old | emptied
     loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
     assert set(loaded["reason"]) == {""}
 
@@ -122,8 +124,34 @@ def test_answer_replies_with_boxes_empty_the_reason_alone(builds, tmp_path):
     out = answer_replies(builds["gemex"], tmp_path / "answer-boxes", boxes=True)
     before, after = rows(builds["gemex"]), rows(out)
     for name, table in before.items():
-        if not name.startswith("data/train/") or name.startswith("data/train/sft_per_image"):
+        if not name.startswith("data/train/"):
             continue
         for old, new in zip(table, after[name], strict=True):
+            if "turns" in old:
+                assert new == {**old, "turns": [{**turn, "reason": ""} for turn in old["turns"]]}
+                continue
             assert new == {**old, "reason": ""}
             assert target_text(new) == f"<answer> {answer_text(old)} <reason>  <location> {location_text(old)}"
+
+
+def test_per_image_conversations_hold_the_questions_of_the_per_question_config(builds, tmp_path):
+    config = "closed_ended"
+    out = conversations_of(builds["gemex"], config, tmp_path / "per-image")
+    before, after = rows(builds["gemex"]), rows(out)
+    questions = {
+        r["question_id"]: r for name, t in before.items() if name.startswith(f"data/train/{config}-") for r in t
+    }
+    (per_image,) = [name for name in after if name.startswith("data/train/sft_per_image")]
+    conversations = after[per_image]
+    assert questions and sum(len(r["turns"]) for r in conversations) < sum(len(r["turns"]) for r in before[per_image])
+    assert sorted(q for row in conversations for q in row["question_ids"]) == sorted(questions)
+    for row in conversations:
+        assert row["question_ids"] and len(row["turns"]) == len(row["question_ids"])
+        for question_id, turn in zip(row["question_ids"], row["turns"], strict=True):
+            assert (
+                turn["question"] == questions[question_id]["question"]
+                and row["dicom_id"] == questions[question_id]["dicom_id"]
+            )
+    assert {k: v for k, v in after.items() if k != per_image} == {k: v for k, v in before.items() if k != per_image}
+    loaded = load_dataset(str(out), "sft_per_image", split="train", cache_dir=str(tmp_path / "cache"))
+    assert len(loaded) == len(conversations)
