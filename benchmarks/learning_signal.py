@@ -46,6 +46,7 @@ import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard
 
 from benchmarks.probe_arms import ARMS, make_arm
+from cxr_vqa.options import add_options, parsed_options
 
 GEMEX_SCORED = ("closed_ended", "single_choice", "multi_choice")
 """GEMeX question types scored with an accuracy (open-ended answers are text)."""
@@ -54,28 +55,51 @@ HELD_OUT_SEED = 1_000_003
 TIME_FRACTIONS = (0.25, 0.5, 1.0)
 
 
+def option(default, help: str, **metadata):
+    return field(default=default, metadata={"help": help, **metadata})
+
+
 @dataclass
 class Settings:
-    seed: int
-    out: Path
-    datasets: tuple[str, ...] = ("gemex", "rexvqa")
-    arms: tuple[str, ...] = ARMS
-    layout: str = "per_question"
-    train_images: int = 1500
-    train_studies: int = 1500
-    held_out_images: int = 100
-    held_out_studies: int = 180
-    image_size: int = 224
-    size: str = "probe"
-    steps: int = 600
-    batch_size: int = 16
-    learning_rate: float = 2e-3
-    gemex_config: str = ""
-    plain_findings: str = "answered"
-    balance_answers: bool = False
-    reply: str = "full"
-    max_new_tokens: int = 96
-    threads: int = 1
+    seed: int = field(metadata={"help": "changes every image, question and initial weight"})
+    out: Path = field(metadata={"help": "the folder for builds, runs and result.json"})
+    datasets: tuple[str, ...] = option(("gemex", "rexvqa"), "comma-separated: gemex, rexvqa")
+    arms: tuple[str, ...] = option(ARMS, f"comma-separated of {', '.join(ARMS)}")
+    layout: str = option(
+        "per_question",
+        "per_image: the images arm per question and per image for the same time",
+        choices=("per_question", "per_image"),
+    )
+    train_images: int = option(1500, "GEMeX training release")
+    train_studies: int = option(1500, "ReXVQA training release")
+    held_out_images: int = option(100, "GEMeX held-out release")
+    held_out_studies: int = option(180, "ReXVQA held-out release")
+    image_size: int = option(224, "the build's --image-size")
+    size: str = option("probe", "tiny_model --size of the probe")
+    steps: int = option(600, "training steps of every arm")
+    batch_size: int = option(16, "per-device batch of every arm")
+    learning_rate: float = option(2e-3, "learning rate of every arm")
+    gemex_config: str = option(
+        "",
+        "the GEMeX config trained on per question and scored ('': sft, every type; "
+        "closed_ended, single_choice or multi_choice: that type alone)",
+    )
+    plain_findings: str = option(
+        "answered",
+        "GEMeX releases drawn with `synthesize gemex --plain-findings WHICH` ('': the default drawing)",
+        choices=("all", "answered", ""),
+    )
+    balance_answers: bool = option(
+        False, "train every arm on as many rows of each answer as the rarest has (GEMeX, with --gemex-config)"
+    )
+    reply: str = option(
+        "full",
+        "GEMeX replies trained on: full (answer, reason, boxes), answer (reason emptied, no boxes) or "
+        "answer_boxes (reason emptied)",
+        choices=("full", "answer", "answer_boxes"),
+    )
+    max_new_tokens: int = option(96, "GEMeX reply length (boxes included)")
+    threads: int = option(1, "torch threads of each command")
 
 
 @dataclass
@@ -468,77 +492,9 @@ def margins(runs: list[Run], majorities: list[dict]) -> list[str]:
 
 
 def parse(argv: list[str] | None) -> Settings:
-    d = Settings(seed=0, out=Path("."))
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seed", type=int, required=True, help="changes every image, question and initial weight")
-    p.add_argument("--out", type=Path, required=True, help="the folder for builds, runs and result.json")
-    p.add_argument("--datasets", default=",".join(d.datasets), help="comma-separated: gemex, rexvqa")
-    p.add_argument("--arms", default=",".join(d.arms), help=f"comma-separated of {', '.join(ARMS)}")
-    p.add_argument(
-        "--layout",
-        choices=("per_question", "per_image"),
-        default=d.layout,
-        help="per_image: the images arm per question and per image for the same time",
-    )
-    p.add_argument("--train-images", type=int, default=d.train_images, help="GEMeX training release")
-    p.add_argument("--train-studies", type=int, default=d.train_studies, help="ReXVQA training release")
-    p.add_argument("--held-out-images", type=int, default=d.held_out_images, help="GEMeX held-out release")
-    p.add_argument("--held-out-studies", type=int, default=d.held_out_studies, help="ReXVQA held-out release")
-    p.add_argument("--image-size", type=int, default=d.image_size, help="the build's --image-size")
-    p.add_argument("--size", default=d.size, help="tiny_model --size of the probe")
-    p.add_argument("--steps", type=int, default=d.steps, help="training steps of every arm")
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--learning-rate", type=float, default=d.learning_rate)
-    p.add_argument(
-        "--gemex-config",
-        default=d.gemex_config,
-        help="the GEMeX config trained on per question and scored ('': sft, every type; "
-        "closed_ended, single_choice or multi_choice: that type alone)",
-    )
-    p.add_argument(
-        "--plain-findings",
-        choices=("all", "answered", ""),
-        default=d.plain_findings,
-        help="GEMeX releases drawn with `synthesize gemex --plain-findings WHICH` ('': the default drawing)",
-    )
-    p.add_argument(
-        "--balance-answers",
-        action=argparse.BooleanOptionalAction,
-        default=d.balance_answers,
-        help="train every arm on as many rows of each answer as the rarest has (GEMeX, with --gemex-config)",
-    )
-    p.add_argument(
-        "--reply",
-        choices=("full", "answer", "answer_boxes"),
-        default=d.reply,
-        help="GEMeX replies trained on: full (answer, reason, boxes), answer (reason emptied, no boxes) or "
-        "answer_boxes (reason emptied)",
-    )
-    p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="GEMeX reply length (boxes included)")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch threads of each command")
-    a = p.parse_args(argv)
-    return Settings(
-        seed=a.seed,
-        out=a.out,
-        datasets=tuple(a.datasets.split(",")),
-        arms=tuple(a.arms.split(",")),
-        layout=a.layout,
-        train_images=a.train_images,
-        train_studies=a.train_studies,
-        held_out_images=a.held_out_images,
-        held_out_studies=a.held_out_studies,
-        image_size=a.image_size,
-        size=a.size,
-        steps=a.steps,
-        batch_size=a.batch_size,
-        learning_rate=a.learning_rate,
-        gemex_config=a.gemex_config,
-        plain_findings=a.plain_findings,
-        balance_answers=a.balance_answers,
-        reply=a.reply,
-        max_new_tokens=a.max_new_tokens,
-        threads=a.threads,
-    )
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(parser, Settings)
+    return parsed_options(Settings, parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -2,7 +2,8 @@
 
 Each field is one option: `--` and its name with dashes, its type (the `X` of `X | None`), its
 default (none: the option is required), `choices` and `help` from `field(metadata=...)`; a
-`bool` field is a flag that sets True. The options are declared once, on the dataclass.
+`bool` field is a flag (`--x` sets True; one that defaults to True takes `--no-x`), a `tuple[str, ...]`
+one comma-separated value. The options are declared once, on the dataclass.
 """
 
 from __future__ import annotations
@@ -36,6 +37,10 @@ def _value_type(hint: Any) -> Any:
     return hint
 
 
+def comma_separated(value: str) -> tuple[str, ...]:
+    return tuple(part for part in value.split(",") if part)
+
+
 def add_options(parser: argparse.ArgumentParser, options: type, help_of: Mapping[str, str] | None = None) -> None:
     """An option on `parser` for each field of the dataclass `options`; `help_of` words a field's help otherwise."""
     hints = typing.get_type_hints(options)
@@ -47,7 +52,9 @@ def add_options(parser: argparse.ArgumentParser, options: type, help_of: Mapping
         else:
             settings["default"] = field.default
         if kind is bool:
-            settings["action"] = "store_true"
+            settings["action"] = argparse.BooleanOptionalAction if field.default is True else "store_true"
+        elif typing.get_origin(kind) is tuple:
+            settings["type"] = comma_separated
         else:
             settings["type"] = kind
             if "choices" in field.metadata:

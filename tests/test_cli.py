@@ -1,7 +1,8 @@
+import argparse
 import shlex
 import subprocess
 import sys
-from dataclasses import fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ from PIL import Image
 
 from builders.assembly.settings import BuildSettings
 from cxr_vqa.cli import main, parser
-from cxr_vqa.options import parsed_options
+from cxr_vqa.options import add_options, parsed_options
 
 
 def test_demo_builds_a_loadable_dataset(tmp_path, capsys):
@@ -250,6 +251,21 @@ def test_build_options_are_the_settings_fields_with_their_defaults():
         settings.no_conversations,
     ) == ("embed", 96, True, "shared", 3, 2, True)
     assert all(field.metadata["help"] for field in fields(BuildSettings))
+
+
+def test_options_take_a_comma_separated_tuple_and_a_flag_that_defaults_to_true():
+    @dataclass
+    class Probe:
+        seed: int = field(metadata={"help": "required"})
+        arms: tuple[str, ...] = field(default=("images", "blank"), metadata={"help": "comma-separated"})
+        balance: bool = field(default=True, metadata={"help": "on unless --no-balance"})
+        resume: bool = field(default=False, metadata={"help": "off unless --resume"})
+
+    options = argparse.ArgumentParser()
+    add_options(options, Probe)
+    assert parsed_options(Probe, options.parse_args(["--seed", "1"])) == Probe(1)
+    given = options.parse_args(["--seed", "2", "--arms", "images,shuffled", "--no-balance", "--resume"])
+    assert parsed_options(Probe, given) == Probe(2, ("images", "shuffled"), False, True)
 
 
 def test_each_dataset_build_has_its_own_help(capsys, monkeypatch):
