@@ -5,7 +5,7 @@ once with each image's pixels swapped for another image's (the `shuffled` arm).
 
 What is measured is the trainer's logged training loss, the mean over the completion tokens: the reply
 ``<answer> Yes. <reason>  <location> []`` and the end of turn, 21 tokens. Every one of them but the answer
-is the same in every row and is learned in both arms within the first 50 steps; after that the loss is
+is the same in every row and is learned in both arms by step ~60; after that the loss is
 the answer token's loss over 21, at chance ln 2 / 21 (about 0.033), and falls below it in the images arm
 as the probe reads the answer off the image. The shuffled arm can only memorise rows (so can the images
 arm: a permutation moves whole images), which it does more slowly. If the images stop reaching the row
