@@ -79,6 +79,10 @@ class Settings:
     steps: int = option(600, "training steps of every arm")
     batch_size: int = option(16, "per-device batch of every arm")
     learning_rate: float = option(2e-3, "learning rate of every arm")
+    warmup_steps: int = option(0, "linear warm-up steps of every arm")
+    adam_beta2: float = option(
+        0.999, "AdamW's second-moment decay (0.9 forgets the large gradients of the reply's format sooner)"
+    )
     gemex_config: str = option(
         "",
         "the GEMeX config trained on per question and scored ('': sft, every type; "
@@ -279,6 +283,10 @@ def sft_args(settings: Settings, model: Path, dataset: str, build: Path, run_dir
         str(settings.batch_size),
         "--learning_rate",
         str(settings.learning_rate),
+        "--warmup_steps",
+        str(settings.warmup_steps),
+        "--adam_beta2",
+        str(settings.adam_beta2),
         "--seed",
         str(settings.seed),
         "--logging_steps",

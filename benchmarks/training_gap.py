@@ -32,29 +32,35 @@ import argparse
 import json
 import os
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from benchmarks.learning_signal import answer_replies, balanced
 from benchmarks.probe_arms import make_arm
+from cxr_vqa.options import add_options, parsed_options
 
 CONFIG = "closed_ended"
 
 
 @dataclass
 class GapSettings:
-    seed: int
-    out: Path
-    train_images: int = 200
-    image_size: int = 112
-    size: str = "probe"
-    steps: int = 200
-    batch_size: int = 16
-    learning_rate: float = 3e-3
-    warmup_steps: int = 10
-    adam_beta2: float = 0.9
-    tail: int = 30
-    threads: int = 1
+    seed: int = field(metadata={"help": "changes every image, question, initial weight and batch"})
+    out: Path = field(metadata={"help": "the folder for the build, the model, the runs"})
+    train_images: int = field(default=200, metadata={"help": "images of the training release"})
+    image_size: int = field(default=112, metadata={"help": "the build's --image-size"})
+    size: str = field(default="probe", metadata={"help": "tiny_model --size of the probe"})
+    steps: int = field(default=200, metadata={"help": "training steps of each arm"})
+    batch_size: int = field(default=16, metadata={"help": "per-device batch of each arm"})
+    learning_rate: float = field(default=3e-3, metadata={"help": "learning rate of each arm"})
+    warmup_steps: int = field(default=10, metadata={"help": "linear warm-up steps of each arm"})
+    adam_beta2: float = field(
+        default=0.9,
+        metadata={
+            "help": "AdamW's second-moment decay (the Trainer's 0.999 remembers the first steps' large format gradients)"
+        },
+    )
+    tail: int = field(default=30, metadata={"help": "the last logged steps averaged in each arm"})
+    threads: int = field(default=1, metadata={"help": "torch threads"})
 
 
 @dataclass
@@ -149,26 +155,9 @@ def measure(settings: GapSettings) -> Gap:
 
 
 def parse(argv: list[str] | None) -> GapSettings:
-    d = GapSettings(seed=0, out=Path("."))
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--seed", type=int, required=True, help="changes every image, question, initial weight and batch")
-    p.add_argument("--out", type=Path, required=True, help="the folder for the build, the model, the runs")
-    p.add_argument("--train-images", type=int, default=d.train_images, help="images of the training release")
-    p.add_argument("--image-size", type=int, default=d.image_size, help="the build's --image-size")
-    p.add_argument("--size", default=d.size, help="tiny_model --size of the probe")
-    p.add_argument("--steps", type=int, default=d.steps, help="training steps of each arm")
-    p.add_argument("--batch-size", type=int, default=d.batch_size)
-    p.add_argument("--learning-rate", type=float, default=d.learning_rate)
-    p.add_argument("--warmup-steps", type=int, default=d.warmup_steps)
-    p.add_argument(
-        "--adam-beta2",
-        type=float,
-        default=d.adam_beta2,
-        help="AdamW's second-moment decay (the Trainer's 0.999 remembers the first steps' large format gradients)",
-    )
-    p.add_argument("--tail", type=int, default=d.tail, help="the last logged steps averaged in each arm")
-    p.add_argument("--threads", type=int, default=d.threads, help="torch threads")
-    return GapSettings(**vars(p.parse_args(argv)))
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(parser, GapSettings)
+    return parsed_options(GapSettings, parser.parse_args(argv))
 
 
 def main(argv: list[str] | None = None) -> int:
