@@ -29,7 +29,6 @@ The probe is `python -m training_recipes.tiny_model --size probe`; every size an
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import random
@@ -46,7 +45,7 @@ import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard
 
 from benchmarks.probe_arms import ARMS, make_arm
-from cxr_vqa.options import add_options, parsed_options
+from cxr_vqa.options import options_from_command_line
 
 GEMEX_SCORED = ("closed_ended", "single_choice", "multi_choice")
 """GEMeX question types scored with an accuracy (open-ended answers are text)."""
@@ -499,14 +498,8 @@ def margins(runs: list[Run], majorities: list[dict]) -> list[str]:
     return out
 
 
-def parse(argv: list[str] | None) -> Settings:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_options(parser, Settings)
-    return parsed_options(Settings, parser.parse_args(argv))
-
-
 def main(argv: list[str] | None = None) -> int:
-    settings = parse(argv)
+    settings = options_from_command_line(Settings, argv, __doc__)
     (settings.out / "logs").mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
     model = probe_model(settings)

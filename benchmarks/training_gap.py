@@ -28,7 +28,6 @@ the last `--tail` logged steps in each arm.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -37,7 +36,7 @@ from pathlib import Path
 
 from benchmarks.learning_signal import answer_replies, balanced
 from benchmarks.probe_arms import make_arm
-from cxr_vqa.options import add_options, parsed_options
+from cxr_vqa.options import options_from_command_line
 
 CONFIG = "closed_ended"
 
@@ -154,14 +153,8 @@ def measure(settings: GapSettings) -> Gap:
     return Gap(train_arm(settings, model, build, "images"), train_arm(settings, model, shuffled, "shuffled"))
 
 
-def parse(argv: list[str] | None) -> GapSettings:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_options(parser, GapSettings)
-    return parsed_options(GapSettings, parser.parse_args(argv))
-
-
 def main(argv: list[str] | None = None) -> int:
-    settings = parse(argv)
+    settings = options_from_command_line(GapSettings, argv, __doc__)
     os.environ.setdefault("HF_DATASETS_CACHE", str(settings.out.absolute() / "hf-cache"))
     gap = measure(settings)
     for arm in (gap.images, gap.shuffled):

@@ -65,3 +65,10 @@ def add_options(parser: argparse.ArgumentParser, options: type, help_of: Mapping
 def parsed_options(options: type[Options], args: argparse.Namespace) -> Options:
     """The dataclass `options` filled from the parsed command line."""
     return options(**{field.name: getattr(args, field.name) for field in dataclasses.fields(options)})
+
+
+def options_from_command_line(options: type[Options], argv: list[str] | None, description: str | None) -> Options:
+    """A script's dataclass of options from its command line, `description` (its docstring) above the options."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_options(parser, options)
+    return parsed_options(options, parser.parse_args(argv))

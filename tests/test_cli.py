@@ -1,4 +1,3 @@
-import argparse
 import shlex
 import subprocess
 import sys
@@ -11,7 +10,7 @@ from PIL import Image
 
 from builders.assembly.settings import BuildSettings
 from cxr_vqa.cli import main, parser
-from cxr_vqa.options import add_options, parsed_options
+from cxr_vqa.options import options_from_command_line, parsed_options
 
 
 def test_demo_builds_a_loadable_dataset(tmp_path, capsys):
@@ -261,11 +260,9 @@ def test_options_take_a_comma_separated_tuple_and_a_flag_that_defaults_to_true()
         balance: bool = field(default=True, metadata={"help": "on unless --no-balance"})
         resume: bool = field(default=False, metadata={"help": "off unless --resume"})
 
-    options = argparse.ArgumentParser()
-    add_options(options, Probe)
-    assert parsed_options(Probe, options.parse_args(["--seed", "1"])) == Probe(1)
-    given = options.parse_args(["--seed", "2", "--arms", "images,shuffled", "--no-balance", "--resume"])
-    assert parsed_options(Probe, given) == Probe(2, ("images", "shuffled"), False, True)
+    assert options_from_command_line(Probe, ["--seed", "1"], None) == Probe(1)
+    given = ["--seed", "2", "--arms", "images,shuffled", "--no-balance", "--resume"]
+    assert options_from_command_line(Probe, given, None) == Probe(2, ("images", "shuffled"), False, True)
 
 
 def test_each_dataset_build_has_its_own_help(capsys, monkeypatch):
