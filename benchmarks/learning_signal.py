@@ -18,10 +18,11 @@ per image (GEMeX `sft_per_image`, ReXVQA `sft_per_study`), each given the per-qu
 (the per-image run is stopped by SIGTERM, which makes `sft.py` save and exit) and scored at the
 checkpoints nearest 25, 50 and 100% of that time.
 
-GEMeX releases are synthesized with `--plain-findings answered` (each finding a closed-ended "Yes." names
-drawn as a large, high-contrast mark filling its region, so the answer is in sight at the probe's 112 px;
+Releases are synthesized with `--plain-findings answered` (each finding a closed-ended "Yes." names, or a
+ReXVQA correct option rests on, drawn as a large, high-contrast mark, so the answer is in sight at the probe's 112 px;
 `--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has;
-`--reply answer` trains GEMeX replies without the reason and boxes (`answer_replies`), so the loss falls on the answer.
+`--reply answer` trains replies without the reason (ReXVQA's explanation) and boxes (`answer_replies`), so the loss
+falls on the answer.
 
 The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
 """
@@ -129,7 +130,7 @@ def release_and_build(settings: Settings, dataset: str, name: str, count: int, s
     flag = "--num-images" if dataset == "gemex" else "--num-studies"
     if not build.is_dir():
         shutil.rmtree(raw, ignore_errors=True)
-        plain = ["--plain-findings", settings.plain_findings] if dataset == "gemex" and settings.plain_findings else []
+        plain = ["--plain-findings", settings.plain_findings] if settings.plain_findings else []
         command(
             settings,
             ["cxr-vqa", "synthesize", dataset, "--out", str(raw), flag, str(count), "--seed", str(seed), *plain],
@@ -170,8 +171,9 @@ def balanced(build: Path, config: str, out: Path, seed: int) -> Path:
 
 
 def answer_replies(build: Path, out: Path) -> Path:
-    """`build` copied to `out` with every per-question GEMeX training row's reason emptied and boxes dropped, so the
-    reply a probe learns is ``<answer> X <reason>  <location> []``: its loss falls on the answer, the one token
+    """`build` copied to `out` with every per-question training row's reason (ReXVQA: explanation) emptied and boxes
+    dropped, so the reply a probe learns is ``<answer> X <reason>  <location> []`` (ReXVQA ``<answer> X <reason>``):
+    its loss falls on the answer, the one token
     only the image can give (the reason's wording is drawn at random from templates; learning it swamps the
     answer's gradient). Other files copied as they are; the held-out release, which is scored, is untouched."""
     if out.is_dir():
@@ -179,12 +181,13 @@ def answer_replies(build: Path, out: Path) -> Path:
     shutil.copytree(build, out)
     for path in sorted((out / "data" / "train").glob("*.parquet")):
         table = pq.read_table(path)
-        if "reason" not in table.column_names or "turns" in table.column_names:
+        names = table.column_names
+        if "turns" in names or not {"reason", "explanation"} & set(names):
             continue
-        for column in ("reason", "boxes", "boxes_224"):
+        for column in [c for c in ("reason", "explanation", "boxes", "boxes_224") if c in names]:
             index = table.schema.get_field_index(column)
             field = table.schema.field(index)
-            empty = "" if column == "reason" else []
+            empty = [] if column.startswith("boxes") else ""
             table = table.set_column(index, field, pa.array([empty] * len(table), type=field.type))
         pq.write_table(table, path)
     return out
@@ -393,9 +396,9 @@ def table(runs: list[Run], majorities: list[dict]) -> str:
 
 
 def release_note(settings: Settings) -> str:
-    """How the GEMeX rows were made, printed above the table (result.json's settings hold the same)."""
+    """How the rows were made, printed above the table (result.json's settings hold the same)."""
     drawn = (
-        f"plain findings (synthesize gemex --plain-findings {settings.plain_findings})"
+        f"plain findings (synthesize --plain-findings {settings.plain_findings})"
         if settings.plain_findings
         else "default drawing"
     )
@@ -453,7 +456,7 @@ def parse(argv: list[str] | None) -> Settings:
         "--plain-findings",
         choices=("all", "answered", ""),
         default=d.plain_findings,
-        help="GEMeX releases drawn with `synthesize gemex --plain-findings WHICH` ('': the default drawing)",
+        help="releases drawn with `synthesize DATASET --plain-findings WHICH` ('': the default drawing)",
     )
     p.add_argument(
         "--balance-answers",
@@ -465,7 +468,7 @@ def parse(argv: list[str] | None) -> Settings:
         "--reply",
         choices=("full", "answer"),
         default=d.reply,
-        help="GEMeX replies trained on: full (answer, reason, boxes) or answer (reason emptied, no boxes)",
+        help="replies trained on: full (answer, reason, GEMeX boxes) or answer (reason emptied, no boxes)",
     )
     p.add_argument("--max-new-tokens", type=int, default=d.max_new_tokens, help="GEMeX reply length (boxes included)")
     p.add_argument("--threads", type=int, default=d.threads, help="torch threads of each command")
@@ -509,7 +512,7 @@ def main(argv: list[str] | None = None) -> int:
             train_build = balanced(
                 train_build, settings.gemex_config, settings.out / "gemex-train-balanced", settings.seed
             )
-        if dataset == "gemex" and settings.reply == "answer":
+        if settings.reply == "answer":
             train_build = answer_replies(train_build, settings.out / f"{train_build.name}-answer-replies")
         held_out = release_and_build(settings, dataset, "held-out", held, settings.seed + HELD_OUT_SEED)
         majorities.append(majority(settings, dataset, held_out))

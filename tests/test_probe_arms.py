@@ -17,6 +17,7 @@ from PIL import Image
 from benchmarks.learning_signal import answer_replies, balanced, headline
 from benchmarks.probe_arms import image_column, make_arm, parquet_files, permutation
 from gemex_dataset.prompts import answer_text, target_text
+from rexvqa_dataset.prompts import target_text as rexvqa_target_text
 from tests.tiny_builds import synthetic_embed_builds
 
 KEY = {"gemex": "dicom_id", "rexvqa": "study_id"}
@@ -116,3 +117,18 @@ def test_answer_replies_train_the_answer_alone_and_leave_the_rest(builds, tmp_pa
             }
     loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
     assert set(loaded["reason"]) == {""}
+
+
+def test_rexvqa_answer_replies_train_the_letter_alone_and_leave_the_rest(builds, tmp_path):
+    out = answer_replies(builds["rexvqa"], tmp_path / "rexvqa-answers")
+    before, after = rows(builds["rexvqa"]), rows(out)
+    assert before.keys() == after.keys()
+    for name, table in before.items():
+        if not name.startswith("data/train/") or name.startswith("data/train/sft_per_study"):
+            assert after[name] == table
+            continue
+        for old, new in zip(table, after[name], strict=True):
+            assert rexvqa_target_text(new) == f"<answer> {old['answer']} <reason>"
+            assert {k: v for k, v in new.items() if k != "explanation"} == {
+                k: v for k, v in old.items() if k != "explanation"
+            }
