@@ -18,11 +18,12 @@ per image (GEMeX `sft_per_image`, ReXVQA `sft_per_study`), each given the per-qu
 (the per-image run is stopped by SIGTERM, which makes `sft.py` save and exit) and scored at the
 checkpoints nearest 25, 50 and 100% of that time.
 
-GEMeX releases are synthesized with `--plain-findings answered` (each finding a closed-ended "Yes." names
-drawn as a large, high-contrast mark filling its region, so the answer is in sight at the probe's 112 px;
+Releases are synthesized with `--plain-findings answered` (each finding a closed-ended "Yes." names, or a
+ReXVQA correct option rests on, drawn as a large, high-contrast mark, so the answer is in sight at the probe's 112 px;
 `--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has;
-`--reply answer` trains GEMeX replies without the reason and boxes (`answer_replies`), so the loss falls on the answer;
-`--reply answer_boxes` keeps the boxes, so the V-score of each arm shows what the image adds to the grounding.
+`--reply answer` trains replies without the reason (ReXVQA's explanation) and boxes (`answer_replies`), so the loss
+falls on the answer; `--reply answer_boxes` keeps GEMeX's boxes, so the V-score of each arm shows what the image adds
+to the grounding.
 
 The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
 """
@@ -89,7 +90,7 @@ class Settings:
     )
     plain_findings: str = option(
         "answered",
-        "GEMeX releases drawn with `synthesize gemex --plain-findings WHICH` ('': the default drawing)",
+        "releases drawn with `synthesize DATASET --plain-findings WHICH` ('': the default drawing)",
         choices=("all", "answered", ""),
     )
     balance_answers: bool = option(
@@ -97,8 +98,8 @@ class Settings:
     )
     reply: str = option(
         "full",
-        "GEMeX replies trained on: full (answer, reason, boxes), answer (reason emptied, no boxes) or "
-        "answer_boxes (reason emptied)",
+        "replies trained on: full (answer, reason, boxes), answer (reason or ReXVQA's explanation emptied, no "
+        "boxes) or answer_boxes (GEMeX: reason emptied)",
         choices=("full", "answer", "answer_boxes"),
     )
     max_new_tokens: int = option(96, "GEMeX reply length (boxes included)")
@@ -157,7 +158,7 @@ def release_and_build(settings: Settings, dataset: str, name: str, count: int, s
     flag = "--num-images" if dataset == "gemex" else "--num-studies"
     if not build.is_dir():
         shutil.rmtree(raw, ignore_errors=True)
-        plain = ["--plain-findings", settings.plain_findings] if dataset == "gemex" and settings.plain_findings else []
+        plain = ["--plain-findings", settings.plain_findings] if settings.plain_findings else []
         command(
             settings,
             ["cxr-vqa", "synthesize", dataset, "--out", str(raw), flag, str(count), "--seed", str(seed), *plain],
@@ -235,25 +236,29 @@ def conversations_of(build: Path, config: str, out: Path) -> Path:
 
 
 def answer_replies(build: Path, out: Path, boxes: bool = False) -> Path:
-    """`build` copied to `out` with every per-question GEMeX training row's reason emptied and boxes dropped, so the
-    reply a probe learns is ``<answer> X <reason>  <location> []``: its loss falls on the answer, the one token
-    only the image can give (the reason's wording is drawn at random from templates; learning it swamps the
-    answer's gradient). `boxes` keeps the boxes (``<location> [[...]]``). Other files copied as they are; the
+    """`build` copied to `out` with every training row's reason (ReXVQA: explanation) emptied and boxes dropped, so
+    the reply a probe learns is ``<answer> X <reason>  <location> []`` (ReXVQA ``<answer> X <reason>``): its loss
+    falls on the answer, the one token only the image can give (the reason's wording is drawn at random from
+    templates; learning it swamps the answer's gradient); per-image conversations have their turns emptied alike. `boxes` keeps the boxes (``<location> [[...]]``). Other files copied as they are; the
     held-out release, which is scored, is untouched."""
     if out.is_dir():
         return out
     shutil.copytree(build, out)
-    emptied = {"reason": ""} | ({} if boxes else {"boxes": [], "boxes_224": []})
+    emptied = {"reason": "", "explanation": ""} | ({} if boxes else {"boxes": [], "boxes_224": []})
     for path in sorted((out / "data" / "train").glob("*.parquet")):
         table = pq.read_table(path)
         if "turns" in table.column_names:
             index, field = table.schema.get_field_index("turns"), table.schema.field("turns")
-            turns = [[turn | emptied for turn in row] for row in table["turns"].to_pylist()]
+            turns = [
+                [turn | {k: v for k, v in emptied.items() if k in turn} for turn in row]
+                for row in table["turns"].to_pylist()
+            ]
             table = table.set_column(index, field, pa.array(turns, type=field.type))
-        elif "reason" in table.column_names:
+        elif {"reason", "explanation"} & set(table.column_names):
             for column, empty in emptied.items():
-                index, field = table.schema.get_field_index(column), table.schema.field(column)
-                table = table.set_column(index, field, pa.array([empty] * len(table), type=field.type))
+                if column in table.column_names:
+                    index, field = table.schema.get_field_index(column), table.schema.field(column)
+                    table = table.set_column(index, field, pa.array([empty] * len(table), type=field.type))
         else:
             continue
         pq.write_table(table, path)
@@ -467,9 +472,9 @@ def table(runs: list[Run], majorities: list[dict]) -> str:
 
 
 def release_note(settings: Settings) -> str:
-    """How the GEMeX rows were made, printed above the table (result.json's settings hold the same)."""
+    """How the rows were made, printed above the table (result.json's settings hold the same)."""
     drawn = (
-        f"plain findings (synthesize gemex --plain-findings {settings.plain_findings})"
+        f"plain findings (synthesize --plain-findings {settings.plain_findings})"
         if settings.plain_findings
         else "default drawing"
     )
@@ -517,7 +522,7 @@ def main(argv: list[str] | None = None) -> int:
             train_build = conversations_of(
                 train_build, settings.gemex_config, settings.out / f"{train_build.name}-per-image"
             )
-        if dataset == "gemex" and settings.reply != "full":
+        if settings.reply != "full":
             train_build = answer_replies(
                 train_build,
                 settings.out / f"{train_build.name}-{settings.reply}",

@@ -94,20 +94,26 @@ SYNTHESIZE = {
         "GEMeX: all three layouts and chest-X-ray-like JPEGs",
         ("--num-images", 24, "images (the paper: 151025)"),
         (8, "images this many times smaller than MIMIC-CXR's per side"),
+        "those a closed-ended 'Yes.' names, in their region",
     ),
     "rexvqa": (
         "ReXVQA: metadata/*_vqa_data.json and 16-bit PNGs under deid_png/",
         ("--num-studies", 20, "studies (the public release: 160000, about 4.09 questions each)"),
         (4, "images this many times smaller per side than the release's 600-800 px PNGs"),
+        "those that make a correct option right: a presence question's finding, a negation question's three "
+        "present ones, the finding a location, size or differential question is about",
     ),
 }
 """Each dataset's `synthesize` parser: its help, its size option (flag, default, help), its `--downscale`
-(default, help)."""
+(default, help) and which findings `--plain-findings answered` draws plainly."""
 
 
-def _synthesize_parser(datasets, name: str, summary: str, count: tuple[str, int, str], downscale: tuple[int, str]):
+def _synthesize_parser(
+    datasets, name: str, summary: str, count: tuple[str, int, str], downscale: tuple[int, str], answered: str
+):
     """`synthesize DATASET`'s parser: the options every generator takes, `count` (flag, default, help) the
-    release's size and `downscale` (default, help) its images'; a dataset's own options are added to it."""
+    release's size, `downscale` (default, help) its images' and `answered` what `--plain-findings answered`
+    draws plainly; a dataset's own options are added to it."""
     synth = datasets.add_parser(name, help=summary)
     synth.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
     flag, default, count_help = count
@@ -116,6 +122,15 @@ def _synthesize_parser(datasets, name: str, summary: str, count: tuple[str, int,
         synth.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes"),
         synth.add_argument("--downscale", type=int, default=downscale[0], help=downscale[1]),
         synth.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images"),
+        synth.add_argument(
+            "--plain-findings",
+            nargs="?",
+            const="all",
+            default="",
+            choices=("all", "answered"),
+            help="draw findings as large, high-contrast marks, one look per kind, where they are (for probes): "
+            f"all of them (the default), or {answered}",
+        ),
     ]
     synth.set_defaults(func=run_synthesize, generate_options=[option.dest for option in options])
     return synth
@@ -228,18 +243,8 @@ def parser() -> argparse.ArgumentParser:
 
     synth = commands.add_parser("synthesize", help="write a synthetic raw release in the real formats")
     synth_datasets = synth.add_subparsers(dest="dataset", required=True, metavar="DATASET")
-    synthesize = {name: _synthesize_parser(synth_datasets, name, *spec) for name, spec in SYNTHESIZE.items()}
-    synth_gemex = synthesize["gemex"]
-    plain = synth_gemex.add_argument(
-        "--plain-findings",
-        nargs="?",
-        const="all",
-        default="",
-        choices=("all", "answered"),
-        help="draw findings as large, high-contrast marks of their kind filling their region (for probes): "
-        "all of them (the default), or those a closed-ended 'Yes.' names",
-    )
-    synth_gemex.set_defaults(generate_options=[*synth_gemex.get_default("generate_options"), plain.dest])
+    for name, spec in SYNTHESIZE.items():
+        _synthesize_parser(synth_datasets, name, *spec)
 
     convert = folder_command(
         commands,

@@ -146,14 +146,20 @@ def test_synthesize_writes_a_release(tmp_path):
     assert (tmp_path / "r" / "per_type" / "test" / "open_ended_question.jsonl").exists()
 
 
-def test_synthesize_plain_findings_redraws_the_images_of_the_same_questions(tmp_path):
+@pytest.mark.parametrize(
+    "dataset, size, annotations, pictures",
+    [("gemex", "--num-images", "per_type", "files/**/*.jpg"), ("rexvqa", "--num-studies", "metadata", "**/*.png")],
+)
+def test_synthesize_plain_findings_redraws_the_images_of_the_same_questions(
+    tmp_path, dataset, size, annotations, pictures
+):
     variants = {"default": [], "all": ["--plain-findings"], "answered": ["--plain-findings", "answered"]}
     for name, extra in variants.items():
-        assert main(["synthesize", "gemex", "--out", str(tmp_path / name), "--num-images", "6", *extra]) == 0
+        assert main(["synthesize", dataset, "--out", str(tmp_path / name), size, "6", *extra]) == 0
     default = tmp_path / "default"
-    questions = sorted((default / "per_type").rglob("*.jsonl"))
-    images = sorted((default / "files").rglob("*.jpg"))
-    assert len(images) == 6
+    questions = sorted(p for p in (default / annotations).rglob("*.json*"))
+    images = sorted(default.glob(pictures))
+    assert questions and len(images) >= 6
     for name in ("all", "answered"):
         plain = tmp_path / name
         assert [q.read_bytes() for q in questions] == [(plain / q.relative_to(default)).read_bytes() for q in questions]

@@ -17,6 +17,7 @@ from PIL import Image
 from benchmarks.learning_signal import answer_replies, balanced, conversations_of, headline
 from benchmarks.probe_arms import image_column, make_arm, parquet_files, permutation
 from gemex_dataset.prompts import answer_text, location_text, target_text
+from rexvqa_dataset.prompts import target_text as rexvqa_target_text
 from tests.tiny_builds import synthetic_embed_builds
 
 KEY = {"gemex": "dicom_id", "rexvqa": "study_id"}
@@ -155,3 +156,21 @@ def test_per_image_conversations_hold_the_questions_of_the_per_question_config(b
     assert {k: v for k, v in after.items() if k != per_image} == {k: v for k, v in before.items() if k != per_image}
     loaded = load_dataset(str(out), "sft_per_image", split="train", cache_dir=str(tmp_path / "cache"))
     assert len(loaded) == len(conversations)
+
+
+def test_rexvqa_answer_replies_train_the_letter_alone_and_leave_the_rest(builds, tmp_path):
+    out = answer_replies(builds["rexvqa"], tmp_path / "rexvqa-answers")
+    before, after = rows(builds["rexvqa"]), rows(out)
+    assert before.keys() == after.keys()
+    for name, table in before.items():
+        if not name.startswith("data/train/"):
+            assert after[name] == table
+            continue
+        for old, new in zip(table, after[name], strict=True):
+            if "turns" in old:
+                assert new == {**old, "turns": [{**turn, "explanation": ""} for turn in old["turns"]]}
+                continue
+            assert rexvqa_target_text(new) == f"<answer> {old['answer']} <reason>"
+            assert {k: v for k, v in new.items() if k != "explanation"} == {
+                k: v for k, v in old.items() if k != "explanation"
+            }

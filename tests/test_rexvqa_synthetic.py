@@ -207,3 +207,105 @@ def test_questions_are_worded_per_study():
     assert len(set(questions)) / len(questions) > 0.5
     assert not any(re.search(r"\ba 8\d-year|\ba 1[18]-year", q) for q in questions)
     assert not any(q.count("radiograph") > 1 for q in questions)
+
+
+def probe_view(pixels: np.ndarray) -> np.ndarray:
+    """The picture as 8 bits at the probe's 112 x 112, scaled as `training_recipes.data.to_rgb` scales it."""
+    eight = (pixels.astype(np.float32) * (255.0 / pixels.max())).astype(np.uint8)
+    return np.asarray(Image.fromarray(eight).resize((112, 112)), dtype=np.int32)
+
+
+def plain_change(kind, place: str, size: int = 3) -> np.ndarray:
+    """Grey levels (0-255, at 112 px) a plain finding changes against the same picture without it."""
+    before = chest_pixels(random.Random(0), 160, 200, [])
+    after = chest_pixels(random.Random(0), 160, 200, [StudyFinding(kind, place, size)], plain=True)
+    return np.abs(probe_view(after) - probe_view(before))
+
+
+PLACES = {"zone": "left lower lung zone", "side": "left", "": ""}
+
+
+@pytest.mark.parametrize("kind", FINDINGS, ids=lambda kind: kind.name)
+def test_a_plain_finding_is_a_large_high_contrast_mark_where_the_study_says(kind):
+    """At the probe's 112 px a plain mark changes at least 100 pixels by more than 50 grey levels (a zone's,
+    400), on the patient's left for a left-sided one, in the lower zone for a lower-zone one; a larger size,
+    a larger mark."""
+    change = plain_change(kind, PLACES[kind.where])
+    strong = change > 50
+    assert strong.sum() >= (400 if kind.where == "zone" else 100)
+    if kind.where:
+        assert strong[:, 56:].sum() > 0.95 * strong.sum()
+    if kind.where == "zone":
+        assert np.nonzero(strong)[0].mean() > 56
+    if kind.sized:
+        assert (plain_change(kind, PLACES[kind.where], 0) > 50).sum() < strong.sum()
+
+
+def test_plain_findings_drawn_in_one_place_each_have_their_own_look():
+    """Two kinds never leave the same mark where both can be: zone kinds in one zone, side kinds on one side,
+    central kinds anywhere; marks of different kinds differ in at least 20 of the pixels at 112 px."""
+    for where in ("zone", "side", ""):
+        marks = {kind.name: plain_change(kind, PLACES[where], 3) > 50 for kind in FINDINGS if kind.where == where}
+        for a, mark in marks.items():
+            for b, other in marks.items():
+                assert a == b or (mark != other).sum() >= 20, (a, b)
+
+
+def test_plain_location_follows_the_zone():
+    kind = next(kind for kind in FINDINGS if kind.where == "zone")
+    centres = {}
+    for zone in ("right upper lung zone", "right lower lung zone", "left upper lung zone", "left lower lung zone"):
+        rows, columns = np.nonzero(plain_change(kind, zone) > 50)
+        centres[zone] = rows.mean(), columns.mean()
+    assert centres["right upper lung zone"][1] < 56 < centres["left upper lung zone"][1]
+    assert centres["right upper lung zone"][0] < centres["right lower lung zone"][0] - 15
+    assert centres["left upper lung zone"][0] < centres["left lower lung zone"][0] - 15
+
+
+def option_kinds(record: dict) -> list:
+    """What each option of a presence, negation or differential question names, as a finding kind."""
+    if record["task_name"] == "Differential Diagnosis":
+        return [next(kind for kind in FINDINGS if kind.diagnosis == option[3:]) for option in record["options"]]
+    return [finding_of(option) for option in record["options"]]
+
+
+def test_answered_findings_are_those_the_correct_options_rest_on():
+    """Presence and differential: the answer's finding is drawn plainly and no other option's is; negation: the
+    three present options' findings are, the answer's (absent) is not; location and size: the finding asked
+    about, so its plain mark stands in the answer's zone at the answer's size."""
+    for index in range(300):
+        study = make_study(2, index, "train", 8)
+        present = {f.kind for f in study.findings}
+        assert study.answered <= present
+        for record in study.records.values():
+            task, answer = record["task_name"], "ABCD".index(record["correct_answer"])
+            if task in ("Presence Assessment", "Differential Diagnosis"):
+                kinds = option_kinds(record)
+                assert kinds[answer] in study.answered
+                assert not any(kind in study.answered for k, kind in enumerate(kinds) if k != answer)
+            elif task == "Negation Assessment":
+                kinds = option_kinds(record)
+                assert [kind in study.answered for kind in kinds] == [k != answer for k in range(4)]
+            else:
+                asked = next(f.kind for f in study.findings if f.kind.name in record["question"])
+                assert asked in study.answered
+
+
+def test_plain_findings_redraw_the_images_of_the_same_questions_and_the_default_keeps_its_bytes(release, tmp_path):
+    default = generate(tmp_path / "default", num_studies=12, seed=3)
+    assert digest(default.root) == digest(release.root)
+    answered = generate(tmp_path / "answered", num_studies=12, seed=3, plain_findings="answered")
+    every = generate(tmp_path / "all", num_studies=12, seed=3, plain_findings="all")
+    metadata = sorted((default.root / "metadata").glob("*.json"))
+    images = sorted((default.root / "deid_png").rglob("*.png"))
+    for plain in (answered, every):
+        assert [m.read_bytes() for m in metadata] == [
+            (plain.root / m.relative_to(default.root)).read_bytes() for m in metadata
+        ]
+        assert all(i.read_bytes() != (plain.root / i.relative_to(default.root)).read_bytes() for i in images)
+    study = make_study(3, 0, "train", 4)
+    first = study.images[0]
+    drawn = np.asarray(Image.open(answered.root / first[0]))
+    assert np.array_equal(
+        drawn, chest_pixels(random.Random(first[3]), first[1], first[2], study.findings, study.answered)
+    )

@@ -1,7 +1,7 @@
 """The streaming generators write the bytes a whole-release dump would.
 
-GEMeX releases at fixed seeds are held to pinned digests, byte for byte (annotations, manifest and
-images); ReXVQA's streamed files are compared with `json.dumps` of the whole split made in the
+GEMeX releases and a ReXVQA one at fixed seeds are held to pinned digests, byte for byte (annotations,
+manifest and images); ReXVQA's streamed files are compared with `json.dumps` of the whole split made in the
 test, and its images with a one-process run.
 """
 
@@ -21,6 +21,7 @@ from rexvqa_dataset.synthetic.release import make_study, split_sizes
 PINNED_DIGESTS = {  # sha256 over every file of a GEMeX release at a fixed seed; a deliberate change of the data re-pins them
     "gemex": "ac898f818f367453fd62502c4ebda3355998cd8e0def5be100403682aaf0cbd7",
     "gemex2": "1d1bff286e1c2cca981371a5abc4ba52042a320ea24d025655d44b9a1ed1b5ab",
+    "rexvqa": "f3cf0bb166fc65255ff4a6a6526449424c96c3a8d1c98e8f8e08f17c233ca41b",
 }
 
 
@@ -41,6 +42,12 @@ def release_digest(root: Path) -> str:
 )
 def test_gemex_releases_keep_their_pinned_bytes(tmp_path, name, make):
     assert release_digest(make(tmp_path / name).root) == PINNED_DIGESTS[name]
+
+
+def test_rexvqa_release_keeps_its_pinned_bytes(tmp_path):
+    """The default drawing, images included: `--plain-findings` must leave it as it was."""
+    release = generate_rexvqa(tmp_path / "rexvqa", num_studies=6, seed=4, downscale=8)
+    assert release_digest(release.root) == PINNED_DIGESTS["rexvqa"]
 
 
 def test_rexvqa_streamed_files_are_json_dumps_of_the_whole_split(tmp_path):

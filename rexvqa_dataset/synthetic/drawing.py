@@ -7,19 +7,24 @@ pleural line, a device's line along its course, a cardiac silhouette of the stat
 that looks can tell which findings are there; the question text alone cannot. Lateral views are
 drawn with the same frontal geometry (a simplification: no projection is modelled).
 
+`plain` findings (`chest_pixels`) are drawn instead as a large, high-contrast mark, one look per kind
+(`plain_look`), for probes that must see the answer at a small image size: a zone finding fills its zone,
+a side finding its own slot beside that side's lung, a central finding its own slot above or below the
+lungs; a sized finding's mark grows with its size.
+
 Image coordinates: the patient's right is the image's left, as radiographs are displayed.
 """
 
 from __future__ import annotations
 
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 import numpy as np
 from PIL import Image, ImageDraw
 
-from rexvqa_dataset.synthetic.profile import SIZES, FindingKind
+from rexvqa_dataset.synthetic.profile import FINDINGS, SIZES, FindingKind
 
 
 @dataclass(frozen=True)
@@ -363,9 +368,118 @@ DRAWINGS: dict[str, Callable[[Chest, StudyFinding], None]] = {
 """How each `FindingKind.drawing` is drawn; every kind of `profile.FINDINGS` has one."""
 
 
-def chest_pixels(rng: random.Random, width: int, height: int, findings: list[StudyFinding]) -> np.ndarray:
-    """A 16-bit chest-like picture (12 bits used, as in many CR files) showing `findings`."""
+PLAIN_SHAPES = ("disc", "ring", "square", "frame", "bars", "columns", "cross", "saltire")
+"""The shapes of plain marks; each is drawn white on a black box or black on a white one."""
+PLAIN_WHITE, PLAIN_BLACK = 4095, 0
+SIDE_SLOTS = 7
+"""Rows of the strip beside each lung, one per side finding kind."""
+CENTRAL_SLOTS = 9
+"""Columns of the band above the lungs and of the band below them: 18 slots, one per central finding kind."""
+
+
+@dataclass(frozen=True)
+class PlainLook:
+    """How a kind is drawn plainly: its shape, white on black or black on white, and its slot (side and
+    central kinds: the row beside the lung or the band and column; zone kinds: 0, they fill their zone)."""
+
+    shape: str
+    white: bool
+    slot: int
+
+
+def _plain_looks() -> dict[FindingKind, PlainLook]:
+    """Kinds drawn in one place (a zone) differ in look; side and central kinds also each have their own
+    slot, so two of them never cover each other."""
+    looks = {}
+    room = {"zone": 2 * len(PLAIN_SHAPES), "side": SIDE_SLOTS, "": 2 * CENTRAL_SLOTS}
+    for where in ("zone", "side", ""):
+        kinds = [kind for kind in FINDINGS if kind.where == where]
+        if len(kinds) > room[where]:
+            raise ValueError(f"{len(kinds)} {where or 'central'} finding kinds, room for {room[where]} plain looks")
+        for k, kind in enumerate(kinds):
+            shape = PLAIN_SHAPES[k % len(PLAIN_SHAPES)]
+            looks[kind] = PlainLook(shape, (k // len(PLAIN_SHAPES)) % 2 == 0, 0 if where == "zone" else k)
+    return looks
+
+
+PLAIN_LOOKS = _plain_looks()
+
+
+def plain_look(kind: FindingKind) -> PlainLook:
+    return PLAIN_LOOKS[kind]
+
+
+def plain_box(c: Chest, f: StudyFinding) -> tuple[float, float, float, float]:
+    """The box a plain finding's mark fills (x1, y1, x2, y2) at its largest size."""
+    look = plain_look(f.kind)
+    if f.kind.where == "zone":
+        x0, y0 = c.zone_centre(f.place)
+        half_w, half_h = 0.14 * c.w, 0.22 * c.lung_height * c.h
+    elif f.kind.where == "side":
+        x0 = c.lung_x(f.place) + (-0.23 if f.place == "right" else 0.23) * c.w
+        y0 = (0.2 + 0.6 * look.slot / (SIDE_SLOTS - 1)) * c.h
+        half_w, half_h = 0.06 * c.w, 0.045 * c.h
+    else:
+        band, column = divmod(look.slot, CENTRAL_SLOTS)
+        x0 = (0.07 + 0.86 * column / (CENTRAL_SLOTS - 1)) * c.w
+        y0, half_h = (0.065 * c.h, 0.06 * c.h) if band == 0 else (0.905 * c.h, 0.075 * c.h)
+        half_w = 0.05 * c.w
+    return x0 - half_w, y0 - half_h, x0 + half_w, y0 + half_h
+
+
+def draw_plain(c: Chest, f: StudyFinding) -> None:
+    """One finding as its kind's mark: its box filled black (or white) and its shape white (or black) in it;
+    a sized finding's box is 70, 80, 90 or 100% of the largest on a side by its size."""
+    look = plain_look(f.kind)
+    x1, y1, x2, y2 = plain_box(c, f)
+    share = 0.7 + 0.1 * f.size if f.kind.sized else 1.0
+    cx, cy, hw, hh = (x1 + x2) / 2, (y1 + y2) / 2, (x2 - x1) * share / 2, (y2 - y1) * share / 2
+    x1, y1, x2, y2 = cx - hw, cy - hh, cx + hw, cy + hh
+    thick = max(1, round(min(hw, hh) / 2.5))
+    mask = Image.new("L", (c.w, c.h))
+    draw = ImageDraw.Draw(mask)
+    draw.rectangle((x1, y1, x2, y2), fill=1)
+    inner = (cx - 0.6 * hw, cy - 0.6 * hh, cx + 0.6 * hw, cy + 0.6 * hh)
+    if look.shape == "disc":
+        draw.ellipse((cx - 0.8 * hw, cy - 0.8 * hh, cx + 0.8 * hw, cy + 0.8 * hh), fill=2)
+    elif look.shape == "ring":
+        draw.ellipse((cx - 0.85 * hw, cy - 0.85 * hh, cx + 0.85 * hw, cy + 0.85 * hh), outline=2, width=thick)
+    elif look.shape == "square":
+        draw.rectangle(inner, fill=2)
+    elif look.shape == "frame":
+        draw.rectangle((x1, y1, x2, y2), outline=2, width=thick)
+    elif look.shape == "bars":
+        for y in (cy - 0.5 * hh, cy + 0.5 * hh):
+            draw.line((x1, y, x2, y), fill=2, width=thick)
+    elif look.shape == "columns":
+        for x in (cx - 0.5 * hw, cx + 0.5 * hw):
+            draw.line((x, y1, x, y2), fill=2, width=thick)
+    elif look.shape == "cross":
+        draw.line((cx, y1, cx, y2), fill=2, width=thick)
+        draw.line((x1, cy, x2, cy), fill=2, width=thick)
+    else:
+        draw.line((x1, y1, x2, y2), fill=2, width=thick)
+        draw.line((x1, y2, x2, y1), fill=2, width=thick)
+    marks = np.asarray(mask)
+    box, shape = (PLAIN_BLACK, PLAIN_WHITE) if look.white else (PLAIN_WHITE, PLAIN_BLACK)
+    c.pixels = np.where(marks == 2, shape, np.where(marks == 1, box, c.pixels)).astype(np.float32)
+
+
+def chest_pixels(
+    rng: random.Random,
+    width: int,
+    height: int,
+    findings: list[StudyFinding],
+    plain: bool | Collection[FindingKind] = False,
+) -> np.ndarray:
+    """A 16-bit chest-like picture (12 bits used, as in many CR files) showing `findings` (`plain`: True,
+    each as its kind's large, high-contrast mark, `draw_plain`; a collection of kinds, those of `findings`
+    of a kind in it, the others drawn as by default)."""
     chest = Chest(rng, width, height, findings)
+    shown_plain = [f for f in findings if plain is True or (plain and f.kind in plain)]
     for finding in findings:
-        DRAWINGS[finding.kind.drawing](chest, finding)
+        if finding not in shown_plain:
+            DRAWINGS[finding.kind.drawing](chest, finding)
+    for finding in shown_plain:
+        draw_plain(chest, finding)
     return chest.finish()

@@ -150,6 +150,10 @@ class Question:
     explanation: str
     topic: FindingKind
     """The finding whose category and subcategory the question is filed under."""
+    shows: tuple[FindingKind, ...] = ()
+    """The study's findings that make the answer right, as the images show them: the present option of a
+    presence question, the three present options of a negation question, the finding a differential,
+    location or size question is about."""
 
 
 def ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dict) -> Question:
@@ -175,7 +179,8 @@ def ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dict
             explanation = f"The radiograph shows {right.name}; {', '.join(k.name for k in wrong)} are not seen."
         else:
             explanation = f"{_capital(', '.join(k.name for k in wrong))} are seen; {right.name} is not."
-        return Question(task, wording, options, answer, explanation, rng.choice(kinds))
+        shows = (right,) if task == PRESENCE else tuple(wrong)
+        return Question(task, wording, options, answer, explanation, rng.choice(kinds), shows)
     about = rng.choice([f for f in findings if ASKABLE[task](f.kind)])
     if task == DIFFERENTIAL:
         others = [k.diagnosis for k in absent if k.diagnosis is not None]
@@ -189,6 +194,7 @@ def ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dict
             choices.index(about.kind.diagnosis),
             f"{about.phrase()[:-1]}, which points to {about.kind.diagnosis.lower()}.",
             filed,
+            (about.kind,),
         )
     if task == LOCATION:
         choices = _shuffled(rng, about.place, rng.sample([z for z in LUNG_ZONES if z != about.place], 3))
@@ -199,6 +205,7 @@ def ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dict
             choices.index(about.place),
             f"The {about.kind.name} projects over the {about.place}.",
             about.kind,
+            (about.kind,),
         )
     size = SIZES[about.size]
     choices = _shuffled(rng, size, [s for s in SIZES if s != size])
@@ -209,6 +216,7 @@ def ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dict
         choices.index(size),
         f"The {about.kind.name} is {size.lower()} in extent.",
         about.kind,
+        (about.kind,),
     )
 
 

@@ -54,6 +54,7 @@ from rexvqa_dataset.synthetic.profile import (
     TASK_SHARES,
     UID_ROOT,
     UID_SUFFIX_DIGITS,
+    FindingKind,
 )
 from rexvqa_dataset.synthetic.questions import NEGATION, TASK_WEIGHTS, ask, pick_task, task_weights
 
@@ -132,6 +133,8 @@ class SyntheticStudy:
     records: dict[str, dict]
     images: list[tuple[str, int, int, int]]  # (path under the release root, width, height, pixel seed)
     findings: list[StudyFinding]
+    answered: frozenset[FindingKind] = frozenset()
+    """The findings that make its questions' answers right (`Question.shows`)."""
 
 
 def make_study(
@@ -178,9 +181,10 @@ def make_study(
         "ImageShape": [[h * downscale, w * downscale] for _, w, h, _ in images],
         "ImageBodyPart": ["CHEST"] * count,
     }
-    records = {}
+    records, answered = {}, set()
     for _q in range(max(1, round(rng.gauss(QUESTIONS_PER_STUDY, 1.2)))):
         asked = ask(rng, pick_task(rng, findings, weights), findings, study)
+        answered.update(asked.shows)
         record = {
             "question": asked.question,
             "options": [f"{'ABCD'[k]}. {t}" for k, t in enumerate(asked.options)],
@@ -192,7 +196,7 @@ def make_study(
         }
         record.update(study)
         records[f"{split}_{rng.getrandbits(48):012x}"] = record
-    return SyntheticStudy(records, images, findings)
+    return SyntheticStudy(records, images, findings, frozenset(answered))
 
 
 def _studies(
@@ -202,16 +206,25 @@ def _studies(
         yield make_study(seed, index, split, downscale, weights)
 
 
-def _write_images(seed: int, downscale: int, root: str, chunk: Chunk) -> int:
+def plain_kinds(study: SyntheticStudy, plain_findings: str) -> bool | frozenset[FindingKind]:
+    """What `chest_pixels` draws plainly: "all" every finding, "answered" those its answers rest on, "" none."""
+    return study.answered if plain_findings == "answered" else plain_findings == "all"
+
+
+def _write_images(
+    seed: int, downscale: int, root: str, plain_findings: str, weights: dict[str, float], chunk: Chunk
+) -> int:
     """Write the images of one chunk of studies; returns its number of studies. A study's images and findings
-    are made before its questions, so they do not depend on the task shares."""
-    for study in _studies(seed, chunk.first, chunk.count, chunk.split, downscale):
+    are made before its questions, so they do not depend on the task shares (its plainly drawn answered
+    findings do: `weights` are the release's)."""
+    for study in _studies(seed, chunk.first, chunk.count, chunk.split, downscale, weights):
+        plain = plain_kinds(study, plain_findings)
         for relative, width, height, pixel_seed in study.images:
             path = Path(root) / relative
             path.parent.mkdir(parents=True, exist_ok=True)
             tag = PngInfo()
             tag.add_text(IMAGE_TAG_KEY, image_tag(path.name))
-            Image.fromarray(chest_pixels(random.Random(pixel_seed), width, height, study.findings)).save(
+            Image.fromarray(chest_pixels(random.Random(pixel_seed), width, height, study.findings, plain)).save(
                 path, "PNG", pnginfo=tag
             )
     return chunk.count
@@ -246,13 +259,17 @@ def generate(
     num_proc: int = 1,
     images: bool = True,
     task_shares: dict[str, float] = TASK_SHARES,
+    plain_findings: str = "",
 ) -> SyntheticRelease:
     """Write a synthetic release of `num_studies` studies (the public release: 160,000) to `out`.
 
     About `QUESTIONS_PER_STUDY` (4.09) questions per study, so `PUBLIC_STUDIES` gives
     about `PUBLIC_QUESTIONS`. Images are `downscale` times smaller per side than the
     release's 600-800 px PNGs. `task_shares` (default: the paper's) lets a release too small
-    to hold every task at the paper's mix (a test's, a demo's) ask for another.
+    to hold every task at the paper's mix (a test's, a demo's) ask for another. `plain_findings`
+    ("all", or "answered": only the findings that make an answer right, `Question.shows`) draws those
+    findings as large, high-contrast marks of their kind (`drawing.draw_plain`; the same questions and
+    answers), for probes that must tell the four options apart at a small image size.
     """
     out = Path(out)
     weights = task_weights(task_shares)
@@ -270,6 +287,6 @@ def generate(
         RELEASE,
         sizes,
         annotations,
-        partial(_write_images, seed, downscale, str(out)) if images else None,
+        partial(_write_images, seed, downscale, str(out), plain_findings, weights) if images else None,
         num_proc,
     )
