@@ -70,9 +70,9 @@ class Settings:
         "per_image: the images arm per question and per image for the same time",
         choices=("per_question", "per_image"),
     )
-    train_images: int = option(1500, "GEMeX training release")
+    train_images: int = option(3000, "GEMeX training release")
     train_studies: int = option(1500, "ReXVQA training release")
-    held_out_images: int = option(100, "GEMeX held-out release")
+    held_out_images: int = option(320, "GEMeX held-out release")
     held_out_studies: int = option(180, "ReXVQA held-out release")
     image_size: int = option(224, "the build's --image-size")
     size: str = option("probe", "tiny_model --size of the probe")
@@ -84,7 +84,7 @@ class Settings:
         0.999, "AdamW's second-moment decay (0.9 forgets the large gradients of the reply's format sooner)"
     )
     gemex_config: str = option(
-        "",
+        "closed_ended",
         "the GEMeX config trained on per question and scored ('': sft, every type; "
         "closed_ended, single_choice or multi_choice: that type alone)",
     )
@@ -94,15 +94,15 @@ class Settings:
         choices=("all", "answered", ""),
     )
     balance_answers: bool = option(
-        False, "train every arm on as many rows of each answer as the rarest has (GEMeX, with --gemex-config)"
+        True, "train every arm on as many rows of each answer as the rarest has (GEMeX, with --gemex-config)"
     )
     reply: str = option(
-        "full",
+        "answer",
         "replies trained on: full (answer, reason, boxes), answer (reason or ReXVQA's explanation emptied, no "
         "boxes) or answer_boxes (GEMeX: reason emptied)",
         choices=("full", "answer", "answer_boxes"),
     )
-    max_new_tokens: int = option(96, "GEMeX reply length (boxes included)")
+    max_new_tokens: int = option(16, "GEMeX reply length (boxes included)")
     threads: int = option(1, "torch threads of each command")
 
 
