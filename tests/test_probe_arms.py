@@ -102,11 +102,25 @@ def test_balanced_rows_keep_as_many_of_each_answer_as_the_rarest_has(builds, tmp
     assert len(loaded) == len(kept)
 
 
-def test_answer_replies_train_the_answer_alone_and_leave_the_rest(builds, tmp_path):
-    out = answer_replies(builds["gemex"], tmp_path / "answers")
-    before, after = rows(builds["gemex"]), rows(out)
+ANSWER_ONLY = {
+    "gemex": ({"reason": "", "boxes": [], "boxes_224": []}, "closed_ended", "reason"),
+    "rexvqa": ({"explanation": ""}, "default", "explanation"),
+}
+"""Per dataset: what answer-only replies empty, and a config and column to load back."""
+
+
+def answer_only_reply(dataset: str, row: dict) -> str:
+    if dataset == "gemex":
+        return f"<answer> {answer_text(row)} <reason>  <location> []"
+    return f"<answer> {row['answer']} <reason>"
+
+
+@pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
+def test_answer_replies_train_the_answer_alone_and_leave_the_rest(builds, tmp_path, dataset):
+    emptied, config, column = ANSWER_ONLY[dataset]
+    out = answer_replies(builds[dataset], tmp_path / "answers")
+    before, after = rows(builds[dataset]), rows(out)
     assert before.keys() == after.keys()
-    emptied = {"reason": "", "boxes": [], "boxes_224": []}
     for name, table in before.items():
         if not name.startswith("data/train/"):
             assert after[name] == table
@@ -115,10 +129,11 @@ def test_answer_replies_train_the_answer_alone_and_leave_the_rest(builds, tmp_pa
             if "turns" in old:
                 assert new == {**old, "turns": [turn | emptied for turn in old["turns"]]}
                 continue
-            assert target_text(new) == f"<answer> {answer_text(old)} <reason>  <location> []"
             assert new == old | emptied
-    loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
-    assert set(loaded["reason"]) == {""}
+            target = target_text(new) if dataset == "gemex" else rexvqa_target_text(new)
+            assert target == answer_only_reply(dataset, old)
+    loaded = load_dataset(str(out), config, split="train", cache_dir=str(tmp_path / "cache"))
+    assert set(loaded[column]) == {""}
 
 
 def test_answer_replies_with_boxes_empty_the_reason_alone(builds, tmp_path):
@@ -156,21 +171,3 @@ def test_per_image_conversations_hold_the_questions_of_the_per_question_config(b
     assert {k: v for k, v in after.items() if k != per_image} == {k: v for k, v in before.items() if k != per_image}
     loaded = load_dataset(str(out), "sft_per_image", split="train", cache_dir=str(tmp_path / "cache"))
     assert len(loaded) == len(conversations)
-
-
-def test_rexvqa_answer_replies_train_the_letter_alone_and_leave_the_rest(builds, tmp_path):
-    out = answer_replies(builds["rexvqa"], tmp_path / "rexvqa-answers")
-    before, after = rows(builds["rexvqa"]), rows(out)
-    assert before.keys() == after.keys()
-    for name, table in before.items():
-        if not name.startswith("data/train/"):
-            assert after[name] == table
-            continue
-        for old, new in zip(table, after[name], strict=True):
-            if "turns" in old:
-                assert new == {**old, "turns": [{**turn, "explanation": ""} for turn in old["turns"]]}
-                continue
-            assert rexvqa_target_text(new) == f"<answer> {old['answer']} <reason>"
-            assert {k: v for k, v in new.items() if k != "explanation"} == {
-                k: v for k, v in old.items() if k != "explanation"
-            }
