@@ -76,7 +76,7 @@ class Settings:
     held_out_studies: int = option(180, "ReXVQA held-out release")
     image_size: int = option(224, "the build's --image-size")
     size: str = option("probe", "tiny_model --size of the probe")
-    steps: int = option(600, "training steps of every arm")
+    steps: int = option(1200, "training steps of every arm")
     batch_size: int = option(16, "per-device batch of every arm")
     learning_rate: float = option(2e-3, "learning rate of every arm")
     warmup_steps: int = option(0, "linear warm-up steps of every arm")
