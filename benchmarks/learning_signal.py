@@ -218,18 +218,8 @@ def conversations_of(build: Path, config: str, out: Path) -> Path:
         rows = pq.read_table(path)
         ids, turns = rows["question_ids"].to_pylist(), rows["turns"].to_pylist()
         keep = [[i for i, question in enumerate(row_ids) if question in kept] for row_ids in ids]
-        rows = rows.set_column(
-            rows.schema.get_field_index("question_ids"),
-            rows.schema.field("question_ids"),
-            pa.array(
-                [[row_ids[i] for i in k] for row_ids, k in zip(ids, keep)], rows.schema.field("question_ids").type
-            ),
-        )
-        rows = rows.set_column(
-            rows.schema.get_field_index("turns"),
-            rows.schema.field("turns"),
-            pa.array([[row[i] for i in k] for row, k in zip(turns, keep)], rows.schema.field("turns").type),
-        )
+        rows = _replaced(rows, "question_ids", [[row_ids[i] for i in k] for row_ids, k in zip(ids, keep)])
+        rows = _replaced(rows, "turns", [[row[i] for i in k] for row, k in zip(turns, keep)])
         pq.write_table(rows.filter(pa.array([bool(k) for k in keep])), path)
     _forget_split_sizes(out)
     return out
@@ -248,21 +238,26 @@ def answer_replies(build: Path, out: Path, boxes: bool = False) -> Path:
     for path in sorted((out / "data" / "train").glob("*.parquet")):
         table = pq.read_table(path)
         if "turns" in table.column_names:
-            index, field = table.schema.get_field_index("turns"), table.schema.field("turns")
-            turns = [
-                [turn | {k: v for k, v in emptied.items() if k in turn} for turn in row]
-                for row in table["turns"].to_pylist()
-            ]
-            table = table.set_column(index, field, pa.array(turns, type=field.type))
+            turns = table["turns"].to_pylist()
+            table = _replaced(
+                table,
+                "turns",
+                [[turn | {k: emptied[k] for k in emptied if k in turn} for turn in row] for row in turns],
+            )
         elif {"reason", "explanation"} & set(table.column_names):
             for column, empty in emptied.items():
                 if column in table.column_names:
-                    index, field = table.schema.get_field_index(column), table.schema.field(column)
-                    table = table.set_column(index, field, pa.array([empty] * len(table), type=field.type))
+                    table = _replaced(table, column, [empty] * len(table))
         else:
             continue
         pq.write_table(table, path)
     return out
+
+
+def _replaced(table: pa.Table, column: str, values: list) -> pa.Table:
+    """`table` with `column`'s values replaced, its type kept."""
+    index, field = table.schema.get_field_index(column), table.schema.field(column)
+    return table.set_column(index, field, pa.array(values, type=field.type))
 
 
 def probe_model(settings: Settings) -> Path:
