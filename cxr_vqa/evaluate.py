@@ -9,7 +9,8 @@ repeated ids are reported and ignored (`builders.scoring.predictions`). ``--stri
 into exit status 1 after the report.
 
 ``--baseline random|majority`` scores a seeded chance guesser or the split's most common answer
-instead of a file, so any model's numbers can be read against the floor.
+instead of a file. A predictions file's table has the majority baseline's score beside each of its own
+(`Majority`), so a model's numbers are read against that floor at a glance.
 """
 
 from __future__ import annotations
@@ -226,16 +227,22 @@ def _fmt(value, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
-def gemex_table(table: dict, metrics: Sequence[str], judged: bool) -> str:
+def gemex_table(table: dict, metrics: Sequence[str], judged: bool, majority: dict | None = None) -> str:
+    """One line per question type; with `majority` (type -> the majority baseline's A), that A beside the model's."""
     header = (
-        ["Type", "Questions", "A", "V"]
+        ["Type", "Questions", "A"]
+        + (["Majority A"] if majority else [])
+        + ["V"]
         + [METRIC_TITLES[m] for m in metrics]
         + (["Judge"] if judged else [])
         + ["Failed extraction", "Missing"]
     )
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for name, entry in table.items():
-        cells = [name, str(entry["questions"]), _fmt(entry["A"]), _fmt(entry["V"])] + [_fmt(entry[m]) for m in metrics]
+        cells = [name, str(entry["questions"]), _fmt(entry["A"])]
+        cells += (
+            ([_fmt(majority.get(name))] if majority else []) + [_fmt(entry["V"])] + [_fmt(entry[m]) for m in metrics]
+        )
         if judged:
             cells.append(_fmt(entry.get("judge")))
         cells += [str(entry["failed_extraction"]), str(entry["missing"])]
@@ -243,19 +250,22 @@ def gemex_table(table: dict, metrics: Sequence[str], judged: bool) -> str:
     return "\n".join(lines)
 
 
-def rexvqa_table(result: dict) -> str:
-    lines = ["| Group | Questions | Accuracy | Failed extraction | Missing |", "|---|---|---|---|---|"]
+def rexvqa_table(result: dict, majority: dict | None = None) -> str:
+    """Overall, per task and per category; with `majority` (a baseline's result), its accuracy beside each."""
+    header = ["Group", "Questions", "Accuracy"] + (["Majority"] if majority else []) + ["Failed extraction", "Missing"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
 
-    def line(name, block):
-        lines.append(
-            f"| {name} | {block['questions']} | {_fmt(block['accuracy'])} | {block['failed_extraction']} | {block['missing']} |"
+    def line(name, block, floor):
+        cells = [name, str(block["questions"]), _fmt(block["accuracy"])] + (
+            [_fmt(floor["accuracy"])] if majority else []
         )
+        lines.append("| " + " | ".join(cells + [str(block["failed_extraction"]), str(block["missing"])]) + " |")
 
-    line("Overall", result["overall"])
-    for task, block in result["per_task"].items():
-        line(f"task: {task}", block)
-    for category, block in result["per_category"].items():
-        line(f"category: {category}", block)
+    line("Overall", result["overall"], majority and majority["overall"])
+    for group in ("per_task", "per_category"):
+        prefix = group.removeprefix("per_")
+        for name, block in result[group].items():
+            line(f"{prefix}: {name}", block, majority and majority[group][name])
     return "\n".join(lines)
 
 
@@ -330,7 +340,17 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
         "bertscore_note": BERTSCORE_NOTE if bert else None,
         "judge": {"url": mask_url(args.judge_url), "model": args.judge_model} if judge else None,
     }
-    text = gemex_table(result["table"], metrics, judge is not None)
+    majority = None
+    if args.baseline is None:
+        floor = scoring.score_gemex(
+            rows,
+            scoring.majority_replies(rows, args.box_convention, budget),
+            box_convention=args.box_convention,
+            metrics=(),
+            budget=budget,
+        )
+        majority = {name: entry["A"] for name, entry in floor["table"].items()}
+    text = gemex_table(result["table"], metrics, judge is not None, majority)
     if bert:
         text += f"\n\n* {BERTSCORE_NOTE}."
     if not_installed:
@@ -348,6 +368,7 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
     return {
         "settings": settings,
         "scores": result["table"],
+        "majority": majority,
         "per_question": result["per_question"],
         "check": check,
     }, text
@@ -363,9 +384,12 @@ def evaluate_rexvqa(args: argparse.Namespace) -> tuple[dict, str]:
     if args.write_rexrank:
         write_rexrank(args.write_rexrank, {row["question_id"]: rexrank_record(row) for row in rows}, predictions)
     body = {k: v for k, v in result.items() if k != "per_question"}
-    return {"settings": source, "scores": body, "per_question": result["per_question"], "check": check}, rexvqa_table(
-        result
-    )
+    majority = None
+    if args.baseline is None:
+        floor = scoring.score_rexvqa(rows, scoring.majority_replies(rows))
+        majority = {k: v for k, v in floor.items() if k != "per_question"}
+    report = {"settings": source, "scores": body, "majority": majority, "per_question": result["per_question"]}
+    return report | {"check": check}, rexvqa_table(result, majority)
 
 
 def folder_benchmark(folder: Path) -> str:

@@ -131,6 +131,41 @@ def test_gemex_baselines_print_the_floor(tmp_path, capsys):
         assert f"baseline {baseline}" in capsys.readouterr().out
 
 
+def test_a_predictions_table_shows_the_majority_baseline_beside_each_score(tmp_path, capsys):
+    """The `Majority A` column is what `--baseline majority` scores on the same questions, type by type."""
+    folder, rows = _gemex_dir(tmp_path)
+    predictions, scored, floor = tmp_path / "pred.jsonl", tmp_path / "scored.json", tmp_path / "floor.json"
+    write_jsonl(predictions, [(r["question_id"], gemex_scoring.reference_reply(r)) for r in rows])
+    common = ["--benchmark", "gemex", "--text-metrics", ""]
+    assert _run([str(folder), *common, "--predictions", str(predictions), "--out", str(scored)]) == 0
+    table = capsys.readouterr().out
+    assert _run([str(folder), *common, "--baseline", "majority", "--out", str(floor)]) == 0
+    assert "Majority" not in capsys.readouterr().out
+    majority = json.loads(scored.read_text())["majority"]
+    baseline = json.loads(floor.read_text())
+    assert baseline["majority"] is None
+    for kind, entry in baseline["scores"].items():
+        assert majority[kind] == entry["A"]
+    closed = majority["closed_ended"]
+    assert (
+        "| Type | Questions | A | Majority A | V |" in table
+        and f"| closed_ended | 6 | 100.00 | {closed:.2f} |" in table
+    )
+
+
+def test_a_rexvqa_predictions_table_shows_the_majority_accuracy_of_each_group(tmp_path, capsys):
+    folder, rows = _rex_dir(tmp_path)
+    predictions, out = tmp_path / "pred.jsonl", tmp_path / "scores.json"
+    write_jsonl(predictions, [(r["question_id"], rex_scoring.reference_reply(r)) for r in rows])
+    assert _run([str(folder), "--benchmark", "rexvqa", "--predictions", str(predictions), "--out", str(out)]) == 0
+    table = capsys.readouterr().out
+    majority = rex_scoring.score_rexvqa(rows, rex_scoring.majority_replies(rows))
+    assert json.loads(out.read_text())["majority"]["overall"] == majority["overall"]
+    assert f"| Overall | 40 | 100.00 | {majority['overall']['accuracy']:.2f} | 0 | 0 |" in table
+    for task, block in majority["per_task"].items():
+        assert f"| task: {task} | {block['questions']} | 100.00 | {block['accuracy']:.2f} |" in table
+
+
 def test_rexvqa_end_to_end_with_rexrank_round_trip(tmp_path, capsys):
     folder, rows = _rex_dir(tmp_path)
     predictions = tmp_path / "pred.jsonl"

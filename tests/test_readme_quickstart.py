@@ -62,7 +62,7 @@ def test_the_quickstart_runs_as_written(tmp_path):
         outputs.append(result.stdout)
     assert (work / "runs" / "tiny").is_dir() and (work / "predictions.jsonl").stat().st_size > 0
     table = outputs[-1]
-    assert "| Type | Questions | A | V |" in table
+    assert "| Type | Questions | A | Majority A | V |" in table
     questions = len((work / "predictions.jsonl").read_text().splitlines())
     assert re.search(rf"\| all \| {questions} \|", table), table
 
