@@ -1,7 +1,7 @@
 """The per-type layout read a column at a time gives what the record path gives: the same rows, rejects and order.
 
-Lines of a small synthetic release are spoilt one way each (every check `question_row` and the
-schema make, and every way a line can be damaged), then read by both paths in small blocks,
+Lines of a small synthetic release are spoilt one way each (every row rule and every check the
+schema makes, and every way a line can be damaged), then read by both paths in small blocks,
 so clean runs, spoilt lines and refused blocks alternate.
 """
 
@@ -12,30 +12,21 @@ import json
 import pyarrow as pa
 import pytest
 
-from builders.assembly.report import RecordError, Reject
-from gemex_dataset import record_columns
+from builders.assembly.report import Reject
+from gemex_dataset import record_columns, records
 from gemex_dataset.records import RawQuestion, find_source_files, read_file
-from gemex_dataset.rows import question_row
 from gemex_dataset.synthetic.release import generate
 
 
 def staged(items) -> list:
-    """What the build stages from a reader's items: rows (as question_row makes them) and rejects, in order."""
+    """What the build stages from a reader's items: rows and rejects, in order."""
     out = []
     for item in items:
         if isinstance(item, pa.Table):
             out.extend(("row", row) for row in item.to_pylist())
-        elif isinstance(item, Reject):
-            out.append(("reject", item.file, item.record, item.field, item.reason))
         else:
-            try:
-                row, _ = question_row(item, ordinal=0)
-            except RecordError as err:
-                out.append(("reject", item.file, item.record, err.field, err.reason))
-                continue
-            del row["question_id"]
-            row["_file"], row["_record"] = item.file, item.record
-            out.append(("row", row))
+            assert isinstance(item, Reject)
+            out.append(("reject", item.file, item.record, item.field, item.reason))
     return out
 
 
@@ -221,14 +212,14 @@ def test_columns_give_the_record_paths_rows_rejects_and_order(spoilt_release, bl
     assert len(files) == 12
     rejects = set()
     for src in files:
-        by_record = staged(read_file(src))
+        by_record = staged(record_columns.checked(src, read_file(src)))
         by_columns = staged(record_columns.read(src, block_bytes))
         assert by_columns == by_record, src.path
         rejects.update(item[4].split(":")[0][:30] for item in by_record if item[0] == "reject")
     assert len(rejects) > 20  # many kinds of reject, not one
 
 
-def test_only_the_lines_the_columns_cannot_vouch_for_take_the_record_path(tmp_path):
+def test_only_the_lines_the_columns_cannot_vouch_for_take_the_record_path(tmp_path, monkeypatch):
     generate(tmp_path, num_images=40, layouts=("per_type",), images=False)
     [src] = [
         s
@@ -238,7 +229,15 @@ def test_only_the_lines_the_columns_cannot_vouch_for_take_the_record_path(tmp_pa
     lines = src.path.read_text(encoding="utf-8").splitlines()
     lines[5] = json.dumps(spoil(json.loads(lines[5]), "box_far", "single_choice"))
     src.path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    by_record = []
+    monkeypatch.setattr(
+        record_columns,
+        "per_type_question",
+        lambda *args: by_record.append(records.per_type_question(*args)) or by_record[-1],
+    )
     items = list(record_columns.read(src, 1 << 14))
     assert sum(item.num_rows for item in items if isinstance(item, pa.Table)) == len(lines) - 1
-    [spoilt] = [item for item in items if not isinstance(item, pa.Table)]
+    [spoilt] = by_record
     assert isinstance(spoilt, RawQuestion) and spoilt.record == "line 6"
+    [reject] = [item for item in items if not isinstance(item, pa.Table)]
+    assert (reject.record, reject.field) == ("line 6", "visual_locations[0]") and "far outside" in reject.reason

@@ -37,7 +37,7 @@ from builders.assembly.conversations import CHARS_PER_TOKEN, ConversationLayout
 from builders.assembly.cycle_collector import rare_collections
 from builders.assembly.image_source import ImageSource, Loaded
 from builders.assembly.lifecycle import staged_output
-from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
+from builders.assembly.report import BuildError, BuildReport, Reject
 from builders.assembly.settings import BuildSettings
 from builders.assembly.shards import SplitShards, sha256
 from builders.assembly.staging import Staging
@@ -138,22 +138,19 @@ class DatasetBuild(ABC):
                 self.stage_record(staging, item)
 
     def stage_record(self, staging: Staging, raw) -> None:
-        """Stage one record's row (`record_row`), or reject it naming its file, record and field."""
+        """Stage one record the reader checked as its row (`record_row`)."""
         try:
             row = self.record_row(raw)
-        except RecordError as err:
-            self.reject(Reject(raw.file, raw.record, err.field, err.reason))
-            return
         except RecursionError:
             self.reject(Reject(raw.file, raw.record, None, "JSON nested too deeply to read"))
             return
         if row is not None:
             staging.add(raw.split, row)
 
-    @abstractmethod
     def record_row(self, raw) -> dict | None:
-        """One record's staged row (its notes counted in the report), None for a record not to stage; raises
-        `RecordError` naming the field at fault."""
+        """One checked record's staged row (its notes counted in the report), None for a record not to stage:
+        for a reader that yields single records beside its tables."""
+        raise NotImplementedError(f"{type(self).__name__} reads no single records")
 
     @abstractmethod
     def stage_table(self, staging: Staging, split: str, table: pa.Table) -> None:
