@@ -8,7 +8,7 @@ fast path and the precise reject alike.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +99,18 @@ def _fits(value: object, type_: pa.DataType, from_pandas: bool) -> bool:
     except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
         return False
     return True
+
+
+def batches(items: Iterable, size: int) -> Iterator[list]:
+    """`items` in lists of `size` (the last may be shorter, none is empty)."""
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
 
 
 def in_order(staged: pa.Table, outcomes: Sequence[Reject | None]) -> Iterator[pa.Table | Reject]:

@@ -4,7 +4,7 @@ A per-type file's question type is its name, so each block of lines is parsed by
 against one explicit schema (`release_schema`). A row that passes `rows.row_rules` and what
 of the schema Arrow does not check itself (`_schema_holds`) is staged a column at a time
 (`staged_rows`). Every other line (and every line of a block Arrow refuses), and every
-record of the other layouts, is read a record at a time (`records.per_type_question`,
+record of the other layouts, is read a record at a time (`records.read_per_type`,
 `records.read_file`, which check the schema), then put in the same columns and given the
 same rules (`checked`): a record that fails one is rejected with its file, record and field,
 the others are staged by the same `staged_rows`. Rows come out in release order either way.
@@ -24,17 +24,16 @@ from builders.assembly.report import Reject
 from builders.columns import empty_lists, offsets, rows_with, true, valid
 from builders.json_blocks import BLOCK_BYTES, LineBlock, line_blocks, read_block
 from builders.json_stream import name_not_utf8
-from builders.row_rules import first_broken, holding, in_order, typed_column
+from builders.row_rules import batches, first_broken, holding, in_order, typed_column
 from gemex_dataset.features import QUESTION_TYPES
 from gemex_dataset.records import (
     PATH_PATTERN,
     PER_TYPE_FILES,
     RawQuestion,
     SourceFile,
-    json_line,
     path_ids,
-    per_type_question,
     read_file,
+    read_per_type,
 )
 from gemex_dataset.rows import CHOICE_TYPES, LETTERS, row_rules
 from schemas import schema
@@ -82,7 +81,7 @@ def read(
     qtype = PER_TYPE_FILES[src.path.name]
     for block, table in _parsed_blocks(src, qtype, block_bytes, digest):
         if table is None:
-            yield from checked(src, _by_record(src, block.lines()))
+            yield from checked(src, read_per_type(src, block.lines()))
             continue
         batch = pa.record_batch([column.combine_chunks() for column in table.columns], schema=table.schema)
         clean = _schema_holds(batch, qtype) & holding(row_rules(qtype), batch, batch.num_rows)
@@ -124,20 +123,13 @@ def _parsed_blocks(
         blocks.close()
 
 
-def _by_record(src: SourceFile, lines: Iterable[tuple[int, bytes]]) -> Iterator[RawQuestion | Reject]:
-    for number, raw in lines:
-        value = json_line(str(src.path), number, raw)
-        if value is not None:
-            yield per_type_question(src, number, value)
-
-
 def _in_release_order(
     src: SourceFile, block: LineBlock, staged: pa.Table, clean: np.ndarray
 ) -> Iterator[pa.Table | Reject]:
     """The block's clean rows, and between them its other lines read a record at a time, all in line order."""
     numbers = set((block.first_line + np.flatnonzero(~clean)).tolist())
     others, outcomes = _checked_batch(
-        src, list(_by_record(src, ((n, raw) for n, raw in block.lines() if n in numbers)))
+        src, list(read_per_type(src, ((n, raw) for n, raw in block.lines() if n in numbers)))
     )
     other_outcomes = iter(outcomes)
     clean_rows, other_rows = (
@@ -155,13 +147,7 @@ def _in_release_order(
 
 def checked(src: SourceFile, items: Iterable[RawQuestion | Reject]) -> Iterator[pa.Table | Reject]:
     """What a record-at-a-time reader gave, in order: its questions that pass the rules as staged rows, the rest rejected."""
-    batch: list[RawQuestion | Reject] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= BATCH_RECORDS:
-            yield from in_order(*_checked_batch(src, batch))
-            batch = []
-    if batch:
+    for batch in batches(items, BATCH_RECORDS):
         yield from in_order(*_checked_batch(src, batch))
 
 

@@ -70,19 +70,15 @@ def _box_corners(boxes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
     return four, corners
 
 
-def _four_numbers(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray]:
-    return batch["visual_locations"], _box_corners(batch["visual_locations"])[0]
-
-
-def _boxes(test: Callable[..., np.ndarray]) -> Callable[[pa.RecordBatch], tuple[pa.Array, np.ndarray]]:
-    """A per-item test of each box, `test(x1, y1, x2, y2)` over all boxes at once."""
+def _box_rule(test: Callable[..., np.ndarray], fault: str) -> RowRule:
+    """A rule on each box, `test(four, x1, y1, x2, y2)` over all boxes at once (`four`: the box is four numbers)."""
 
     def holds(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray]:
-        boxes = batch["visual_locations"]
+        four, corners = _box_corners(batch["visual_locations"])
         with np.errstate(invalid="ignore"):
-            return boxes, test(*_box_corners(boxes)[1].T)
+            return batch["visual_locations"], test(four, *corners.T)
 
-    return holds
+    return RowRule("visual_locations", holds, lambda box, k: f"box {box} {fault}", per_item=True)
 
 
 def _answer_rules(question_type: str) -> tuple[RowRule, ...]:
@@ -151,26 +147,16 @@ def row_rules(question_type: str) -> tuple[RowRule, ...]:
             lambda b: valid(b["visual_locations"]),
             lambda r: f"expected a list of boxes [x1, y1, x2, y2], got {r['visual_locations']!r}",
         ),
-        RowRule("visual_locations", _four_numbers, lambda box, k: f"box {box!r} is not four numbers", per_item=True),
-        RowRule(
-            "visual_locations",
-            _boxes(lambda *corners: np.isfinite(corners).all(axis=0)),
-            lambda box, k: f"box {box} has a coordinate that is not a finite number",
-            per_item=True,
+        _box_rule(lambda four, *corners: four, "is not four numbers"),
+        _box_rule(
+            lambda four, *corners: np.isfinite(corners).all(axis=0), "has a coordinate that is not a finite number"
         ),
-        RowRule(
-            "visual_locations",
-            _boxes(lambda x1, y1, x2, y2: (x2 > x1) & (y2 > y1)),
-            lambda box, k: f"box {box} has x2 <= x1 or y2 <= y1",
-            per_item=True,
-        ),
-        RowRule(
-            "visual_locations",
-            _boxes(
-                lambda x1, y1, x2, y2: (np.minimum(x1, y1) >= -FAR_OUTSIDE) & (np.maximum(x2, y2) <= 224 + FAR_OUTSIDE)
+        _box_rule(lambda four, x1, y1, x2, y2: (x2 > x1) & (y2 > y1), "has x2 <= x1 or y2 <= y1"),
+        _box_rule(
+            lambda four, x1, y1, x2, y2: (
+                (np.minimum(x1, y1) >= -FAR_OUTSIDE) & (np.maximum(x2, y2) <= 224 + FAR_OUTSIDE)
             ),
-            lambda box, k: f"box {box} lies far outside the 224 x 224 frame",
-            per_item=True,
+            "lies far outside the 224 x 224 frame",
         ),
         RowRule(
             "visual_regions",

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from builders.assembly.report import Reject
 from builders.columns import rows_with, true, valid
 from builders.json_stream import RecordStream, name_not_utf8, open_text
-from builders.row_rules import first_broken, holding, in_order, typed_column
+from builders.row_rules import batches, first_broken, holding, in_order, typed_column
 from rexvqa_dataset.features import LETTERS, TASKS
 from rexvqa_dataset.records import RawRecord, checked_record, read_file, stream_reject
 from rexvqa_dataset.rows import NAMED_KEYS, REPORT_FIELDS, ROW_RULES, TEXT_FIELDS, YEARS_PER_UNIT, aligned_views
@@ -119,13 +119,8 @@ def _in_file_order(file: str, split: str, pending: list) -> Iterator[pa.Table | 
 
 def checked(items: Iterable[RawRecord | Reject]) -> Iterator[RawRecord | Reject]:
     """Records read one at a time (`records.read_file`) given `ROW_RULES`: one that fails a rule rejected, naming its field."""
-    batch: list[RawRecord | Reject] = []
-    for item in items:
-        batch.append(item)
-        if len(batch) >= BATCH_RECORDS:
-            yield from _ruled(batch)
-            batch = []
-    yield from _ruled(batch)
+    for batch in batches(items, BATCH_RECORDS):
+        yield from _ruled(batch)
 
 
 def _ruled(items: list) -> list:

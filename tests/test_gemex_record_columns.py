@@ -229,11 +229,9 @@ def test_only_the_lines_the_columns_cannot_vouch_for_take_the_record_path(tmp_pa
     lines = src.path.read_text(encoding="utf-8").splitlines()
     lines[5] = json.dumps(spoil(json.loads(lines[5]), "box_far", "single_choice"))
     src.path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    by_record = []
+    by_record, per_type_question = [], records.per_type_question
     monkeypatch.setattr(
-        record_columns,
-        "per_type_question",
-        lambda *args: by_record.append(records.per_type_question(*args)) or by_record[-1],
+        records, "per_type_question", lambda *args: by_record.append(per_type_question(*args)) or by_record[-1]
     )
     items = list(record_columns.read(src, 1 << 14))
     assert sum(item.num_rows for item in items if isinstance(item, pa.Table)) == len(lines) - 1
