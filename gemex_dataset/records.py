@@ -1,9 +1,9 @@
 """Readers for the three GEMeX layouts (formats.md), auto-detected file by file.
 
-Every reader turns a file into `RawQuestion`s, one per question, or `Reject`s for what
-cannot be read; it checks nothing beyond what it needs to find the questions (the
-schema and row checks come after). Each question keeps where it came from, so a
-rejection names the file and the record, and a row can be written back in its layout.
+Every reader turns a file into `RawQuestion`s, one per question that passes its layout's
+schema, or `Reject`s for what cannot be read; the row rules come after
+(`record_columns.checked`). Each question keeps where it came from, so a rejection names
+the file and the record.
 """
 
 from __future__ import annotations

@@ -51,7 +51,7 @@ class DatasetBuild(ABC):
     """The steps every dataset's build takes, in order; each dataset fills in what is its own.
 
     `stage` finds the release's files and reads and checks their records into a `Staging`
-    (`stage_files`: the dataset's reader; `record_row` and `stage_table`, its checked rows);
+    (`stage_files`: the dataset's reader, which checks them; `stage_table` and `record_row` stage its rows);
     `write_split` writes one split's shards, an image's (a study's) rows at a time when images
     are embedded (`group_rows`), a sorted chunk at a time otherwise (`with_image_columns`);
     `write_card` the card. `run` wraps them in the atomic output folder and saves the report,
