@@ -239,3 +239,32 @@ def test_only_the_lines_the_columns_cannot_vouch_for_take_the_record_path(tmp_pa
     assert isinstance(spoilt, RawQuestion) and spoilt.record == "line 6"
     [reject] = [item for item in items if not isinstance(item, pa.Table)]
     assert (reject.record, reject.field) == ("line 6", "visual_locations[0]") and "far outside" in reject.reason
+
+
+@pytest.mark.parametrize(
+    "location, field, reason",
+    [
+        ("[[1, 2, 3]]", "visual_locations[0]", "box [1, 2, 3] is not four numbers"),
+        ('[["a", 1, 2, 3]]', "visual_locations", "expected a list of boxes [x1, y1, x2, y2], got [['a', 1, 2, 3]]"),
+        ("[1, 2]", "visual_locations", "expected a list of boxes [x1, y1, x2, y2], got [1, 2]"),
+    ],
+)
+def test_a_llava_location_that_is_not_boxes_is_rejected_with_its_field(tmp_path, location, field, reason):
+    """A LLaVA record's boxes are text its schema cannot type: the box rules reject what is not four numbers each."""
+    record = {
+        "conversations": [
+            {"from": "human", "value": "<image>\nWhere is the effusion?"},
+            {"from": "gpt", "value": f"<answer> Left base. <reason> Blunted angle. <location> {location}"},
+        ],
+        "row_id": 3,
+        "q_type": "open_ended_questions",
+        "image": "p10/p10000001/s50000001/d1.jpg",
+    }
+    good = json.loads(json.dumps(record).replace(location.replace('"', '\\"'), "[[1, 2, 30, 40]]"))
+    path = tmp_path / "train" / "sub_training_data.json"
+    path.parent.mkdir()
+    path.write_text(json.dumps([good, record]), encoding="utf-8")
+    [src] = find_source_files(tmp_path)
+    [kept, reject] = list(record_columns.read(src))
+    assert kept.num_rows == 1 and kept["boxes_224"].to_pylist() == [[[1, 2, 30, 40]]]
+    assert (reject.record, reject.field, reject.reason) == ("index 1", field, reason)
