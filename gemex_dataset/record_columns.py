@@ -142,7 +142,9 @@ def _in_release_order(
         if outcome is None:
             order.append(next(clean_rows) if is_clean else next(other_rows))
         line_outcomes.append(outcome)
-    yield from in_order(pa.concat_tables([staged, others]).take(pa.array(order, pa.int64())), line_outcomes)
+    if others.num_rows:  # a line the columns could not vouch for that passed: its row goes among the clean ones
+        staged = pa.concat_tables([staged, others]).take(pa.array(order, pa.int64()))
+    yield from in_order(staged, line_outcomes)
 
 
 def checked(src: SourceFile, items: Iterable[RawQuestion | Reject]) -> Iterator[pa.Table | Reject]:
@@ -155,11 +157,11 @@ def _checked_batch(src: SourceFile, items: list[RawQuestion | Reject]) -> tuple[
     """The staged rows of the questions among `items` that pass the rules, in order; and per item its reject,
     or None for a question staged."""
     outcomes: list[Reject | None] = [item if isinstance(item, Reject) else None for item in items]
-    tables, at = [], []
-    for qtype in QUESTION_TYPES:
-        of_type = [k for k, item in enumerate(items) if isinstance(item, RawQuestion) and item.question_type == qtype]
-        if not of_type:
-            continue
+    tables, at, of_types = [], [], {}
+    for k, item in enumerate(items):
+        if isinstance(item, RawQuestion):
+            of_types.setdefault(item.question_type, []).append(k)
+    for qtype, of_type in of_types.items():
         questions = [items[k] for k in of_type]
         records = [q.data for q in questions]
         batch = pa.RecordBatch.from_arrays(
