@@ -125,7 +125,7 @@ class DatasetBuild(ABC):
 
     def stage_items(self, staging: Staging, split: str, items: Iterable) -> None:
         """Stage what a reader yields, each item counted as read: tables of rows checked a column at a time
-        (`stage_table`), rejects, and records to check one at a time (`stage_record`)."""
+        (`stage_table`), rejects, and checked records to stage one at a time (`stage_record`)."""
         for item in items:
             if isinstance(item, pa.Table):
                 self.report.records_read += item.num_rows
