@@ -127,23 +127,17 @@ def _in_release_order(
     src: SourceFile, block: LineBlock, staged: pa.Table, clean: np.ndarray
 ) -> Iterator[pa.Table | Reject]:
     """The block's clean rows, and between them its other lines read a record at a time, all in line order."""
-    numbers = set((block.first_line + np.flatnonzero(~clean)).tolist())
-    others, outcomes = _checked_batch(
-        src, list(read_per_type(src, ((n, raw) for n, raw in block.lines() if n in numbers)))
-    )
-    other_outcomes = iter(outcomes)
-    clean_rows, other_rows = (
-        iter(range(staged.num_rows)),
-        iter(range(staged.num_rows, staged.num_rows + others.num_rows)),
-    )
-    order, line_outcomes = [], []
-    for is_clean in clean.tolist():
-        outcome = None if is_clean else next(other_outcomes)
-        if outcome is None:
-            order.append(next(clean_rows) if is_clean else next(other_rows))
-        line_outcomes.append(outcome)
-    if others.num_rows:  # a line the columns could not vouch for that passed: its row goes among the clean ones
-        staged = pa.concat_tables([staged, others]).take(pa.array(order, pa.int64()))
+    dirty = np.flatnonzero(~clean)
+    numbers = set((block.first_line + dirty).tolist())
+    others, outcomes = _checked_batch(src, list(read_per_type(src, ((n, b) for n, b in block.lines() if n in numbers))))
+    line_outcomes: list[Reject | None] = [None] * len(clean)
+    for line, outcome in zip(dirty.tolist(), outcomes):
+        line_outcomes[line] = outcome
+    if others.num_rows:  # lines the columns could not vouch for that passed: their rows go among the clean ones
+        from_clean = clean[[outcome is None for outcome in line_outcomes]]
+        order = np.empty(len(from_clean), dtype=np.int64)
+        order[from_clean], order[~from_clean] = np.arange(staged.num_rows), staged.num_rows + np.arange(others.num_rows)
+        staged = pa.concat_tables([staged, others]).take(pa.array(order))
     yield from in_order(staged, line_outcomes)
 
 
