@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -103,13 +104,8 @@ def _fits(value: object, type_: pa.DataType, from_pandas: bool) -> bool:
 
 def batches(items: Iterable, size: int) -> Iterator[list]:
     """`items` in lists of `size` (the last may be shorter, none is empty)."""
-    batch = []
-    for item in items:
-        batch.append(item)
-        if len(batch) == size:
-            yield batch
-            batch = []
-    if batch:
+    items = iter(items)
+    while batch := list(islice(items, size)):
         yield batch
 
 
