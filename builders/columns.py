@@ -31,6 +31,15 @@ def positions(lists: pa.Array) -> np.ndarray:
     return np.arange(len(parents)) - np.searchsorted(parents, parents)
 
 
+def in_lettered_order(lists: pa.Array, prefixes: pa.Array) -> np.ndarray:
+    """Per flattened item of `lists`, whether it starts with the prefix of its position ('A: ', 'B: ', ...);
+    none past the last prefix does. The prefixes are all of one length."""
+    at = positions(lists)
+    expected = prefixes.take(pa.array(np.minimum(at, len(prefixes) - 1)))
+    starts = pc.utf8_slice_codeunits(pc.list_flatten(lists), 0, len(prefixes[0].as_py()))
+    return true(pc.equal(starts, expected)) & (at < len(prefixes))
+
+
 def offsets(lengths: np.ndarray) -> pa.Array:
     """The int32 offsets of lists of these lengths laid end to end, for `pa.ListArray.from_arrays`."""
     return pa.array(np.r_[0, np.cumsum(lengths)].astype(np.int32))

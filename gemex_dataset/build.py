@@ -40,8 +40,7 @@ from gemex_dataset.features import (
     per_image_features,
 )
 from gemex_dataset.prompts import messages_array, to_messages
-from gemex_dataset.records import RawQuestion, SourceFile, find_source_files
-from gemex_dataset.rows import question_row
+from gemex_dataset.records import SourceFile, find_source_files
 
 LAYOUT_PREFERENCE = ("per_type", "grouped", "llava")
 """Which layout is read where a split comes in several: the per-type files hold every field (reports, region
@@ -116,15 +115,6 @@ class GemexBuild(DatasetBuild):
             self.provenance.annotation_file(src.path, digest)
             if src.csv:
                 self.provenance.annotation_file(src.csv)
-
-    def record_row(self, raw: RawQuestion) -> dict:
-        row, notes = question_row(raw, ordinal=0)
-        for region in notes.unknown_regions:
-            self.report.count_unknown("region", region)
-        del row["question_id"]
-        row["_file"], row["_record"] = raw.file, raw.record
-        self.note_images(raw.split, [(row["image_path"], row["dicom_id"])])
-        return row
 
     def stage_table(self, staging: Staging, split: str, table: pa.Table) -> None:
         regions = pc.list_flatten(table["regions"])

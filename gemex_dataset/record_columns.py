@@ -1,18 +1,19 @@
-"""The per-type layout read a column at a time: Arrow's JSON reader, then the checks as whole-column operations.
+"""Every GEMeX record checked and staged a batch at a time, the per-type layout parsed by Arrow's JSON reader.
 
 A per-type file's question type is its name, so each block of lines is parsed by Arrow
-against one explicit schema (`release_schema`). `clean_rows` asks of every row what the
-schema and `gemex_dataset.rows.question_row` ask, and `staged_rows` turns the rows that
-pass into the staged columns `question_row` would give them. Both are deliberately
-stricter than the record path: a row they cannot vouch for (and every line of a block
-Arrow refuses) goes through `records.per_type_question` and `question_row` instead, which
-keep or reject it with the file, line and field. Rows come out in release order either way.
+against one explicit schema (`release_schema`). A row that passes `rows.row_rules` and what
+of the schema Arrow does not check itself (`_schema_holds`) is staged a column at a time
+(`staged_rows`). Every other line (and every line of a block Arrow refuses), and every
+record of the other layouts, is read a record at a time (`records.read_per_type`,
+`records.read_file`, which check the schema), then put in the same columns and given the
+same rules (`checked`): a record that fails one is rejected with its file, record and field,
+the others are staged by the same `staged_rows`. Rows come out in release order either way.
 """
 
 from __future__ import annotations
 
 import hmac
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
@@ -20,31 +21,31 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.assembly.report import Reject
-from builders.columns import empty_lists, offsets, positions, rows_with, true, valid
+from builders.columns import empty_lists, offsets, rows_with, true, valid
 from builders.json_blocks import BLOCK_BYTES, LineBlock, line_blocks, read_block
 from builders.json_stream import name_not_utf8
+from builders.row_rules import batches, first_broken, holding, in_order, typed_column
 from gemex_dataset.features import QUESTION_TYPES
 from gemex_dataset.records import (
     PATH_PATTERN,
     PER_TYPE_FILES,
     RawQuestion,
     SourceFile,
-    json_line,
-    per_type_question,
+    path_ids,
     read_file,
+    read_per_type,
 )
-from gemex_dataset.rows import FAR_OUTSIDE
+from gemex_dataset.rows import CHOICE_TYPES, LETTERS, row_rules
 from schemas import schema
 
-CHOICE_TYPES = ("single_choice", "multi_choice")
-LETTERS = pa.array([chr(65 + k) for k in range(26)])
-CHOICE_PREFIXES = pa.array([f"{chr(65 + k)}: " for k in range(26)])
+BATCH_RECORDS = 8192
+"""Records read a record at a time that are checked and staged together."""
 REQUIRED = tuple(schema("gemex_per_type")["required"])
 """The fields every per-type record must hold, as its JSON Schema says."""
 
 
 def release_schema(question_type: str) -> pa.Schema:
-    """The per-type record's fields as Arrow parses them from a file of `question_type`."""
+    """The per-type record's fields as Arrow holds them for a question of `question_type`."""
     return pa.schema(
         [
             ("question", pa.string()),
@@ -64,15 +65,15 @@ def release_schema(question_type: str) -> pa.Schema:
 
 def read(
     src: SourceFile, block_bytes: int = BLOCK_BYTES, digest: hmac.HMAC | None = None
-) -> Iterator[pa.Table | RawQuestion | Reject]:
-    """Every question of one annotation file: per-type files through Arrow, the other layouts a record at a time.
+) -> Iterator[pa.Table | Reject]:
+    """Every question of one annotation file as staged rows (tables) and rejects, in release order.
 
-    Tables hold staged rows (`staged_rows`); the questions and rejects between them are those
-    the record path read, in release order. `digest` (`builders.provenance.keyed_digest`) is
-    given the file's bytes: as Arrow's blocks are read, or for the other layouts read once more.
+    Per-type files are read through Arrow, the other layouts a record at a time. `digest`
+    (`builders.provenance.keyed_digest`) is given the file's bytes: as Arrow's blocks are read,
+    or for the other layouts read once more.
     """
     if src.layout != "per_type" or src.split is None or name_not_utf8(src.path) or src.path.stat().st_size == 0:
-        yield from read_file(src)
+        yield from checked(src, read_file(src))
         if digest is not None:
             for _ in line_blocks(src.path, block_bytes, digest.update):
                 pass
@@ -80,12 +81,16 @@ def read(
     qtype = PER_TYPE_FILES[src.path.name]
     for block, table in _parsed_blocks(src, qtype, block_bytes, digest):
         if table is None:
-            yield from _by_record(src, block.lines())
+            yield from checked(src, read_per_type(src, block.lines()))
             continue
         batch = pa.record_batch([column.combine_chunks() for column in table.columns], schema=table.schema)
-        clean = clean_rows(batch, qtype)
+        clean = _schema_holds(batch, qtype) & holding(row_rules(qtype), batch, batch.num_rows)
         kept = batch if clean.all() else batch.filter(pa.array(clean))
-        staged = staged_rows(kept, src, block.first_line + np.flatnonzero(clean))
+        lines = pa.array(block.first_line + np.flatnonzero(clean))
+        staged = staged_rows(kept, qtype, src, pc.binary_join_element_wise("line ", pc.cast(lines, pa.string()), ""))
+        if clean.all():
+            yield staged
+            continue
         yield from _in_release_order(src, block, staged, clean)
 
 
@@ -104,7 +109,7 @@ def _parsed_blocks(
         block = next(blocks, None)
         if block is None:
             return None
-        # An open or closed question with a `choices` key is rejected by the record path; Arrow cannot tell it from one without.
+        # An open or closed question with a `choices` key is rejected; Arrow cannot tell it from one without.
         maybe_choices = qtype not in CHOICE_TYPES and b'"choices"' in block.data
         return block, None if maybe_choices else read_block(block, schema)
 
@@ -118,111 +123,84 @@ def _parsed_blocks(
         blocks.close()
 
 
-def _by_record(src: SourceFile, lines: Iterator[tuple[int, bytes]]) -> Iterator[RawQuestion | Reject]:
-    for number, raw in lines:
-        value = json_line(str(src.path), number, raw)
-        if value is not None:
-            yield per_type_question(src, number, value)
-
-
 def _in_release_order(
     src: SourceFile, block: LineBlock, staged: pa.Table, clean: np.ndarray
-) -> Iterator[pa.Table | RawQuestion | Reject]:
-    """The staged runs of clean rows, and between them the other lines read a record at a time."""
+) -> Iterator[pa.Table | Reject]:
+    """The block's clean rows, and between them its other lines read a record at a time, all in line order."""
     dirty = np.flatnonzero(~clean)
-    if not len(dirty):
-        yield staged
-        return
     numbers = set((block.first_line + dirty).tolist())
-    lines = [(number, raw) for number, raw in block.lines() if number in numbers]
-    start = 0
-    for k, (row, line) in enumerate(zip(dirty.tolist(), lines)):
-        if row > start:
-            yield staged.slice(start - k, row - start)
-        yield from _by_record(src, iter([line]))
-        start = row + 1
-    if start < len(clean):
-        yield staged.slice(start - len(dirty))
+    others, outcomes = _checked_batch(src, list(read_per_type(src, ((n, b) for n, b in block.lines() if n in numbers))))
+    line_outcomes: list[Reject | None] = [None] * len(clean)
+    for line, outcome in zip(dirty.tolist(), outcomes):
+        line_outcomes[line] = outcome
+    if others.num_rows:  # lines the columns could not vouch for that passed: their rows go among the clean ones
+        from_clean = clean[[outcome is None for outcome in line_outcomes]]
+        order = np.empty(len(from_clean), dtype=np.int64)
+        order[from_clean], order[~from_clean] = np.arange(staged.num_rows), staged.num_rows + np.arange(others.num_rows)
+        staged = pa.concat_tables([staged, others]).take(pa.array(order))
+    yield from in_order(staged, line_outcomes)
 
 
-def clean_rows(table: pa.RecordBatch, question_type: str) -> np.ndarray:
-    """Whether each row certainly passes the schema and `question_row`, with no note beyond unknown regions."""
-    ok = np.ones(table.num_rows, dtype=bool)
+def checked(src: SourceFile, items: Iterable[RawQuestion | Reject]) -> Iterator[pa.Table | Reject]:
+    """What a record-at-a-time reader gave, in order: its questions that pass the rules as staged rows, the rest rejected."""
+    for batch in batches(items, BATCH_RECORDS):
+        yield from in_order(*_checked_batch(src, batch))
+
+
+def _checked_batch(src: SourceFile, items: list[RawQuestion | Reject]) -> tuple[pa.Table, list[Reject | None]]:
+    """The staged rows of the questions among `items` that pass the rules, in order; and per item its reject,
+    or None for a question staged."""
+    outcomes: list[Reject | None] = [item if isinstance(item, Reject) else None for item in items]
+    tables, at, of_types = [], [], {}
+    for k, item in enumerate(items):
+        if isinstance(item, RawQuestion):
+            of_types.setdefault(item.question_type, []).append(k)
+    for qtype, of_type in of_types.items():
+        questions = [items[k] for k in of_type]
+        records = [q.data for q in questions]
+        batch = pa.RecordBatch.from_arrays(
+            [typed_column([r.get(f.name) for r in records], f.type)[0] for f in release_schema(qtype)],
+            schema=release_schema(qtype),
+        )
+        ok, broken = first_broken(row_rules(qtype), batch, records)
+        for row, (field, reason) in broken.items():
+            outcomes[of_type[row]] = Reject(questions[row].file, questions[row].record, field, reason)
+        kept = pa.array(ok)
+        where = pa.array([q.record for q in questions], pa.string()).filter(kept)
+        tables.append(staged_rows(batch.filter(kept), qtype, src, where))
+        at.extend(np.asarray(of_type)[ok].tolist())
+    if not tables:
+        empty = pa.RecordBatch.from_pylist([], schema=release_schema("open_ended"))
+        return staged_rows(empty, "open_ended", src, pa.array([], pa.string())), outcomes
+    return pa.concat_tables(tables).take(pa.array(np.argsort(at, kind="stable"), pa.int64())), outcomes
+
+
+def _schema_holds(batch: pa.RecordBatch, question_type: str) -> np.ndarray:
+    """Whether each row Arrow parsed certainly passes what of the schema its parse does not check (nulls,
+    lengths, patterns); a row that may not is read a record at a time, where the schema says why."""
+    ok = np.ones(batch.num_rows, dtype=bool)
     for name in REQUIRED:
-        ok &= valid(table[name])
-    ok &= true(pc.greater(pc.binary_length(table["question"]), 0))
-    ok &= true(pc.match_substring_regex(table["row_id"], "^row_[0-9]+$"))
-    ok &= _image_paths_ok(table["image_path"])
-    ok &= _choices_and_answers_ok(table, question_type)
-    boxes_ok, box_counts = _boxes_ok(table["visual_locations"])
-    ok &= boxes_ok
-    regions = table["visual_regions"]
+        ok &= valid(batch[name])
+    for name in ("question", "image_path"):
+        ok &= true(pc.greater(pc.binary_length(batch[name]), 0))
+    ok &= true(pc.match_substring_regex(batch["row_id"], "^row_[0-9]+$"))
+    regions = batch["visual_regions"]
     ok &= ~rows_with(regions, ~valid(pc.list_flatten(regions)))
-    ok &= pc.list_value_length(regions).fill_null(-1).to_numpy() == box_counts
+    if question_type in CHOICE_TYPES:
+        count = pc.list_value_length(batch["choices"]).fill_null(0).to_numpy()
+        ok &= (count >= 2) & (count <= len(LETTERS))
     return ok
-
-
-def _image_paths_ok(paths: pa.Array) -> np.ndarray:
-    """Non-empty, ASCII and one line: where Python's `re` and Arrow's RE2 read `PATH_PATTERN` alike."""
-    return (
-        true(pc.greater(pc.binary_length(paths), 0))
-        & true(pc.string_is_ascii(paths))
-        & ~true(pc.match_substring(paths, "\n"))
-    )
-
-
-def _choices_and_answers_ok(table: pa.RecordBatch, question_type: str) -> np.ndarray:
-    choices, answer = table["choices"], table["answer"]
-    if question_type not in CHOICE_TYPES:
-        ok = ~valid(choices)
-        return ok & (
-            true(pc.is_in(answer, pa.array(["Yes.", "No."]))) if question_type == "closed_ended" else valid(answer)
-        )
-    count = pc.list_value_length(choices).fill_null(0).to_numpy()
-    ok = (count >= 2) & (count <= len(LETTERS))
-    items = pc.list_flatten(choices)
-    expected = CHOICE_PREFIXES.take(pa.array(np.minimum(positions(choices), len(LETTERS) - 1)))
-    ok &= ~rows_with(choices, ~true(pc.equal(pc.utf8_slice_codeunits(items, 0, 3), expected)))
-    if question_type == "single_choice":
-        letter = pc.index_in(answer, LETTERS)
-        return ok & valid(letter) & (pc.fill_null(letter, 99).to_numpy() < count)
-    letters = pc.list_flatten(answer)
-    parents = pc.list_parent_indices(answer).to_numpy()
-    index = pc.fill_null(pc.index_in(letters, LETTERS), 99).to_numpy().astype(np.int64)
-    ok &= ~rows_with(answer, (index >= count[parents]))
-    seen = np.zeros(table.num_rows, dtype=np.int64)
-    np.bitwise_or.at(seen, parents, np.left_shift(1, np.minimum(index, 62)))
-    length = pc.list_value_length(answer).fill_null(0).to_numpy()
-    return ok & (length > 0) & (np.bitwise_count(seen) == length)
-
-
-def _boxes_ok(boxes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
-    """(rows whose boxes are all four finite numbers, x2 > x1, y2 > y1, not far outside the 224 frame; boxes per row)."""
-    counts = pc.list_value_length(boxes).fill_null(-2).to_numpy()
-    inner = pc.list_flatten(boxes)
-    four = true(pc.equal(pc.list_value_length(inner), 4))
-    ok = ~rows_with(boxes, ~four)
-    corners = pc.list_flatten(inner.filter(pa.array(four))).to_numpy(zero_copy_only=False).reshape(-1, 4)
-    x1, y1, x2, y2 = corners.T
-    with np.errstate(invalid="ignore"):
-        good = (
-            np.isfinite(corners).all(axis=1)
-            & (x2 > x1)
-            & (y2 > y1)
-            & (np.minimum(x1, y1) >= -FAR_OUTSIDE)
-            & (np.maximum(x2, y2) <= 224 + FAR_OUTSIDE)
-        )
-    bad = np.zeros(len(inner), dtype=bool)
-    bad[np.flatnonzero(four)[~good]] = True
-    return ok & ~rows_with(boxes, bad), counts
 
 
 def _path_ids(paths: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     """The subject, study and dicom ids `PATH_PATTERN` names in each path (null where it does not match).
 
     Matched, then cut at its slashes and last dot: several times faster than extracting the
-    pattern's groups, and the same for the paths `_image_paths_ok` lets through.
+    pattern's groups. Where a path is not ASCII or holds a line break, Python's `re` and Arrow's
+    RE2 may read the pattern apart, so such paths are matched by `records.path_ids` itself.
     """
+    if not (true(pc.string_is_ascii(paths)) & ~true(pc.match_substring(paths, "\n"))).all():
+        return tuple(pa.array(ids, pa.string()) for ids in zip(*map(path_ids, paths.to_pylist())))
     matched = pc.match_substring_regex(paths, PATH_PATTERN, ignore_case=True)
     parts = pc.split_pattern(paths.filter(matched), "/")
     found = (
@@ -236,9 +214,8 @@ def _path_ids(paths: pa.Array) -> tuple[pa.Array, pa.Array, pa.Array]:
     return tuple(pc.replace_with_mask(nulls, matched, ids) for ids in found)
 
 
-def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa.Table:
-    """The staged columns of rows that passed `clean_rows`, as `question_row` makes them."""
-    qtype = PER_TYPE_FILES[src.path.name]
+def staged_rows(table: pa.RecordBatch, qtype: str, src: SourceFile, records: pa.Array) -> pa.Table:
+    """The staged columns of questions of `qtype` from `src` that passed the rules; `records` names where each is."""
     n = table.num_rows
     # an image's questions sit on consecutive lines: its path is cleaned and cut once, then spread to its rows
     encoded = table["image_path"].dictionary_encode()
@@ -263,6 +240,9 @@ def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa
     boxes_224 = pa.ListArray.from_arrays(
         offsets(pc.list_value_length(boxes).to_numpy()), pa.FixedSizeListArray.from_arrays(pa.array(corners), 4)
     )
+    regions = table["visual_regions"]
+    if regions.null_count:
+        regions = pc.if_else(valid(regions), regions, empty_lists(n))
 
     return pa.table(
         {
@@ -278,13 +258,13 @@ def staged_rows(table: pa.RecordBatch, src: SourceFile, lines: np.ndarray) -> pa
             "answer": answer,
             "answer_letters": letters,
             "reason": table["reason"],
-            "regions": table["visual_regions"],
+            "regions": regions,
             "boxes_224": boxes_224,
             "report": table["ori_report"],
-            "source_layout": pa.repeat("per_type", n),
+            "source_layout": pa.repeat(src.layout, n),
             "row_id": table["row_id"],
             "q_id": table["q_id"],
             "_file": pa.repeat(str(src.path), n),
-            "_record": pc.binary_join_element_wise("line ", pc.cast(pa.array(lines), pa.string()), ""),
+            "_record": records,
         }
     )

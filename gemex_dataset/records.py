@@ -1,9 +1,9 @@
 """Readers for the three GEMeX layouts (formats.md), auto-detected file by file.
 
-Every reader turns a file into `RawQuestion`s, one per question, or `Reject`s for what
-cannot be read; it checks nothing beyond what it needs to find the questions (the
-schema and row checks come after). Each question keeps where it came from, so a
-rejection names the file and the record, and a row can be written back in its layout.
+Every reader turns a file into `RawQuestion`s, one per question that passes its layout's
+schema, or `Reject`s for what cannot be read; the row rules come after
+(`record_columns.checked`). Each question keeps where it came from, so a rejection names
+the file and the record.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import csv
 import json
 import re
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -30,6 +30,8 @@ QUESTION_TYPE_OF_LLAVA = {q_type: t for t, q_type in LLAVA_Q_TYPES.items()}
 PATH_PATTERN = r"^p(?P<group>[0-9]{2})/p(?P<subject>[0-9]+)/s(?P<study>[0-9]+)/(?P<dicom>[^/]+)\.(?:jpg|jpeg|png|dcm)$"
 """A MIMIC-CXR-JPG image path, case aside; written for both Python's `re` and Arrow's RE2 (`record_columns`)."""
 _PATH = re.compile(PATH_PATTERN, re.I)
+GROUPED_FIELDS = ("question", "choices", "answer", "reason", "visual_regions", "visual_locations")
+"""The per-type fields a question of the grouped layout holds (its schema lets others pass, which are not read)."""
 _DECODER = json.JSONDecoder()
 SPLIT_FOLDERS = {
     "train": "train",
@@ -46,8 +48,6 @@ class RawQuestion:
 
     file: str
     record: str
-    layout: str
-    split: str
     question_type: str
     data: dict
 
@@ -115,16 +115,6 @@ def json_line(file: str, number: int, raw: bytes) -> dict | Reject | None:
     return value
 
 
-def _json_lines(path: Path) -> Iterator[tuple[int, dict | Reject]]:
-    """(line number, object or reject) for every non-blank line; each line stands alone, so a bad one costs only itself."""
-    file = str(path)
-    with open(path, "rb") as f:
-        for number, raw in enumerate(f, start=1):
-            value = json_line(file, number, raw)
-            if value is not None:
-                yield number, value
-
-
 def _schema_error(name: str, record: object) -> tuple[str | None, str] | None:
     try:
         return first_error(name, record)
@@ -139,14 +129,21 @@ def per_type_question(src: SourceFile, number: int, value: dict | Reject) -> Raw
     error = _schema_error("gemex_per_type", value)
     if error:
         return Reject(str(src.path), f"line {number}", error[0], error[1])
-    return RawQuestion(str(src.path), f"line {number}", "per_type", src.split, PER_TYPE_FILES[src.path.name], value)
+    return RawQuestion(str(src.path), f"line {number}", PER_TYPE_FILES[src.path.name], value)
 
 
-def read_per_type(src: SourceFile) -> Iterator[RawQuestion | Reject]:
-    """The questions of one per-type file, a record at a time (the whole-column reader is
-    `gemex_dataset.record_columns`; this one is what it falls back on)."""
-    for number, value in _json_lines(src.path):
-        yield per_type_question(src, number, value)
+def read_per_type(src: SourceFile, lines: Iterable[tuple[int, bytes]] | None = None) -> Iterator[RawQuestion | Reject]:
+    """The questions on `lines` (number, bytes) of a per-type file, every line by default, a record at a time: each
+    line stands alone, so a bad one costs only itself (`gemex_dataset.record_columns` reads whole blocks of lines
+    through Arrow, and falls back on this for the lines it cannot vouch for)."""
+    if lines is None:
+        with open(src.path, "rb") as f:
+            yield from read_per_type(src, enumerate(f, start=1))
+        return
+    for number, raw in lines:
+        value = json_line(str(src.path), number, raw)
+        if value is not None:
+            yield per_type_question(src, number, value)
 
 
 _HUMAN = re.compile(r"^<image>\n(?P<question>[\s\S]*?)(?: <choices>: \[(?P<choices>[\s\S]*)\])?$")
@@ -163,7 +160,8 @@ def split_llava_choices(text: str) -> list[str]:
 
 
 def parse_llava(record: dict) -> dict:
-    """The per-type fields carried by one LLaVA conversation record; raises ValueError naming the part that does not parse."""
+    """The per-type fields carried by one LLaVA conversation record (it has no region names, content type, report
+    or q_id); raises ValueError naming the part that does not parse."""
     human = _HUMAN.match(record["conversations"][0]["value"])
     gpt = _GPT.match(record["conversations"][1]["value"])
     if not human:
@@ -182,23 +180,10 @@ def parse_llava(record: dict) -> dict:
         boxes = json.loads(gpt["boxes"])
     except json.JSONDecodeError:
         raise ValueError("conversations[1].value", f"location {gpt['boxes']!r} is not a JSON list of boxes") from None
-    data = {"question": human["question"]}
+    data = {"question": human["question"], "answer": answer, "reason": gpt["reason"], "visual_locations": boxes}
     if human["choices"] is not None:
         data["choices"] = split_llava_choices(human["choices"])
-    data.update(
-        {
-            "type": None,
-            "answer": answer,
-            "reason": gpt["reason"],
-            "visual_regions": None,
-            "visual_locations": boxes,
-            "image_path": record["image"],
-            "ori_report": None,
-            "q_id": None,
-            "row_id": f"row_{record['row_id']}",
-        }
-    )
-    return data
+    return data | {"image_path": record["image"], "row_id": f"row_{record['row_id']}"}
 
 
 def read_llava(src: SourceFile) -> Iterator[RawQuestion | Reject]:
@@ -220,7 +205,7 @@ def read_llava(src: SourceFile) -> Iterator[RawQuestion | Reject]:
             except ValueError as err:
                 yield Reject(file, where, err.args[0], err.args[1])
                 continue
-            yield RawQuestion(file, where, "llava", src.split, QUESTION_TYPE_OF_LLAVA[record["q_type"]], data)
+            yield RawQuestion(file, where, QUESTION_TYPE_OF_LLAVA[record["q_type"]], data)
 
 
 def _csv_paths(path: Path) -> list[str]:
@@ -365,27 +350,14 @@ def _grouped_row(
 
 
 def _grouped_questions(src: SourceFile, where: str, row: int, value: dict, image_path: str) -> Iterator[RawQuestion]:
+    """The questions of one line, in the per-type fields it has (no content type, report or q_id)."""
     for group, items in value.items():
         for k, qa in enumerate(items):
-            data = {"question": qa["question"]}
-            if "choices" in qa:
-                data["choices"] = qa["choices"]
-            data.update(
-                {
-                    "type": None,
-                    "answer": qa["answer"],
-                    "reason": qa["reason"],
-                    "visual_regions": qa.get("visual_regions"),
-                    "visual_locations": qa["visual_locations"],
-                    "image_path": image_path,
-                    "ori_report": None,
-                    "q_id": None,
-                    "row_id": f"row_{row}",
-                }
-            )
-            yield RawQuestion(
-                str(src.path), f"{where}, {group}[{k}]", "grouped", src.split, QUESTION_TYPE_OF_LLAVA[group], data
-            )
+            data = {key: qa[key] for key in GROUPED_FIELDS if key in qa} | {
+                "image_path": image_path,
+                "row_id": f"row_{row}",
+            }
+            yield RawQuestion(str(src.path), f"{where}, {group}[{k}]", QUESTION_TYPE_OF_LLAVA[group], data)
 
 
 READERS = {"per_type": read_per_type, "llava": read_llava, "grouped": read_grouped}

@@ -1,128 +1,177 @@
 """From a released question to a typed row, and back.
 
-`question_row` checks what the schema cannot (answers against choices, box geometry,
-regions against boxes) and returns the row's text columns; the build adds the image
-columns. `raw_record` writes a row back in the layout it came from, with the same
-content, which is what the round-trip test holds the build to.
+`row_rules` are the checks the schema cannot make (choice letters, answers against choices,
+box geometry, regions against boxes), each stated once over a batch of records in the
+per-type fields (`record_columns.release_schema`) with the reject of a row that fails it;
+`record_columns` applies them to every record read, whatever its layout. `raw_record`
+writes a row back in the layout it came from, with the same content, which is what the
+round-trip test holds the build to.
 """
 
 from __future__ import annotations
 
 import json
-import math
-import re
-from dataclasses import dataclass
+from collections.abc import Callable
+from functools import cache
 
-from builders.assembly.report import RecordError
-from gemex_dataset.anatomy import REGIONS
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from builders.columns import in_lettered_order, rows_with, true, valid
+from builders.row_rules import RowRule
 from gemex_dataset.features import LLAVA_Q_TYPES, QUESTION_TYPES
 from gemex_dataset.prompts import TYPE_PROMPTS
-from gemex_dataset.records import RawQuestion, path_ids
 
 FAR_OUTSIDE = 22
 """Pixels (10% of the 224 frame) a box may reach past the frame before it is rejected rather than clipped."""
-
-_CHOICE = re.compile(r"^(?P<letter>[A-Z]): (?P<text>[\s\S]*)$")
-_KNOWN_REGIONS = frozenset(REGIONS)
-
-
-@dataclass
-class RowNotes:
-    """What a row's conversion noticed without rejecting it, for the build report."""
-
-    unknown_regions: list[str]
-    boxes_out_of_frame: int
+CHOICE_TYPES = ("single_choice", "multi_choice")
+LETTERS = pa.array([chr(65 + k) for k in range(26)])
+CHOICE_PREFIXES = pa.array([f"{chr(65 + k)}: " for k in range(26)])
 
 
-def choice_texts(choices: list[str]) -> list[str]:
-    """['A: Left lung', 'B: Spine'] -> ['Left lung', 'Spine'], checking the letters run A, B, C..."""
-    texts = []
-    for k, choice in enumerate(choices):
-        match = _CHOICE.match(choice)
-        if not match or match["letter"] != chr(65 + k):
-            raise RecordError(f"choices[{k}]", f"expected '{chr(65 + k)}: <text>', got {choice!r}")
-        texts.append(match["text"])
-    return texts
+def _letters(record: dict) -> str:
+    """The letters of a record's choices: 'ABCD' for four."""
+    return "".join(chr(65 + k) for k in range(len(record.get("choices") or [])))
 
 
-def answer_letters(question_type: str, answer: object, choices: list[str]) -> list[str]:
-    letters = [chr(65 + k) for k in range(len(choices))]
+def _choice_count(batch: pa.RecordBatch) -> np.ndarray:
+    return pc.list_value_length(batch["choices"]).fill_null(0).to_numpy()
+
+
+def _answer_letter_in_range(batch: pa.RecordBatch) -> np.ndarray:
+    letter = pc.index_in(batch["answer"], LETTERS)
+    return valid(letter) & (pc.fill_null(letter, 99).to_numpy() < _choice_count(batch))
+
+
+def _letters_known_once(batch: pa.RecordBatch) -> np.ndarray:
+    """Every letter of a multi-choice answer is one of the choices', and none comes twice."""
+    answer = batch["answer"]
+    parents = pc.list_parent_indices(answer).to_numpy()
+    index = pc.fill_null(pc.index_in(pc.list_flatten(answer), LETTERS), 99).to_numpy().astype(np.int64)
+    known = np.ones(batch.num_rows, dtype=bool)
+    known[parents[index >= _choice_count(batch)[parents]]] = False
+    seen = np.zeros(batch.num_rows, dtype=np.int64)
+    np.bitwise_or.at(seen, parents, np.left_shift(1, np.minimum(index, 62)))
+    return known & (np.bitwise_count(seen) == pc.list_value_length(answer).fill_null(0).to_numpy())
+
+
+def _box_corners(boxes: pa.Array) -> tuple[np.ndarray, np.ndarray]:
+    """Per box: whether it is four numbers, and its corners (NaN for a box that is not)."""
+    inner = pc.list_flatten(boxes)
+    numbers = pc.list_flatten(inner)
+    four = true(pc.equal(pc.list_value_length(inner), 4))
+    if numbers.null_count:
+        four &= ~rows_with(inner, ~valid(numbers))
+    if four.all():
+        return four, numbers.to_numpy(zero_copy_only=False).reshape(-1, 4)
+    corners = np.full((len(inner), 4), np.nan)
+    corners[four] = pc.list_flatten(inner.filter(pa.array(four))).to_numpy(zero_copy_only=False).reshape(-1, 4)
+    return four, corners
+
+
+def _box_rule(test: Callable[..., np.ndarray], fault: str) -> RowRule:
+    """A rule on each box, `test(four, x1, y1, x2, y2)` over all boxes at once (`four`: the box is four numbers)."""
+
+    def holds(batch: pa.RecordBatch) -> tuple[pa.Array, np.ndarray]:
+        four, corners = _box_corners(batch["visual_locations"])
+        with np.errstate(invalid="ignore"):
+            return batch["visual_locations"], test(four, *corners.T)
+
+    return RowRule("visual_locations", holds, lambda box, k: f"box {box} {fault}", per_item=True)
+
+
+def _answer_rules(question_type: str) -> tuple[RowRule, ...]:
+    name = question_type.replace("_", "-")
     if question_type == "closed_ended":
-        if answer not in ("Yes.", "No."):
-            raise RecordError("answer", f"closed-ended answer must be 'Yes.' or 'No.', got {answer!r}")
-        return []
-    if question_type == "open_ended":
-        if not isinstance(answer, str):
-            raise RecordError("answer", f"open-ended answer must be text, got {type(answer).__name__}")
-        return []
-    if not choices:
-        raise RecordError("choices", f"a {question_type.replace('_', '-')} question needs choices")
-    if question_type == "single_choice":
-        if not isinstance(answer, str) or answer not in letters:
-            raise RecordError("answer", f"answer {answer!r} is not one of the choices' letters {''.join(letters)}")
-        return [answer]
-    if not isinstance(answer, list) or not answer:
-        raise RecordError("answer", f"multi-choice answer must be a non-empty list of letters, got {answer!r}")
-    unknown = [a for a in answer if a not in letters]
-    if unknown or len(set(answer)) != len(answer):
-        raise RecordError(
-            "answer", f"answer {answer!r} has letters not among the choices {''.join(letters)} or repeats one"
+        return (
+            RowRule(
+                "answer",
+                lambda b: true(pc.is_in(b["answer"], pa.array(["Yes.", "No."]))),
+                lambda r: f"closed-ended answer must be 'Yes.' or 'No.', got {r['answer']!r}",
+            ),
         )
-    return list(answer)
+    if question_type == "open_ended":
+        return (
+            RowRule(
+                "answer",
+                lambda b: valid(b["answer"]),
+                lambda r: f"open-ended answer must be text, got {type(r['answer']).__name__}",
+            ),
+        )
+    needs_choices = RowRule("choices", lambda b: _choice_count(b) > 0, lambda r: f"a {name} question needs choices")
+    if question_type == "single_choice":
+        return (
+            needs_choices,
+            RowRule(
+                "answer",
+                _answer_letter_in_range,
+                lambda r: f"answer {r['answer']!r} is not one of the choices' letters {_letters(r)}",
+            ),
+        )
+    return (
+        needs_choices,
+        RowRule(
+            "answer",
+            lambda b: pc.list_value_length(b["answer"]).fill_null(0).to_numpy() > 0,
+            lambda r: f"multi-choice answer must be a non-empty list of letters, got {r['answer']!r}",
+        ),
+        RowRule(
+            "answer",
+            _letters_known_once,
+            lambda r: f"answer {r['answer']!r} has letters not among the choices {_letters(r)} or repeats one",
+        ),
+    )
 
 
-def checked_boxes(boxes: list[list[float]]) -> tuple[list[list[int]], int]:
-    """The released boxes as ints, and how many reach outside the 224 frame (to be clipped later)."""
-    out, outside = [], 0
-    for k, box in enumerate(boxes):
-        x1, y1, x2, y2 = box
-        if not all(math.isfinite(v) for v in box):
-            raise RecordError(f"visual_locations[{k}]", f"box {box} has a coordinate that is not a finite number")
-        if x2 <= x1 or y2 <= y1:
-            raise RecordError(f"visual_locations[{k}]", f"box {box} has x2 <= x1 or y2 <= y1")
-        if min(x1, y1) < -FAR_OUTSIDE or max(x2, y2) > 224 + FAR_OUTSIDE:
-            raise RecordError(f"visual_locations[{k}]", f"box {box} lies far outside the 224 x 224 frame")
-        outside += min(x1, y1) < 0 or max(x2, y2) > 224
-        out.append([round(v) for v in box])
-    return out, outside
-
-
-def question_row(raw: RawQuestion, ordinal: int) -> tuple[dict, RowNotes]:
-    """The row's columns other than the image ones (`image`, `image_width`, `image_height`, `boxes`)."""
-    data, qtype = raw.data, raw.question_type
-    choices = choice_texts(data.get("choices") or [])
-    if qtype in ("open_ended", "closed_ended") and choices:
-        raise RecordError("choices", f"a {qtype.replace('_', '-')} question has no choices")
-    letters = answer_letters(qtype, data["answer"], choices)
-    boxes, outside = checked_boxes(data["visual_locations"])
-    regions = data["visual_regions"]
-    if regions is not None and len(regions) != len(boxes):
-        raise RecordError("visual_regions", f"{len(regions)} regions for {len(boxes)} boxes; they must be parallel")
-    image_path = data["image_path"].removeprefix("files/").lstrip("/")
-    subject, study, dicom = path_ids(image_path)
-    key = dicom or image_path.rsplit(".", 1)[0]
-    row = {
-        "question_id": f"{raw.split}/{key}/{qtype}/{ordinal}",
-        "image_path": image_path,
-        "subject_id": subject,
-        "study_id": study,
-        "dicom_id": dicom,
-        "split": raw.split,
-        "question_type": QUESTION_TYPES.index(qtype),
-        "content_type": data["type"],
-        "question": data["question"],
-        "choices": choices,
-        "answer": json.dumps(data["answer"]) if qtype == "multi_choice" else data["answer"],
-        "answer_letters": letters,
-        "reason": data["reason"],
-        "regions": regions or [],
-        "boxes_224": boxes,
-        "report": data["ori_report"],
-        "source_layout": raw.layout,
-        "row_id": data["row_id"],
-        "q_id": data["q_id"],
-    }
-    return row, RowNotes([r for r in regions or [] if r not in _KNOWN_REGIONS], outside)
+@cache
+def row_rules(question_type: str) -> tuple[RowRule, ...]:
+    """The checks of a record of `question_type`, in the order a reject names the first that fails."""
+    name = question_type.replace("_", "-")
+    no_choices = (
+        ()
+        if question_type in CHOICE_TYPES
+        else (RowRule("choices", lambda b: _choice_count(b) == 0, lambda r: f"a {name} question has no choices"),)
+    )
+    return (
+        RowRule(
+            "choices",
+            lambda b: (b["choices"], in_lettered_order(b["choices"], CHOICE_PREFIXES)),
+            lambda choice, k: f"expected '{chr(65 + k)}: <text>', got {choice!r}",
+            per_item=True,
+        ),
+        *no_choices,
+        *_answer_rules(question_type),
+        RowRule(
+            "visual_locations",
+            lambda b: valid(b["visual_locations"]),
+            lambda r: f"expected a list of boxes [x1, y1, x2, y2], got {r['visual_locations']!r}",
+        ),
+        _box_rule(lambda four, *corners: four, "is not four numbers"),
+        _box_rule(
+            lambda four, *corners: np.isfinite(corners).all(axis=0), "has a coordinate that is not a finite number"
+        ),
+        _box_rule(lambda four, x1, y1, x2, y2: (x2 > x1) & (y2 > y1), "has x2 <= x1 or y2 <= y1"),
+        _box_rule(
+            lambda four, x1, y1, x2, y2: (
+                (np.minimum(x1, y1) >= -FAR_OUTSIDE) & (np.maximum(x2, y2) <= 224 + FAR_OUTSIDE)
+            ),
+            "lies far outside the 224 x 224 frame",
+        ),
+        RowRule(
+            "visual_regions",
+            lambda b: (
+                ~valid(b["visual_regions"])
+                | (
+                    pc.list_value_length(b["visual_regions"]).to_numpy(zero_copy_only=False)
+                    == pc.list_value_length(b["visual_locations"]).fill_null(-1).to_numpy()
+                )
+            ),
+            lambda r: (
+                f"{len(r['visual_regions'])} regions for {len(r['visual_locations'])} boxes; they must be parallel"
+            ),
+        ),
+    )
 
 
 def _question_type(row: dict) -> str:

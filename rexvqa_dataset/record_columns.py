@@ -3,18 +3,18 @@
 The release is one pretty-printed JSON object keyed by question id, which Arrow's JSON
 reader cannot split, so records are still parsed one at a time (`builders.json_stream`).
 What follows the parse is columnar: each raw key of a batch becomes one typed Arrow array
-(`RAW_TYPES`), `clean_rows` asks of every row what the schema and
-`rexvqa_dataset.rows.question_row` ask, and `staged_rows` builds the columns
-`question_row` would give. Both are deliberately stricter than the record path: a record
-they cannot vouch for goes through `records.checked_record` and `question_row` instead,
-which keep or reject it with its file, question id and field. Rows come out in file order
-either way.
+(`raw_columns`), and a record that passes `rows.ROW_RULES` and what the schema asks
+(`clean_rows`) with nothing for `extra` or the report to note is staged by `staged_rows`.
+Every other record goes through the schema (`records.checked_record`) and then the same
+rules (`checked`): one that fails a rule is rejected with its file, question id and field,
+one that passes is converted by `rows.question_row`. Rows come out in file order either way.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
 from functools import lru_cache
 from operator import itemgetter
 from pathlib import Path
@@ -24,11 +24,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from builders.assembly.report import Reject
-from builders.columns import positions, rows_with, true, valid
+from builders.columns import rows_with, true, valid
 from builders.json_stream import RecordStream, name_not_utf8, open_text
+from builders.row_rules import batches, first_broken, holding, in_order, typed_column
 from rexvqa_dataset.features import LETTERS, TASKS
 from rexvqa_dataset.records import RawRecord, checked_record, read_file, stream_reject
-from rexvqa_dataset.rows import NAMED_KEYS, REPORT_FIELDS, TEXT_FIELDS, YEARS_PER_UNIT, aligned_views
+from rexvqa_dataset.rows import NAMED_KEYS, REPORT_FIELDS, ROW_RULES, TEXT_FIELDS, YEARS_PER_UNIT, aligned_views
 from schemas import schema
 
 BATCH_RECORDS = 8192
@@ -41,10 +42,11 @@ REQUIRED = tuple(schema("rexvqa_record")["required"])
 """The keys every record must hold, as its JSON Schema says."""
 VIEWS_KEPT = "_views_kept_in_extra"
 """A column of the yielded tables (not staged): rows whose views went to `extra`, for the build report's notice."""
+RULE_KEYS = ("options", *REPORT_FIELDS)
+"""The raw keys `ROW_RULES` read."""
 _RAW_VALUES = itemgetter(*RAW_TYPES)
 _EXTRA_JSON = json.JSONEncoder(ensure_ascii=False, allow_nan=True)
 """What `json.dumps(..., ensure_ascii=False, allow_nan=True)` writes (`rows.question_row`), without a new encoder per row."""
-OPTION_PREFIXES = pa.array([f"{letter}. " for letter in LETTERS])
 _AGE_RE2 = r"^(?P<number>\d{3})(?P<unit>[DWMY])$"
 
 
@@ -83,17 +85,17 @@ def _plain(record: dict) -> bool:
 
 
 def _in_file_order(file: str, split: str, pending: list) -> Iterator[pa.Table | RawRecord | Reject]:
-    """The batch's candidates converted; runs of clean rows as tables, and between them the other items."""
+    """The batch's candidates converted; runs of clean rows as tables, and between them the other items checked."""
     at = [k for k, item in enumerate(pending) if type(item) is tuple]
     if not at:
-        yield from pending
+        yield from _ruled(pending)
         return
     candidates = [pending[k] for k in at]
-    columns, unconvertible = raw_columns([record for _, record in candidates])
-    ids, bad_ids = _column([question_id for question_id, _ in candidates], pa.string())
-    clean = clean_rows(columns) & ~unconvertible & ~bad_ids
+    columns = raw_columns([record for _, record in candidates])
+    ids, bad_ids = typed_column([question_id for question_id, _ in candidates], pa.string())
+    clean = clean_rows(columns) & ~columns.unconvertible & ~bad_ids
     views_kept = views_not_one_per_image(columns)
-    extra, bad_extra = _column(
+    extra, bad_extra = typed_column(
         [
             _extra(record, keep_views) if ok else None
             for (_, record), ok, keep_views in zip(candidates, clean.tolist(), views_kept.tolist())
@@ -103,55 +105,62 @@ def _in_file_order(file: str, split: str, pending: list) -> Iterator[pa.Table | 
     clean &= ~bad_extra & valid(extra)
     keep = pa.array(clean)
     staged = staged_rows(
-        {key: column.filter(keep) for key, column in columns.items()}, ids.filter(keep), extra.filter(keep), split, file
+        {key: column.filter(keep) for key, column in columns.arrays.items()},
+        ids.filter(keep),
+        extra.filter(keep),
+        split,
+        file,
     )
     staged = staged.append_column(VIEWS_KEPT, pa.array(views_kept[clean]))
     for k, ok in zip(at, clean.tolist()):
-        if not ok:
-            pending[k] = checked_record(file, *pending[k], split)
-    start = 0
-    for k, item in enumerate(pending):
-        if type(item) is tuple:
-            continue
-        clean_before = sum(1 for j in range(start, k) if type(pending[j]) is tuple)
-        if clean_before:
-            yield staged.slice(0, clean_before)
-            staged = staged.slice(clean_before)
-        yield item
-        start = k + 1
-    if staged.num_rows:
-        yield staged
+        pending[k] = None if ok else checked_record(file, *pending[k], split)
+    yield from in_order(staged, _ruled(pending))
 
 
-def _column(values: Sequence, type_: pa.DataType, from_pandas: bool = False) -> tuple[pa.Array, np.ndarray]:
-    """`values` as one Arrow array, and which of them could not be converted (null in the array)."""
-    try:
-        return pa.array(values, type_, from_pandas=from_pandas), np.zeros(len(values), dtype=bool)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        bad = np.array([not _converts(value, type_, from_pandas) for value in values], dtype=bool)
-        return pa.array([None if b else v for v, b in zip(values, bad)], type_, from_pandas=from_pandas), bad
+def checked(items: Iterable[RawRecord | Reject]) -> Iterator[RawRecord | Reject]:
+    """Records read one at a time (`records.read_file`) given `ROW_RULES`: one that fails a rule rejected, naming its field."""
+    for batch in batches(items, BATCH_RECORDS):
+        yield from _ruled(batch)
 
 
-def _converts(value: object, type_: pa.DataType, from_pandas: bool) -> bool:
-    try:
-        pa.array([value], type_, from_pandas=from_pandas)
-    except (pa.ArrowInvalid, pa.ArrowTypeError, OverflowError):
-        return False
-    return True
+def _ruled(items: list) -> list:
+    """`items` with each `RawRecord` that fails one of `ROW_RULES` replaced by its reject."""
+    at = [k for k, item in enumerate(items) if isinstance(item, RawRecord)]
+    if not at:
+        return items
+    records = [items[k].data for k in at]
+    _, broken = first_broken(ROW_RULES, raw_columns(records, RULE_KEYS), records)
+    for row, (field, reason) in broken.items():
+        items[at[row]] = Reject(items[at[row]].file, items[at[row]].question_id, field, reason)
+    return items
 
 
-def raw_columns(records: list[dict]) -> tuple[dict[str, pa.Array], np.ndarray]:
-    """One array per named raw key (report NaN read as null), and the rows with a value that does not fit its array.
+@dataclass
+class RawColumns:
+    """A batch of records as one Arrow array per raw key; per key the values that do not fit it (null in the array),
+    and the rows holding any such value or a JSON null in a report field (which is not the NaN the row gives back)."""
 
-    A JSON null in a report field is marked too: it is not the NaN the row gives back.
-    """
-    columns, unconvertible = {}, np.zeros(len(records), dtype=bool)
-    for (key, type_), values in zip(RAW_TYPES.items(), zip(*map(_RAW_VALUES, records))):
-        columns[key], bad = _column(values, type_, from_pandas=key in REPORT_FIELDS)
-        unconvertible |= bad
-        if key in REPORT_FIELDS and None in values:
-            unconvertible |= np.array([value is None for value in values], dtype=bool)
-    return columns, unconvertible
+    arrays: dict[str, pa.Array]
+    misfit: dict[str, np.ndarray]
+    unconvertible: np.ndarray
+
+    def __getitem__(self, key: str) -> pa.Array:
+        return self.arrays[key]
+
+
+def raw_columns(records: list[dict], keys: tuple[str, ...] = tuple(RAW_TYPES)) -> RawColumns:
+    """The records' values of `keys` (a missing key read as null unless all are asked, which every record must hold),
+    report NaN read as null."""
+    values = (
+        zip(*map(_RAW_VALUES, records)) if len(keys) == len(RAW_TYPES) else ([r.get(k) for r in records] for k in keys)
+    )
+    arrays, misfit, unconvertible = {}, {}, np.zeros(len(records), dtype=bool)
+    for key, column in zip(keys, values):
+        arrays[key], misfit[key] = typed_column(column, RAW_TYPES[key], from_pandas=key in REPORT_FIELDS)
+        unconvertible |= misfit[key]
+        if key in REPORT_FIELDS and None in column:
+            unconvertible |= np.array([value is None for value in column], dtype=bool)
+    return RawColumns(arrays, misfit, unconvertible)
 
 
 def views_not_one_per_image(columns: dict[str, pa.Array]) -> np.ndarray:
@@ -175,18 +184,18 @@ def _extra_keys(keys: tuple[str, ...], keep_views: bool) -> tuple[str, ...]:
     return tuple(key for key in keys if key not in NAMED_KEYS or (keep_views and key == "ImageViewPosition"))
 
 
-def clean_rows(columns: dict[str, pa.Array]) -> np.ndarray:
-    """Whether each row certainly passes the schema and `question_row` with nothing for `extra` or the report to note.
+def clean_rows(columns: RawColumns) -> np.ndarray:
+    """Whether each row certainly passes the schema and `ROW_RULES` with nothing for `extra` or the report to note.
 
     Stricter on purpose: an unknown task or an odd age sends the row to the record path, which
     notes them.
     """
-    ok = np.ones(len(columns["question"]), dtype=bool)
+    ok = holding(ROW_RULES, columns, len(columns["question"]))
     for key in REQUIRED:
         ok &= valid(columns[key])
     for key in ("question", "task_name", "study_id"):
         ok &= true(pc.greater(pc.binary_length(columns[key]), 0))
-    ok &= _options_ok(columns["options"])
+    ok &= true(pc.equal(pc.list_value_length(columns["options"]), len(LETTERS)))
     ok &= true(pc.is_in(columns["correct_answer"], pa.array(list(LETTERS))))
     ok &= true(pc.is_in(columns["task_name"], pa.array(TASKS)))
     paths = columns["ImagePath"]
@@ -197,14 +206,6 @@ def clean_rows(columns: dict[str, pa.Array]) -> np.ndarray:
     code = columns["validation_code"]
     ok &= ~valid(code) | true(pc.and_(pc.greater_equal(code, -(2**31)), pc.less(code, 2**31)))
     return ok
-
-
-def _options_ok(options: pa.Array) -> np.ndarray:
-    """Four options, the k-th starting `<k-th letter>. ` (Python's `^[A-D]\\. [\\s\\S]*$` matches any rest)."""
-    ok = true(pc.equal(pc.list_value_length(options), len(LETTERS)))
-    items = pc.list_flatten(options)
-    expected = OPTION_PREFIXES.take(pa.array(np.minimum(positions(options), len(LETTERS) - 1)))
-    return ok & ~rows_with(options, ~true(pc.equal(pc.utf8_slice_codeunits(items, 0, 3), expected)))
 
 
 def _aligned_views(views: pa.Array, paths: pa.Array) -> pa.Array:

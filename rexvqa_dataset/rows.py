@@ -1,8 +1,10 @@
 """From a released ReXVQA question to a typed row, and back.
 
-`question_row` checks what the schema cannot (option letters in order, NaN as the only
-number a text field may hold) and returns the row's columns other than the image ones.
-`raw_record` writes a row back as its released record. The two are tied together:
+`ROW_RULES` are the checks the schema cannot make (option letters in order, NaN as the only
+number a report field may hold), each stated once over a batch of records
+(`record_columns.raw_columns`) with the reject of a row that fails it. `question_row` returns
+the columns (other than the image ones) of a record that passed them; `raw_record` writes a
+row back as its released record. The two are tied together:
 `question_row` puts into `extra` every raw value that `raw_record` would not give back
 from the typed columns (keys the schema does not name, a JSON null where NaN is the
 default, a view list of another length than the image list, an integer id), so a row
@@ -16,7 +18,10 @@ import math
 import re
 from dataclasses import dataclass, field
 
-from builders.assembly.report import RecordError
+import pyarrow as pa
+
+from builders.columns import in_lettered_order
+from builders.row_rules import RowRule
 from rexvqa_dataset.features import LETTERS, TASKS
 from rexvqa_dataset.records import RawRecord
 
@@ -57,7 +62,7 @@ NAMED_KEYS = frozenset(
 )
 """The raw keys the schema names; every other key goes to `extra`."""
 
-_OPTION = re.compile(r"^(?P<letter>[A-D])\. (?P<text>[\s\S]*)$")
+OPTION_PREFIXES = pa.array([f"{letter}. " for letter in LETTERS])
 _AGE = re.compile(r"^(?P<number>\d{3})(?P<unit>[DWMY])$")
 YEARS_PER_UNIT = {"D": 1 / 365.25, "W": 7 / 365.25, "M": 1 / 12, "Y": 1.0}
 
@@ -75,15 +80,23 @@ def is_nan(value: object) -> bool:
     return isinstance(value, float) and math.isnan(value)
 
 
-def option_texts(options: list[str]) -> list[str]:
-    """['A. Yes', 'B. No', ...] -> ['Yes', 'No', ...], checking the letters run A, B, C, D."""
-    texts = []
-    for k, option in enumerate(options):
-        match = _OPTION.match(option)
-        if not match or match["letter"] != LETTERS[k]:
-            raise RecordError(f"options[{k}]", f"expected '{LETTERS[k]}. <text>', got {option!r}")
-        texts.append(match["text"])
-    return texts
+def _report_rule(key: str) -> RowRule:
+    """A report field holds text, NaN or null: any other number does not fit its text column."""
+    return RowRule(
+        key, lambda columns: ~columns.misfit[key], lambda r: f"expected report text or NaN, got the number {r[key]!r}"
+    )
+
+
+ROW_RULES = (
+    RowRule(
+        "options",
+        lambda columns: (columns["options"], in_lettered_order(columns["options"], OPTION_PREFIXES)),
+        lambda option, k: f"expected '{LETTERS[k]}. <text>', got {option!r}",
+        per_item=True,
+    ),
+    *map(_report_rule, REPORT_FIELDS),
+)
+"""The checks of a record that passed the schema, in the order a reject names the first that fails."""
 
 
 def age_in_years(age: str | None) -> float | None:
@@ -128,13 +141,9 @@ def aligned_views(views: list | None, count: int) -> list[str | None]:
 
 
 def question_row(raw: RawRecord) -> tuple[dict, RowNotes]:
-    """The row's columns other than the image ones (`images`, `missing_images`, sizes), `view_positions` one per path."""
+    """The columns of a record that passed `ROW_RULES`, other than the image ones (`images`, `missing_images`,
+    sizes), `view_positions` one per path."""
     data, notes = raw.data, RowNotes()
-    options = option_texts(data["options"])
-    for name in REPORT_FIELDS:
-        value = data.get(name)
-        if isinstance(value, (int, float)) and not isinstance(value, bool) and not is_nan(value):
-            raise RecordError(name, f"expected report text or NaN, got the number {value!r}")
     task = data["task_name"]
     if task not in TASKS:
         notes.unknown_task = task
@@ -146,7 +155,7 @@ def question_row(raw: RawRecord) -> tuple[dict, RowNotes]:
         "question_id": raw.question_id,
         "image_paths": list(data["ImagePath"]),
         "view_positions": aligned_views(data.get("ImageViewPosition"), len(data["ImagePath"])),
-        "options": options,
+        "options": [option[3:] for option in data["options"]],
         "answer": data["correct_answer"],
         "answer_index": LETTERS.index(data["correct_answer"]),
         "task_name": TASKS.index(task) if task in TASKS else -1,

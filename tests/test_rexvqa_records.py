@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from builders.assembly.report import Reject
+from rexvqa_dataset.record_columns import checked
 from rexvqa_dataset.records import RawRecord, find_source_files, metadata_folder, read_file
-from rexvqa_dataset.rows import RecordError, age_in_years, question_row, raw_record, same_value
+from rexvqa_dataset.rows import age_in_years, question_row, raw_record, same_value
 from rexvqa_dataset.synthetic.release import make_study
 
 BASE = {
@@ -103,15 +104,18 @@ def test_record_without_question_is_rejected_naming_the_field(tmp_path):
     assert isinstance(items[0], Reject) and items[0].field == "question" and isinstance(items[1], RawRecord)
 
 
-def test_option_letters_must_run_in_order():
-    with pytest.raises(RecordError) as caught:
-        row_of({**BASE, "options": ["A. Yes", "C. No", "B. Maybe", "D. Unknown"]})
-    assert caught.value.field == "options[1]"
+def test_option_letters_must_run_in_order(tmp_path):
+    path = write(
+        tmp_path / "train_vqa_data.json", {"q1": {**BASE, "options": ["A. Yes", "C. No", "B. Maybe", "D. Unknown"]}}
+    )
+    [reject] = list(checked(read_file(path, "train")))
+    assert isinstance(reject, Reject) and reject.field == "options[1]"
 
 
-def test_a_report_field_that_is_a_real_number_is_rejected():
-    with pytest.raises(RecordError, match="Findings"):
-        row_of({**BASE, "Findings": 3.0})
+def test_a_report_field_that_is_a_real_number_is_rejected(tmp_path):
+    path = write(tmp_path / "train_vqa_data.json", {"q1": {**BASE, "Findings": 3.0}})
+    [reject] = list(checked(read_file(path, "train")))
+    assert isinstance(reject, Reject) and reject.field == "Findings" and "the number 3.0" in reject.reason
 
 
 # ---------------------------------------------------------------------------------------------

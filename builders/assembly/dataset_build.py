@@ -37,7 +37,7 @@ from builders.assembly.conversations import CHARS_PER_TOKEN, ConversationLayout
 from builders.assembly.cycle_collector import rare_collections
 from builders.assembly.image_source import ImageSource, Loaded
 from builders.assembly.lifecycle import staged_output
-from builders.assembly.report import BuildError, BuildReport, RecordError, Reject
+from builders.assembly.report import BuildError, BuildReport, Reject
 from builders.assembly.settings import BuildSettings
 from builders.assembly.shards import SplitShards, sha256
 from builders.assembly.staging import Staging
@@ -51,7 +51,7 @@ class DatasetBuild(ABC):
     """The steps every dataset's build takes, in order; each dataset fills in what is its own.
 
     `stage` finds the release's files and reads and checks their records into a `Staging`
-    (`stage_files`: the dataset's reader; `record_row` and `stage_table`, its checked rows);
+    (`stage_files`: the dataset's reader, which checks them; `stage_table` and `record_row` stage its rows);
     `write_split` writes one split's shards, an image's (a study's) rows at a time when images
     are embedded (`group_rows`), a sorted chunk at a time otherwise (`with_image_columns`);
     `write_card` the card. `run` wraps them in the atomic output folder and saves the report,
@@ -125,7 +125,7 @@ class DatasetBuild(ABC):
 
     def stage_items(self, staging: Staging, split: str, items: Iterable) -> None:
         """Stage what a reader yields, each item counted as read: tables of rows checked a column at a time
-        (`stage_table`), rejects, and records to check one at a time (`stage_record`)."""
+        (`stage_table`), rejects, and checked records to stage one at a time (`stage_record`)."""
         for item in items:
             if isinstance(item, pa.Table):
                 self.report.records_read += item.num_rows
@@ -138,22 +138,19 @@ class DatasetBuild(ABC):
                 self.stage_record(staging, item)
 
     def stage_record(self, staging: Staging, raw) -> None:
-        """Stage one record's row (`record_row`), or reject it naming its file, record and field."""
+        """Stage one record the reader checked as its row (`record_row`)."""
         try:
             row = self.record_row(raw)
-        except RecordError as err:
-            self.reject(Reject(raw.file, raw.record, err.field, err.reason))
-            return
         except RecursionError:
             self.reject(Reject(raw.file, raw.record, None, "JSON nested too deeply to read"))
             return
         if row is not None:
             staging.add(raw.split, row)
 
-    @abstractmethod
     def record_row(self, raw) -> dict | None:
-        """One record's staged row (its notes counted in the report), None for a record not to stage; raises
-        `RecordError` naming the field at fault."""
+        """One checked record's staged row (its notes counted in the report), None for a record not to stage:
+        for a reader that yields single records beside its tables."""
+        raise NotImplementedError(f"{type(self).__name__} reads no single records")
 
     @abstractmethod
     def stage_table(self, staging: Staging, split: str, table: pa.Table) -> None:

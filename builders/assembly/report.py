@@ -33,14 +33,6 @@ class Reject:
         return f"{where}: {self.reason}"
 
 
-class RecordError(ValueError):
-    """A raw record that cannot become a row; `field` is the raw field at fault."""
-
-    def __init__(self, field: str, reason: str):
-        super().__init__(f"{field}: {reason}")
-        self.field, self.reason = field, reason
-
-
 class BuildError(RuntimeError):
     """A build that must stop; the message is the one line the CLI prints."""
 
