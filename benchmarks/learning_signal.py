@@ -20,7 +20,9 @@ checkpoints nearest 25, 50 and 100% of that time.
 
 Releases are synthesized with `--plain-findings answered` (each finding a closed-ended "Yes." names, or a
 ReXVQA correct option rests on, drawn as a large, high-contrast mark, so the answer is in sight at the probe's 112 px;
-`--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has;
+`--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has,
+and scores it on held-out questions cut alike, so a probe that answers one answer to all (what blank and shuffled
+images teach) scores 50 and the images arm's lead over them is what it read in the pixels;
 `--reply answer` trains replies without the reason (ReXVQA's explanation) and boxes (`answer_replies`), so the loss
 falls on the answer; `--reply answer_boxes` keeps GEMeX's boxes, so the V-score of each arm shows what the image adds
 to the grounding.
@@ -72,7 +74,7 @@ class Settings:
     )
     train_images: int = option(3000, "GEMeX training release")
     train_studies: int = option(1500, "ReXVQA training release")
-    held_out_images: int = option(320, "GEMeX held-out release")
+    held_out_images: int = option(560, "GEMeX held-out release")
     held_out_studies: int = option(180, "ReXVQA held-out release")
     image_size: int = option(224, "the build's --image-size")
     size: str = option("probe", "tiny_model --size of the probe")
@@ -94,7 +96,9 @@ class Settings:
         choices=("all", "answered", ""),
     )
     balance_answers: bool = option(
-        True, "train every arm on as many rows of each answer as the rarest has (GEMeX, with --gemex-config)"
+        True,
+        "train and score every arm on as many rows of each answer as the rarest has (GEMeX, with --gemex-config): "
+        "no prior is worth learning, and a constant answer scores as the majority does",
     )
     reply: str = option(
         "answer",
@@ -473,7 +477,7 @@ def release_note(settings: Settings) -> str:
         if settings.plain_findings
         else "default drawing"
     )
-    rows = "answers balanced" if settings.balance_answers and settings.gemex_config else "every row"
+    rows = "answers balanced, trained and scored" if settings.balance_answers and settings.gemex_config else "every row"
     replies = {
         "answer": "the answer alone (no reason, no boxes)",
         "answer_boxes": "the answer and boxes (no reason)",
@@ -509,9 +513,11 @@ def main(argv: list[str] | None = None) -> int:
         count = settings.train_images if dataset == "gemex" else settings.train_studies
         held = settings.held_out_images if dataset == "gemex" else settings.held_out_studies
         train_build = release_and_build(settings, dataset, "train", count, settings.seed)
+        held_out = release_and_build(settings, dataset, "held-out", held, settings.seed + HELD_OUT_SEED)
         if dataset == "gemex" and settings.balance_answers and settings.gemex_config:
-            train_build = balanced(
-                train_build, settings.gemex_config, settings.out / "gemex-train-balanced", settings.seed
+            train_build, held_out = (
+                balanced(build, settings.gemex_config, settings.out / f"{build.name}-balanced", settings.seed)
+                for build in (train_build, held_out)
             )
         if dataset == "gemex" and settings.layout == "per_image" and settings.gemex_config:
             train_build = conversations_of(
@@ -523,7 +529,6 @@ def main(argv: list[str] | None = None) -> int:
                 settings.out / f"{train_build.name}-{settings.reply}",
                 boxes=settings.reply == "answer_boxes",
             )
-        held_out = release_and_build(settings, dataset, "held-out", held, settings.seed + HELD_OUT_SEED)
         majorities.append(majority(settings, dataset, held_out))
         make = layout_runs if settings.layout == "per_image" else arms_runs
         runs += make(settings, dataset, train_build, held_out, model)

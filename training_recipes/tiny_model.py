@@ -45,6 +45,8 @@ class ModelSize:
     image_size: int
     patch_size: int
     merge: int
+    init_std: float = 0.02
+    """The standard deviation of the random weights (`initializer_range`, the Hub configs' 0.02 by default)."""
 
     @property
     def image_tokens(self) -> int:
@@ -59,6 +61,7 @@ class ModelSize:
             num_attention_heads=heads,
             num_key_value_heads=max(1, heads // 2),
             max_position_embeddings=2048,
+            initializer_range=self.init_std,
         )
 
     def siglip(self) -> dict:
@@ -69,6 +72,7 @@ class ModelSize:
             num_attention_heads=max(2, self.vision_width // 32),
             image_size=self.image_size,
             patch_size=self.patch_size,
+            initializer_range=self.init_std,
         )
 
 
@@ -76,11 +80,16 @@ SIZES = {
     "smoke": ModelSize(
         width=32, layers=1, vision_width=32, vision_layers=1, image_size=IMAGE_SIZE, patch_size=14, merge=2
     ),
-    "probe": ModelSize(width=128, layers=2, vision_width=96, vision_layers=2, image_size=112, patch_size=8, merge=2),
+    "probe": ModelSize(
+        width=128, layers=2, vision_width=96, vision_layers=2, image_size=112, patch_size=8, merge=2, init_std=0.08
+    ),
 }
 """What `--size` takes. `smoke` (a few MB) learns the reply format in a few steps; `probe` (about 1 M
 parameters) sees a 112-pixel image in 8-pixel patches, 49 image tokens, enough to tell which findings a
-synthetic picture shows where, and trains in minutes on a CPU (`benchmarks/learning_signal.py`)."""
+synthetic picture shows where, and trains in minutes on a CPU (`benchmarks/learning_signal.py`). The probe's
+weights start at a standard deviation of 0.08, about one over the square root of its width, as 0.02 is for
+the Hub's models a thousand wide: at 0.02 its attention starts near uniform and the image's part of the
+answer stays too small to find for hundreds of steps (docs/benchmarks.md)."""
 SMOKE = SIZES["smoke"]
 TINY_DECODER = SMOKE.decoder()
 """Every family's language model at the smoke size, one layer of width 32."""
@@ -282,6 +291,7 @@ def tiny_idefics3(size: ModelSize = SMOKE) -> TinyVLM:
         ),
         scale_factor=size.merge,
         image_token_id=ids("<image>"),
+        initializer_range=size.init_std,
     )
     return TinyVLM("idefics3", Idefics3ForConditionalGeneration(config), processor)
 
@@ -330,6 +340,7 @@ def tiny_gemma3(size: ModelSize = SMOKE) -> TinyVLM:
         ),
         vision_config=size.siglip(),
         mm_tokens_per_image=size.image_tokens,
+        initializer_range=size.init_std,
         boi_token_index=ids("<start_of_image>"),
         eoi_token_index=ids("<end_of_image>"),
         image_token_index=ids("<image_soft_token>"),
