@@ -23,9 +23,9 @@ ReXVQA correct option rests on, drawn as a large, high-contrast mark, so the ans
 `--plain-findings all` every finding, `--plain-findings ''` the default drawing); `--balance-answers` trains every arm on the same rows, as many of each answer as the rarest has,
 and scores it on held-out questions cut alike, so a probe that answers one answer to all (what blank and shuffled
 images teach) scores 50 and the images arm's lead over them is what it read in the pixels;
-`--reply answer` trains replies without the reason (ReXVQA's explanation) and boxes (`answer_replies`), so the loss
-falls on the answer; `--reply answer_boxes` keeps GEMeX's boxes, so the V-score of each arm shows what the image adds
-to the grounding.
+`--reply answer` trains replies without the reason (ReXVQA's explanation) and boxes (`sft.py --reply answer`), so the
+loss falls on the answer; `--reply answer_boxes` keeps GEMeX's boxes, so the V-score of each arm shows what the image
+adds to the grounding.
 
 The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
 """
@@ -229,35 +229,6 @@ def conversations_of(build: Path, config: str, out: Path) -> Path:
     return out
 
 
-def answer_replies(build: Path, out: Path, boxes: bool = False) -> Path:
-    """`build` copied to `out` with every training row's reason (ReXVQA: explanation) emptied and boxes dropped, so
-    the reply a probe learns is ``<answer> X <reason>  <location> []`` (ReXVQA ``<answer> X <reason>``): its loss
-    falls on the answer, the one token only the image can give (the reason's wording is drawn at random from
-    templates; learning it swamps the answer's gradient); per-image conversations have their turns emptied alike. `boxes` keeps the boxes (``<location> [[...]]``). Other files copied as they are; the
-    held-out release, which is scored, is untouched."""
-    if out.is_dir():
-        return out
-    shutil.copytree(build, out)
-    emptied = {"reason": "", "explanation": ""} | ({} if boxes else {"boxes": [], "boxes_224": []})
-    for path in sorted((out / "data" / "train").glob("*.parquet")):
-        table = pq.read_table(path)
-        if "turns" in table.column_names:
-            turns = table["turns"].to_pylist()
-            table = _replaced(
-                table,
-                "turns",
-                [[turn | {k: emptied[k] for k in emptied if k in turn} for turn in row] for row in turns],
-            )
-        elif {"reason", "explanation"} & set(table.column_names):
-            for column, empty in emptied.items():
-                if column in table.column_names:
-                    table = _replaced(table, column, [empty] * len(table))
-        else:
-            continue
-        pq.write_table(table, path)
-    return out
-
-
 def _replaced(table: pa.Table, column: str, values: list) -> pa.Table:
     """`table` with `column`'s values replaced, its type kept."""
     index, field = table.schema.get_field_index(column), table.schema.field(column)
@@ -279,6 +250,7 @@ def probe_model(settings: Settings) -> Path:
 def sft_args(settings: Settings, model: Path, dataset: str, build: Path, run_dir: Path, layout: str) -> list[str]:
     args = ["python", "-m", "training_recipes.sft", "--model_name_or_path", str(model)]
     args += [f"--{dataset}_path", str(build), "--output_dir", str(run_dir), "--layout", layout]
+    args += ["--reply", settings.reply]
     if dataset == "gemex" and layout == "per_question" and settings.gemex_config:
         args += ["--gemex_config", settings.gemex_config]
     return args + [
@@ -522,12 +494,6 @@ def main(argv: list[str] | None = None) -> int:
         if dataset == "gemex" and settings.layout == "per_image" and settings.gemex_config:
             train_build = conversations_of(
                 train_build, settings.gemex_config, settings.out / f"{train_build.name}-per-image"
-            )
-        if settings.reply != "full":
-            train_build = answer_replies(
-                train_build,
-                settings.out / f"{train_build.name}-{settings.reply}",
-                boxes=settings.reply == "answer_boxes",
             )
         majorities.append(majority(settings, dataset, held_out))
         make = layout_runs if settings.layout == "per_image" else arms_runs

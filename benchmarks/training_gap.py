@@ -4,7 +4,7 @@
 
 A reduced learning-signal probe (`benchmarks/learning_signal.py`), in one process: a small GEMeX training
 release drawn with `--plain-findings answered`, built with embedded images, its closed-ended rows cut to
-as many "Yes." as "No." (`balanced`) and trained as the answer alone (`answer_replies`), then the probe
+as many "Yes." as "No." (`balanced`) and trained as the answer alone (`sft.py --reply answer`), then the probe
 model (`tiny_model --size probe`) trained by `training_recipes.sft` twice from the same weights, on the
 same rows in the same order with the same seed: once on the images (`images` arm), once with each image's
 pixels swapped for another image's (`shuffled` arm, `benchmarks/probe_arms.py`). The shuffled arm can
@@ -34,7 +34,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.learning_signal import answer_replies, balanced
+from benchmarks.learning_signal import balanced
 from benchmarks.probe_arms import make_arm
 from cxr_vqa.options import options_from_command_line
 
@@ -101,8 +101,7 @@ def training_build(settings: GapSettings) -> Path:
         cli(["synthesize", "gemex", *synthesize, "--plain-findings", "answered"])
         source = ["--source", str(raw), "--images", str(raw / "files"), "--image-mode", "embed"]
         cli(["build", "gemex", *source, "--out", str(build), "--image-size", str(settings.image_size)])
-    rows = balanced(build, CONFIG, out / "gemex-balanced", settings.seed)
-    return answer_replies(rows, out / "gemex-balanced-answers")
+    return balanced(build, CONFIG, out / "gemex-balanced", settings.seed)
 
 
 def probe_model(settings: GapSettings) -> Path:
@@ -124,7 +123,16 @@ def train_arm(settings: GapSettings, model: Path, build: Path, arm: str) -> ArmL
     from training_recipes.sft import main as sft
 
     run_dir = settings.out / f"run-{arm}"
-    argv = ["--model_name_or_path", str(model), "--gemex_path", str(build), "--gemex_config", CONFIG]
+    argv = [
+        "--model_name_or_path",
+        str(model),
+        "--gemex_path",
+        str(build),
+        "--gemex_config",
+        CONFIG,
+        "--reply",
+        "answer",
+    ]
     argv += ["--output_dir", str(run_dir), "--max_steps", str(settings.steps), "--seed", str(settings.seed)]
     argv += ["--per_device_train_batch_size", str(settings.batch_size), "--learning_rate", str(settings.learning_rate)]
     argv += ["--warmup_steps", str(settings.warmup_steps), "--adam_beta2", str(settings.adam_beta2)]

@@ -14,10 +14,8 @@ import pytest
 from datasets import load_dataset
 from PIL import Image
 
-from benchmarks.learning_signal import answer_replies, balanced, conversations_of, headline
+from benchmarks.learning_signal import balanced, conversations_of, headline
 from benchmarks.probe_arms import image_column, make_arm, parquet_files, permutation
-from gemex_dataset.prompts import answer_text, location_text, target_text
-from rexvqa_dataset.prompts import target_text as rexvqa_target_text
 from tests.tiny_builds import synthetic_embed_builds
 
 KEY = {"gemex": "dicom_id", "rexvqa": "study_id"}
@@ -100,54 +98,6 @@ def test_balanced_rows_keep_as_many_of_each_answer_as_the_rarest_has(builds, tmp
     assert {k: v for k, v in after.items() if k != name} == {k: v for k, v in before.items() if k != name}
     loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
     assert len(loaded) == len(kept)
-
-
-ANSWER_ONLY = {
-    "gemex": ({"reason": "", "boxes": [], "boxes_224": []}, "closed_ended", "reason"),
-    "rexvqa": ({"explanation": ""}, "default", "explanation"),
-}
-"""Per dataset: what answer-only replies empty, and a config and column to load back."""
-
-
-def answer_only_reply(dataset: str, row: dict) -> str:
-    if dataset == "gemex":
-        return f"<answer> {answer_text(row)} <reason>  <location> []"
-    return f"<answer> {row['answer']} <reason>"
-
-
-@pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
-def test_answer_replies_train_the_answer_alone_and_leave_the_rest(builds, tmp_path, dataset):
-    emptied, config, column = ANSWER_ONLY[dataset]
-    out = answer_replies(builds[dataset], tmp_path / "answers")
-    before, after = rows(builds[dataset]), rows(out)
-    assert before.keys() == after.keys()
-    for name, table in before.items():
-        if not name.startswith("data/train/"):
-            assert after[name] == table
-            continue
-        for old, new in zip(table, after[name], strict=True):
-            if "turns" in old:
-                assert new == {**old, "turns": [turn | emptied for turn in old["turns"]]}
-                continue
-            assert new == old | emptied
-            target = target_text(new) if dataset == "gemex" else rexvqa_target_text(new)
-            assert target == answer_only_reply(dataset, old)
-    loaded = load_dataset(str(out), config, split="train", cache_dir=str(tmp_path / "cache"))
-    assert set(loaded[column]) == {""}
-
-
-def test_answer_replies_with_boxes_empty_the_reason_alone(builds, tmp_path):
-    out = answer_replies(builds["gemex"], tmp_path / "answer-boxes", boxes=True)
-    before, after = rows(builds["gemex"]), rows(out)
-    for name, table in before.items():
-        if not name.startswith("data/train/"):
-            continue
-        for old, new in zip(table, after[name], strict=True):
-            if "turns" in old:
-                assert new == {**old, "turns": [{**turn, "reason": ""} for turn in old["turns"]]}
-                continue
-            assert new == {**old, "reason": ""}
-            assert target_text(new) == f"<answer> {answer_text(old)} <reason>  <location> {location_text(old)}"
 
 
 def test_per_image_conversations_hold_the_questions_of_the_per_question_config(builds, tmp_path):

@@ -83,6 +83,7 @@ DATA_FIELDS = (
     "streaming",
     "box_convention",
     "layout",
+    "reply",
     "fold_system_prompt",
     "max_pixels",
     "min_pixels",

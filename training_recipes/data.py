@@ -59,16 +59,26 @@ BOX_CONVENTION_BY_MODEL_TYPE: dict[str, str] = {
 """Model families that write boxes in their own convention; every other family gets image pixels."""
 
 
+REPLIES = ("full", "answer", "answer_boxes")
+"""What a trained reply holds. `full`: the answer, the reason (ReXVQA: explanation) and GEMeX's boxes.
+`answer`: the reason emptied and no boxes (``<answer> Yes. <reason>  <location> []``, ReXVQA
+``<answer> C <reason>``), so the loss falls on the answer, the one part only the image gives: the reason's
+wording, drawn from templates, otherwise swamps the answer's gradient in a small model's first hundreds of
+steps. `answer_boxes`: the reason emptied, GEMeX's boxes kept. The prompt, and so generation, is the same."""
+
+
 @dataclass
 class ConversationSettings:
     """How rows become conversations for one model: the box convention, whether the system prompt
     is folded into the user turn, and, for a processor that resizes to a pixel count (Qwen
     families), its pixel budget with its factor: images are decoded to it and Qwen2.5-VL's boxes
-    are written in its pixels. None for a processor of fixed input size: images keep their size."""
+    are written in its pixels. None for a processor of fixed input size: images keep their size.
+    `reply`: what a trained reply holds (`REPLIES`)."""
 
     box_convention: str = "pixels"
     fold_system: bool = False
     pixel_budget: PixelBudget | None = None
+    reply: str = "full"
 
 
 LAYOUTS = ("per_question", "per_image")
@@ -152,12 +162,24 @@ def to_messages(row: dict, kind: str, settings: ConversationSettings, with_answe
         turns = [to_messages({**shared, **turn}, kind, settings, with_answer) for turn in row["turns"]]
         return conversation(turns, shown_images(row, kind))
     return PROMPTS[kind].to_messages(
-        row,
+        replied(row, settings.reply) if with_answer else row,
         box_convention=settings.box_convention,
         with_answer=with_answer,
         fold_system=settings.fold_system,
         budget=settings.pixel_budget,
     )
+
+
+def replied(row: dict, reply: str) -> dict:
+    """The row with what `reply` leaves out of the trained reply emptied (`REPLIES`)."""
+    if reply not in REPLIES:
+        raise ValueError(f"reply {reply!r}: expected one of {', '.join(REPLIES)}")
+    if reply == "full":
+        return row
+    emptied = {column: "" for column in ("reason", "explanation") if column in row}
+    if reply == "answer" and "boxes" in row:
+        emptied["boxes"] = []
+    return {**row, **emptied}
 
 
 def shown_images(row: dict, kind: str) -> int:

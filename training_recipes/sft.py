@@ -31,6 +31,7 @@ splits: `training_recipes/splits.py`; the vision tower's attention: `training_re
 from __future__ import annotations
 
 import sys
+from dataclasses import replace
 
 import torch
 from transformers import AutoModelForImageTextToText
@@ -94,6 +95,7 @@ def train(
     settings = settings_for(
         model.config.model_type, processor, data_args.box_convention, data_args.fold_system_prompt, budget
     )
+    settings = replace(settings, reply=data_args.reply)
     splits = TrainingSplits.of(data_args, training_args, settings, processor)
     trainer = LengthGroupedSFTTrainer(
         callbacks=[preemption, Checkpointing(identity, splits.streamed, save_total_limit)],

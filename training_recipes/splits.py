@@ -15,6 +15,7 @@ from builders.local_images import HELP as LOCAL_IMAGES_HELP
 from builders.local_images import with_local_images
 from builders.pixel_budget import PixelBudgetOptions
 from training_recipes.data import (
+    REPLIES,
     ConversationSettings,
     conversational,
     first_rows,
@@ -55,6 +56,15 @@ class DataArguments(PixelBudgetOptions):
             "help": "per_question: one question a row (the paper's setup; --gemex_config/--rexvqa_config pick the config). "
             "per_image: one conversation per image (GEMeX sft_per_image, ReXVQA sft_per_study), loss on every "
             "reply; each image is sent once, not once per question, and a non-streaming load caches it once."
+        },
+    )
+    reply: str = field(
+        default="full",
+        metadata={
+            "help": "What a trained reply holds: full (answer, reason or explanation, boxes), answer (the answer "
+            "alone: the loss on what only the image gives; a small model from scratch learns the images this "
+            "way) or answer_boxes (GEMeX: the reason left out).",
+            "choices": list(REPLIES),
         },
     )
     fold_system_prompt: bool | None = field(
