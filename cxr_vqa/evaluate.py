@@ -23,7 +23,7 @@ from pathlib import Path
 
 from builders import local_images, pixel_budget
 from builders.box_frame import BOX_CONVENTIONS
-from builders.built_folder import built_dataset, card_configs, default_shards
+from builders.built_folder import built_dataset, card_configs, config_shards, default_shards
 from builders.files import write_text
 from builders.scoring.judge import JudgeError
 from builders.scoring.predictions import (
@@ -67,6 +67,11 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
         "--baseline", choices=BASELINES, help="score chance or the most common answer instead of a file"
     )
     parser.add_argument("--split", default="test", help="the split to score (train, validation or test)")
+    parser.add_argument(
+        "--config",
+        help="score only this config's questions (a GEMeX question type, a ReXVQA task: what generate.py's "
+        "--dataset_config asked); default: the folder's default config, every question",
+    )
     parser.add_argument("--out", type=Path, help="write every number and the settings as JSON here")
     parser.add_argument(
         "--predictions-format",
@@ -108,29 +113,35 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     return parser
 
 
-def split_shards(dataset_dir: Path, split: str) -> list[Path]:
-    if not (dataset_dir / "README.md").exists():
+def split_shards(dataset_dir: Path, split: str, config: str | None = None) -> list[Path]:
+    if not (dataset_dir / "README.md").exists() and config is None:
         return sorted((dataset_dir / "data" / split).glob("**/*.parquet"))
     try:
         configs, _ = card_configs(dataset_dir)
     except ValueError as error:
         raise EvaluationError(f"{dataset_dir / 'README.md'}: {error}") from None
-    return default_shards(dataset_dir, configs).get(split, [])
+    if config is None:
+        return default_shards(dataset_dir, configs).get(split, [])
+    if config not in configs:
+        raise EvaluationError(f"{dataset_dir}: no config {config!r} (its configs: {', '.join(configs)})")
+    return config_shards(dataset_dir, configs[config]).get(split, [])
 
 
-def load_split(dataset_dir: Path, split: str, wanted: Sequence[str], required: Sequence[str]) -> list[dict]:
+def load_split(
+    dataset_dir: Path, split: str, wanted: Sequence[str], required: Sequence[str], config: str | None = None
+) -> list[dict]:
     """Rows of `split` with only the `wanted` columns present in its files (images never read).
 
     Only the split's shards are loaded (passing them as `data_files`), so evaluating the test
     split never converts the other splits: those the card's default config reads (so an added
-    `preview` config stays out), or every ``data/<split>/*.parquet`` of a folder without a card.
+    `preview` config stays out), or `config`'s, or every ``data/<split>/*.parquet`` of a folder without a card.
     """
     import datasets
     import pyarrow.parquet as pq
 
     if not dataset_dir.is_dir():
         raise EvaluationError(f"{dataset_dir}: no such dataset folder")
-    files = split_shards(dataset_dir, split)
+    files = split_shards(dataset_dir, split, config)
     if not files:
         found = sorted(p.name for p in (dataset_dir / "data").glob("*") if p.is_dir())
         raise EvaluationError(f"{dataset_dir}: no data/{split}/*.parquet (splits found: {', '.join(found) or 'none'})")
@@ -287,7 +298,8 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
 
     image_root = args.image_root
     wanted = (*scoring.COLUMNS, "image_path") if image_root else scoring.COLUMNS
-    rows = load_split(args.dataset, args.split, wanted, ("question_id", "question_type", "answer", "reason", "boxes"))
+    required = ("question_id", "question_type", "answer", "reason", "boxes")
+    rows = load_split(args.dataset, args.split, wanted, required, args.config)
     if image_root:
         rows = local_images.with_local_sizes(rows, image_root)
     if args.box_convention == "qwen2.5-vl":
@@ -378,7 +390,7 @@ def evaluate_rexvqa(args: argparse.Namespace) -> tuple[dict, str]:
     from rexvqa_dataset import scoring
 
     wanted = scoring.COLUMNS + ("task_name", "answer_index", "study_id", "split", "explanation", "extra")
-    rows = load_split(args.dataset, args.split, wanted, ("question_id", "options", "answer"))
+    rows = load_split(args.dataset, args.split, wanted, ("question_id", "options", "answer"), args.config)
     predictions, check, source = _predictions(args, rows, scoring)
     result = scoring.score_rexvqa(rows, predictions, progress=sys.stderr.isatty())
     if args.write_rexrank:
@@ -436,12 +448,14 @@ def run(args: argparse.Namespace) -> int:
         print(mask_secrets(f"cxr-vqa evaluate: error: {error}"), file=sys.stderr)
         return 2
     check: PredictionsCheck | None = report.pop("check")
-    report["settings"].update({"benchmark": args.benchmark, "dataset": str(args.dataset), "split": args.split})
+    report["settings"].update(
+        {"benchmark": args.benchmark, "dataset": str(args.dataset), "split": args.split, "config": args.config}
+    )
     report["predictions_check"] = check.summary() if check else None
     if args.out:  # before the table: a table on screen means the file is written too
         args.out.parent.mkdir(parents=True, exist_ok=True)
         write_text(args.out, json.dumps(report, indent=2, ensure_ascii=False))
-    title = f"{args.benchmark} {args.split} ({args.dataset})" + (
+    title = f"{args.benchmark} {args.split}{f' {args.config}' if args.config else ''} ({args.dataset})" + (
         f", baseline {args.baseline}" if args.baseline else f", {args.predictions}"
     )
     print(mask_secrets(f"## {title}\n\n{text}"))

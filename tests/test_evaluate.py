@@ -443,3 +443,23 @@ def test_bertscore_embeds_no_empty_reply():
     scores = scorer.score(["", "  ", "left lung opacity"], ["right lung", "a reason", "left lung opacity"])
     assert scores[:2] == [0.0, 0.0] and scores[2] == pytest.approx(1.0, abs=1e-4)
     assert embedded == ["left lung opacity", "left lung opacity"]
+
+
+def test_a_config_scores_its_questions_alone(gemex_build, tmp_path, capsys):
+    """What `generate.py --dataset_config closed_ended` answered is scored on those questions, not counted
+    missing among every type's."""
+    wanted = ["question_id", "question_type"]
+    closed = evaluate.load_split(gemex_build, "test", wanted, ["question_id"], config="closed_ended")
+    every = evaluate.load_split(gemex_build, "test", wanted, ["question_id"])
+    assert closed and {r["question_type"] for r in closed} == {"closed_ended"} and len(every) > len(closed)
+    predictions, out = tmp_path / "closed.jsonl", tmp_path / "scores.json"
+    write_jsonl(predictions, [(r["question_id"], "<answer> No.") for r in closed])
+    argv = [str(gemex_build), "--config", "closed_ended", "--predictions", str(predictions), "--text-metrics", ""]
+    assert _run(argv + ["--out", str(out)]) == 0
+    captured = capsys.readouterr()
+    assert "## gemex test closed_ended" in captured.out and "no prediction" not in captured.err
+    report = json.loads(out.read_text())
+    assert set(report["scores"]) == {"closed_ended", "all"} and report["settings"]["config"] == "closed_ended"
+    assert report["scores"]["all"]["questions"] == len(closed) and report["scores"]["all"]["missing"] == 0
+    assert _run([str(gemex_build), "--config", "yes_no", "--baseline", "majority"]) == 2
+    assert "no config 'yes_no' (its configs: closed_ended, default" in capsys.readouterr().err
