@@ -117,8 +117,15 @@ def _synthesize_parser(
     synth = datasets.add_parser(name, help=summary)
     synth.add_argument("--out", type=Path, required=True, help="the folder to write the release into")
     flag, default, count_help = count
+    unit = flag.rsplit("-", 1)[1]
     options = [
         synth.add_argument(flag, type=int, default=default, help=count_help),
+        synth.add_argument(
+            f"--test-{unit}",
+            type=int,
+            help=f"{unit} of the test split, out of {flag} (default: the release's share; a held-out set to score "
+            "a model trained on the train split)",
+        ),
         synth.add_argument("--seed", type=int, default=0, help="the same seed writes the same bytes"),
         synth.add_argument("--downscale", type=int, default=downscale[0], help=downscale[1]),
         synth.add_argument("--num-proc", type=int, default=1, help="worker processes that draw and encode the images"),

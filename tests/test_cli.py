@@ -166,6 +166,23 @@ def test_synthesize_plain_findings_redraws_the_images_of_the_same_questions(
         assert any(i.read_bytes() != (plain / i.relative_to(default)).read_bytes() for i in images)
 
 
+@pytest.mark.parametrize(
+    "dataset, count, test, manifest_count",
+    [("gemex", "--num-images", "--test-images", "images"), ("rexvqa", "--num-studies", "--test-studies", "studies")],
+)
+def test_synthesize_sets_the_test_split_size_when_asked(tmp_path, capsys, dataset, count, test, manifest_count):
+    out = tmp_path / dataset
+    assert main(["synthesize", dataset, "--out", str(out), count, "12", test, "5", "--downscale", "32"]) == 0
+    built = tmp_path / f"{dataset}-built"
+    source = ["--source", str(out)] + (["--images", str(out / "files")] if dataset == "gemex" else [])
+    assert main(["build", dataset, *source, "--out", str(built), "--image-mode", "none"]) == 0
+    key = "dicom_id" if dataset == "gemex" else "study_id"
+    per_split = {split: len(set(load_dataset(str(built), split=split)[key])) for split in ("train", "test")}
+    assert per_split["test"] == 5 and per_split["train"] >= 5
+    error = one_line_error(["synthesize", dataset, "--out", str(tmp_path / "none"), count, "6", test, "6"], capsys)
+    assert f"6 test {manifest_count} of 6" in error and not (tmp_path / "none").exists()
+
+
 def one_line_error(args: list[str], capsys) -> str:
     """What `cxr-vqa ARGS` prints on standard error, checked to be one line with exit status 1
     (`main`'s, in this process: `test_errors_are_one_line_and_exit_non_zero` runs the command itself)."""

@@ -82,11 +82,14 @@ class SyntheticImage:
         return f"p{s[:2]}/p{s}/s{self.study_id}/{self.dicom_id}.jpg"
 
 
-def split_sizes(num_images: int) -> dict[str, int]:
-    """Images per split in the paper's proportions, at least two per split."""
+def split_sizes(num_images: int, test_images: int | None = None) -> dict[str, int]:
+    """Images per split in the paper's proportions, at least two per split; `test_images` sets the test split's
+    (refused where it leaves the others fewer than two)."""
     total = sum(PAPER_IMAGES.values())
-    test = max(2, round(num_images * PAPER_IMAGES["test"] / total))
+    test = max(2, round(num_images * PAPER_IMAGES["test"] / total)) if test_images is None else test_images
     valid = max(2, round(num_images * PAPER_IMAGES["valid"] / total))
+    if test_images is not None and (test < 1 or num_images - test - valid < 2):
+        raise ValueError(f"{test} test images of {num_images}: the test split needs 1 or more, train and valid 2 each")
     return {"train": max(2, num_images - test - valid), "valid": valid, "test": test}
 
 
@@ -236,8 +239,10 @@ def generate(
     num_proc: int = 1,
     images: bool = True,
     plain_findings: str = "",
+    test_images: int | None = None,
 ) -> SyntheticRelease:
-    """Write a synthetic release of `num_images` images (the paper has 151,025) to `out`.
+    """Write a synthetic release of `num_images` images (the paper has 151,025) to `out`, `test_images` of
+    them in the test split (by default the paper's share: 300 of 151,025).
 
     Images are `downscale` times smaller than MIMIC-CXR's on each side (8 by default:
     about 318 x 382 for a 2544 x 3056 original). `plain_findings` ("all" or "answered": only
@@ -246,7 +251,7 @@ def generate(
     probes that must see the answer at a small image size.
     """
     out = Path(out)
-    sizes = split_sizes(num_images)
+    sizes = split_sizes(num_images, test_images)
 
     def annotations(split: str, first: int, count: int, manifest: ManifestWriter, bar: tqdm) -> int:
         return write_annotations(out, split, seed, first, count, downscale, layouts, manifest, bar)

@@ -82,10 +82,12 @@ RELEASE = ReleaseKind(
 )
 
 
-def split_sizes(num_studies: int) -> dict[str, int]:
-    """Studies per split (`train`, `valid`, `test`), each at least one."""
+def split_sizes(num_studies: int, test_studies: int | None = None) -> dict[str, int]:
+    """Studies per split (`train`, `valid`, `test`), each at least one; `test_studies` sets the test split's."""
     valid = max(1, round(num_studies * SPLIT_SHARES["valid"]))
-    test = max(1, round(num_studies * SPLIT_SHARES["test"]))
+    test = max(1, round(num_studies * SPLIT_SHARES["test"])) if test_studies is None else test_studies
+    if test_studies is not None and (test < 1 or num_studies - valid - test < 1):
+        raise ValueError(f"{test} test studies of {num_studies}: every split needs 1 or more")
     return {"train": max(1, num_studies - valid - test), "valid": valid, "test": test}
 
 
@@ -260,8 +262,10 @@ def generate(
     images: bool = True,
     task_shares: dict[str, float] = TASK_SHARES,
     plain_findings: str = "",
+    test_studies: int | None = None,
 ) -> SyntheticRelease:
-    """Write a synthetic release of `num_studies` studies (the public release: 160,000) to `out`.
+    """Write a synthetic release of `num_studies` studies (the public release: 160,000) to `out`, `test_studies`
+    of them in the test split (by default the release's share).
 
     About `QUESTIONS_PER_STUDY` (4.09) questions per study, so `PUBLIC_STUDIES` gives
     about `PUBLIC_QUESTIONS`. Images are `downscale` times smaller per side than the
@@ -272,9 +276,9 @@ def generate(
     answers), for probes that must tell the four options apart at a small image size.
     """
     out = Path(out)
+    sizes = split_sizes(num_studies, test_studies)
     weights = task_weights(task_shares)
     (out / "metadata").mkdir(parents=True, exist_ok=True)
-    sizes = split_sizes(num_studies)
 
     def annotations(split: str, first: int, count: int, manifest: ManifestWriter, bar: tqdm) -> int:
         path = out / "metadata" / f"{split}_vqa_data.json"
