@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -108,6 +109,7 @@ class Settings:
     )
     max_new_tokens: int = option(16, "GEMeX reply length (boxes included)")
     threads: int = option(1, "torch threads of each command")
+    jobs: int = option(2, "arms trained and scored at once (each with --threads threads): two on two cores")
 
 
 @dataclass
@@ -373,26 +375,32 @@ def majority(settings: Settings, dataset: str, build: Path) -> dict:
     return {"dataset": dataset, "accuracy": accuracy, "v_score": v, "questions": n}
 
 
+def arm_run(settings: Settings, dataset: str, arm: str, train_build: Path, held_out: Path, model: Path) -> Run:
+    """One arm: its training and held-out builds, the probe trained on the first and scored on the second."""
+    arm_train = make_arm(dataset, train_build, arm, settings.out / f"{dataset}-train-{arm}", settings.seed)
+    arm_held = make_arm(dataset, held_out, arm, settings.out / f"{dataset}-held-out-{arm}", settings.seed)
+    run_dir = settings.out / f"run-{dataset}-{arm}"
+    seconds = train(settings, model, dataset, arm_train, run_dir)
+    run = Run(
+        dataset,
+        arm,
+        "per_question",
+        str(arm_held),
+        "train",
+        str(settings.out / f"{dataset}-{arm}.jsonl"),
+        round(seconds, 1),
+        settings.steps,
+    )
+    score_run(settings, run, run_dir)
+    print(f"{dataset} {arm}: accuracy {run.accuracy:.2f} ({run.questions} questions), {seconds:.0f} s", flush=True)
+    return run
+
+
 def arms_runs(settings: Settings, dataset: str, train_build: Path, held_out: Path, model: Path) -> list[Run]:
-    runs = []
-    for arm in settings.arms:
-        arm_train = make_arm(dataset, train_build, arm, settings.out / f"{dataset}-train-{arm}", settings.seed)
-        arm_held = make_arm(dataset, held_out, arm, settings.out / f"{dataset}-held-out-{arm}", settings.seed)
-        run_dir = settings.out / f"run-{dataset}-{arm}"
-        seconds = train(settings, model, dataset, arm_train, run_dir)
-        run = Run(
-            dataset,
-            arm,
-            "per_question",
-            str(arm_held),
-            "train",
-            str(settings.out / f"{dataset}-{arm}.jsonl"),
-            round(seconds, 1),
-            settings.steps,
-        )
-        runs.append(score_run(settings, run, run_dir))
-        print(f"{dataset} {arm}: accuracy {run.accuracy:.2f} ({run.questions} questions), {seconds:.0f} s", flush=True)
-    return runs
+    """Every arm, `settings.jobs` at a time (each command a process of `settings.threads` threads)."""
+    with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
+        running = [pool.submit(arm_run, settings, dataset, arm, train_build, held_out, model) for arm in settings.arms]
+        return [future.result() for future in running]
 
 
 def layout_runs(settings: Settings, dataset: str, train_build: Path, held_out: Path, model: Path) -> list[Run]:
