@@ -142,6 +142,26 @@ def test_short_sft_run_lowers_the_loss(family, gemex_dir, tmp_path):
     assert after < 0.7 * before, (before, after)
 
 
+def test_a_run_with_reply_answer_trains_the_answer_alone(gemex_dir, tmp_path):
+    from training_recipes.checkpoints import RunIdentity
+
+    vlm = tiny_models.tiny_vlm("idefics3")
+    data_args = sft.DataArguments(gemex_path=str(gemex_dir), max_train_samples=4, reply="answer")
+    args = sft_config(tmp_path, max_steps=1)
+    trainer = sft.train(data_args, args, ModelConfig(), model=vlm.model, processor=vlm.processor)
+    replies = [
+        part["text"]
+        for row in trainer.train_dataset
+        for message in row["messages"]
+        if message["role"] == "assistant"
+        for part in message["content"]
+    ]
+    assert len(replies) == 4 and all(
+        r.startswith("<answer> ") and r.endswith(" <reason>  <location> []") for r in replies
+    )
+    assert RunIdentity.of(data_args, args, ModelConfig()).run["data"]["reply"] == "answer"
+
+
 def test_lora_run_from_a_config_file_saves_reloads_and_generates(gemex_dir, tmp_path):
     from peft import PeftModel
     from transformers import AutoModelForImageTextToText
