@@ -109,7 +109,11 @@ class Settings:
     )
     max_new_tokens: int = option(16, "GEMeX reply length (boxes included)")
     threads: int = option(1, "torch threads of each command")
-    jobs: int = option(2, "arms trained and scored at once (each with --threads threads): two on two cores")
+    jobs: int = option(
+        2,
+        "arms trained and scored at once, of every dataset (each command with --threads threads): two on two "
+        "cores; one dataset's builds are made while the other's arms train",
+    )
 
 
 @dataclass
@@ -396,13 +400,6 @@ def arm_run(settings: Settings, dataset: str, arm: str, train_build: Path, held_
     return run
 
 
-def arms_runs(settings: Settings, dataset: str, train_build: Path, held_out: Path, model: Path) -> list[Run]:
-    """Every arm, `settings.jobs` at a time (each command a process of `settings.threads` threads)."""
-    with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
-        running = [pool.submit(arm_run, settings, dataset, arm, train_build, held_out, model) for arm in settings.arms]
-        return [future.result() for future in running]
-
-
 def layout_runs(settings: Settings, dataset: str, train_build: Path, held_out: Path, model: Path) -> list[Run]:
     """The images arm per question, then per image for the same wall time, each scored at 25/50/100% of it."""
     runs = []
@@ -482,6 +479,25 @@ def margins(runs: list[Run], majorities: list[dict]) -> list[str]:
     return out
 
 
+def prepared_builds(settings: Settings, dataset: str) -> tuple[Path, Path]:
+    """The dataset's training and held-out builds as every arm reads them (GEMeX: answers balanced, per-image
+    conversations cut to the trained config, as the settings ask)."""
+    count = settings.train_images if dataset == "gemex" else settings.train_studies
+    held = settings.held_out_images if dataset == "gemex" else settings.held_out_studies
+    train_build = release_and_build(settings, dataset, "train", count, settings.seed)
+    held_out = release_and_build(settings, dataset, "held-out", held, settings.seed + HELD_OUT_SEED)
+    if dataset == "gemex" and settings.balance_answers and settings.gemex_config:
+        train_build, held_out = (
+            balanced(build, settings.gemex_config, settings.out / f"{build.name}-balanced", settings.seed)
+            for build in (train_build, held_out)
+        )
+    if dataset == "gemex" and settings.layout == "per_image" and settings.gemex_config:
+        train_build = conversations_of(
+            train_build, settings.gemex_config, settings.out / f"{train_build.name}-per-image"
+        )
+    return train_build, held_out
+
+
 def main(argv: list[str] | None = None) -> int:
     settings = options_from_command_line(Settings, argv, __doc__)
     (settings.out / "logs").mkdir(parents=True, exist_ok=True)
@@ -489,23 +505,22 @@ def main(argv: list[str] | None = None) -> int:
     model = probe_model(settings)
     runs: list[Run] = []
     majorities = []
-    for dataset in settings.datasets:
-        count = settings.train_images if dataset == "gemex" else settings.train_studies
-        held = settings.held_out_images if dataset == "gemex" else settings.held_out_studies
-        train_build = release_and_build(settings, dataset, "train", count, settings.seed)
-        held_out = release_and_build(settings, dataset, "held-out", held, settings.seed + HELD_OUT_SEED)
-        if dataset == "gemex" and settings.balance_answers and settings.gemex_config:
-            train_build, held_out = (
-                balanced(build, settings.gemex_config, settings.out / f"{build.name}-balanced", settings.seed)
-                for build in (train_build, held_out)
-            )
-        if dataset == "gemex" and settings.layout == "per_image" and settings.gemex_config:
-            train_build = conversations_of(
-                train_build, settings.gemex_config, settings.out / f"{train_build.name}-per-image"
-            )
-        majorities.append(majority(settings, dataset, held_out))
-        make = layout_runs if settings.layout == "per_image" else arms_runs
-        runs += make(settings, dataset, train_build, held_out, model)
+    arms = []
+    with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
+        for dataset in settings.datasets:
+            train_build, held_out = prepared_builds(settings, dataset)
+            majorities.append(majority(settings, dataset, held_out))
+            if settings.layout == "per_image":
+                runs += layout_runs(settings, dataset, train_build, held_out, model)
+            else:
+                arms += [
+                    pool.submit(arm_run, settings, dataset, arm, train_build, held_out, model) for arm in settings.arms
+                ]
+        try:
+            runs += [arm.result() for arm in arms]
+        except BaseException:  # a failed arm (SystemExit naming its log) or ^C: start no other
+            pool.shutdown(cancel_futures=True)
+            raise
     result = {
         "seed": settings.seed,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
