@@ -11,7 +11,8 @@ the same settings and steps in every arm, then answers the held-out questions wi
 command a user runs. The accuracy is GEMeX's A-score over its closed-ended, single- and multi-choice
 questions together (evaluate's `all` row) and ReXVQA's overall accuracy; GEMeX's V-score (box IoU) is
 reported beside it. The majority baseline is `cxr-vqa evaluate --baseline majority` on the same
-questions. `DIR/result.json` holds every run, with the build and split `cxr-vqa evaluate` scores.
+questions. `DIR/result.json` holds every run, with the build and split `cxr-vqa evaluate` scores. Arms of both
+datasets run `--jobs` at a time (2: one a core, each command on `--threads 1`).
 
 `--layout per_image` compares how fast the two layouts learn: the `images` arm per question and
 per image (GEMeX `sft_per_image`, ReXVQA `sft_per_study`), each given the per-question run's wall time
