@@ -28,7 +28,9 @@ images teach) scores 50 and the images arm's lead over them is what it read in t
 loss falls on the answer; `--reply answer_boxes` keeps GEMeX's boxes, so the V-score of each arm shows what the image
 adds to the grounding.
 
-The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option.
+The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option. Where the
+machine's speed is not known (a GPU lease), `--train-seconds` stops every arm at the same wall time instead of
+after `--steps`, and each run records the steps it reached (`benchmarks/gpu/`, step `signal`).
 """
 
 from __future__ import annotations
@@ -109,6 +111,12 @@ class Settings:
         choices=("full", "answer", "answer_boxes"),
     )
     max_new_tokens: int = option(16, "GEMeX reply length (boxes included)")
+    train_seconds: float = option(
+        0,
+        "stop each arm's training at this wall time (SIGTERM: sft.py saves where it stopped) and score what it "
+        "trained; 0: every one of --steps (a GPU's speed is not known beforehand)",
+    )
+    workers: int = option(0, "DataLoader workers of each training command (0: rows read in its own process)")
     threads: int = option(1, "torch threads of each command")
     jobs: int = option(
         2,
@@ -278,15 +286,49 @@ def sft_args(settings: Settings, model: Path, dataset: str, build: Path, run_dir
         "--activation_checkpointing",
         "false",
         "--dataloader_num_workers",
-        "0",
+        str(settings.workers),
     ]
 
 
-def train(settings: Settings, model: Path, dataset: str, build: Path, run_dir: Path) -> float:
+def train(settings: Settings, model: Path, dataset: str, build: Path, run_dir: Path) -> tuple[float, Path, int]:
+    """One arm's training: every step, or with `--train-seconds` until that wall time. Its wall seconds, the
+    folder of the model it trained and that model's steps."""
     shutil.rmtree(run_dir, ignore_errors=True)
     args = sft_args(settings, model, dataset, build, run_dir, "per_question")
     args += ["--max_steps", str(settings.steps), "--save_strategy", "no"]
-    return command(settings, args, settings.out / "logs" / f"{run_dir.name}.log")
+    log = settings.out / "logs" / f"{run_dir.name}.log"
+    if not settings.train_seconds:
+        return command(settings, args, log), run_dir, settings.steps
+    elapsed = command_until(settings, args, log, settings.train_seconds)
+    stopped = max(run_dir.glob("checkpoint-*"), key=checkpoint_step, default=None)
+    if stopped is not None:
+        return elapsed, stopped, checkpoint_step(stopped)
+    if not (run_dir / "config.json").is_file():
+        raise SystemExit(f"{run_dir}: stopped at {elapsed:.0f} s before its first step; its output: {log}")
+    return elapsed, run_dir, settings.steps
+
+
+def checkpoint_step(checkpoint: Path) -> int:
+    return int(checkpoint.name.rsplit("-", 1)[1])
+
+
+def command_until(settings: Settings, args: list[str], log: Path, seconds: float | None) -> float:
+    """Run a `python -m` command, sent SIGTERM once `seconds` have passed (`sft.py` then saves where it
+    stopped and exits); its wall seconds."""
+    print("$", " ".join(args), flush=True)
+    start = time.time()
+    with open(log, "a") as out:
+        process = subprocess.Popen(
+            [sys.executable, *args[1:]], stdout=out, stderr=subprocess.STDOUT, env=environment(settings)
+        )
+        try:
+            process.wait(timeout=seconds)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGTERM)
+            process.wait()
+    if process.returncode:
+        raise SystemExit(f"{' '.join(args)} exited {process.returncode}; its output: {log}")
+    return time.time() - start
 
 
 def train_with_checkpoints(
@@ -300,18 +342,8 @@ def train_with_checkpoints(
     args = sft_args(settings, model, dataset, build, run_dir, layout)
     args += ["--max_steps", str(steps), "--save_strategy", "steps", "--save_steps", str(every)]
     args += ["--save_only_model", "true"]
-    argv = [sys.executable, *args[1:]]
-    print("$", " ".join(args), flush=True)
-    log = settings.out / "logs" / f"{run_dir.name}.log"
     start = time.time()
-    with open(log, "a") as out:
-        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environment(settings))
-        try:
-            process.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGTERM)
-            process.wait()
-    elapsed = time.time() - start
+    elapsed = command_until(settings, args, settings.out / "logs" / f"{run_dir.name}.log", seconds)
     checkpoints = sorted(
         ((p.stat().st_mtime - start, p) for p in run_dir.glob("checkpoint-*") if p.is_dir()),
         key=lambda item: item[0],
@@ -385,7 +417,7 @@ def arm_run(settings: Settings, dataset: str, arm: str, train_build: Path, held_
     arm_train = make_arm(dataset, train_build, arm, settings.out / f"{dataset}-train-{arm}", settings.seed)
     arm_held = make_arm(dataset, held_out, arm, settings.out / f"{dataset}-held-out-{arm}", settings.seed)
     run_dir = settings.out / f"run-{dataset}-{arm}"
-    seconds = train(settings, model, dataset, arm_train, run_dir)
+    seconds, trained, steps = train(settings, model, dataset, arm_train, run_dir)
     run = Run(
         dataset,
         arm,
@@ -394,9 +426,9 @@ def arm_run(settings: Settings, dataset: str, arm: str, train_build: Path, held_
         "train",
         str(settings.out / f"{dataset}-{arm}.jsonl"),
         round(seconds, 1),
-        settings.steps,
+        steps,
     )
-    score_run(settings, run, run_dir)
+    score_run(settings, run, trained)
     print(f"{dataset} {arm}: accuracy {run.accuracy:.2f} ({run.questions} questions), {seconds:.0f} s", flush=True)
     return run
 
@@ -411,7 +443,7 @@ def layout_runs(settings: Settings, dataset: str, train_build: Path, held_out: P
         budget = budget or elapsed
         for fraction in TIME_FRACTIONS:
             at, checkpoint = min(checkpoints, key=lambda c: abs(c[0] - fraction * budget))
-            step = int(checkpoint.name.rsplit("-", 1)[1])
+            step = checkpoint_step(checkpoint)
             name = f"{dataset}-{layout}-{int(fraction * 100)}"
             run = Run(
                 dataset,

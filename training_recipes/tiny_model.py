@@ -83,13 +83,18 @@ SIZES = {
     "probe": ModelSize(
         width=128, layers=2, vision_width=96, vision_layers=2, image_size=112, patch_size=8, merge=2, init_std=0.08
     ),
+    "wide": ModelSize(
+        width=256, layers=4, vision_width=192, vision_layers=4, image_size=112, patch_size=8, merge=2, init_std=0.06
+    ),
 }
 """What `--size` takes. `smoke` (a few MB) learns the reply format in a few steps; `probe` (about 1 M
 parameters) sees a 112-pixel image in 8-pixel patches, 49 image tokens, enough to tell which findings a
 synthetic picture shows where, and trains in minutes on a CPU (`benchmarks/learning_signal.py`). The probe's
 weights start at a standard deviation of 0.08, about one over the square root of its width, as 0.02 is for
 the Hub's models a thousand wide: at 0.02 its attention starts near uniform and the image's part of the
-answer stays too small to find for hundreds of steps (docs/benchmarks.md)."""
+answer stays too small to find for hundreds of steps (docs/benchmarks.md). `wide` (about 4 M: twice the
+width, four layers in the decoder and the tower, the same image tokens) is the probe for a GPU's steps, where
+the CPU's probe does not learn ReXVQA's four-option answer (`benchmarks/gpu/`, step `signal`)."""
 SMOKE = SIZES["smoke"]
 TINY_DECODER = SMOKE.decoder()
 """Every family's language model at the smoke size, one layer of width 32."""
@@ -386,8 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         "--size",
         choices=list(SIZES),
         default="smoke",
-        help="smoke: a few MB, learns the reply format; probe: sees the findings in a synthetic image "
-        f"({', '.join(SIZED_FAMILIES)})",
+        help="smoke: a few MB, learns the reply format; probe: sees the findings in a synthetic image; wide: "
+        f"a larger probe, for a GPU's steps (probe and wide: {', '.join(SIZED_FAMILIES)})",
     )
     args = parser.parse_args(argv)
     try:
