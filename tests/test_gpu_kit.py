@@ -26,12 +26,10 @@ def rows_of(out: Path) -> list[dict]:
     return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
 
 
-@pytest.mark.slow
-def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
-    out, work = tmp_path / "out", tmp_path / "work"
+def run_sh_tiny(part: str, out: Path, work: Path) -> None:
     env = {**os.environ, "OUT": str(out), "PYTHON": sys.executable}
     completed = subprocess.run(
-        ["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), "1", "--tiny", "--work", str(work)],
+        ["bash", str(ROOT / "benchmarks" / "gpu" / "run.sh"), part, "--tiny", "--work", str(work)],
         env=env,
         capture_output=True,
         text=True,
@@ -39,6 +37,12 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
         check=False,
     )
     assert completed.returncode == 0, completed.stdout[-3000:] + completed.stderr[-3000:]
+
+
+@pytest.mark.slow
+def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
+    out, work = tmp_path / "out", tmp_path / "work"
+    run_sh_tiny("1", out, work)
     plan = kit.load_plan(tiny=True)
     profiled = [kit.train_name(s, plan["train"]["speedups"]) for s in plan["parts"]["1"] if s.get("profile")]
     assert sorted(p.name for p in out.iterdir()) == sorted(  # three files and the traces: nothing else
@@ -115,6 +119,29 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
         "predictions-gemex.jsonl",
         "ops.txt",
     } <= names
+
+
+@pytest.mark.slow
+def test_run_sh_tiny_part_4_trains_each_arm_for_the_same_time_and_scores_it_held_out(tmp_path):
+    """B.5: the learning-signal benchmark as the plan sets it, each arm stopped at the plan's wall time
+    (sft.py saves where SIGTERM stops it) and scored on the held-out release beside the majority baseline."""
+    out, work = tmp_path / "out", tmp_path / "work"
+    run_sh_tiny("4", out, work)
+    signal = kit.load_plan(tiny=True)["signal"]
+    rows = [r for r in rows_of(out) if r["bench"] == "B.5"]
+    dataset, arms = signal["datasets"], signal["arms"].split(",")
+    assert [r["name"] for r in rows] == [f"{dataset} {arm}" for arm in arms] + [f"{dataset} majority baseline"]
+    *trained, baseline = rows
+    for row in trained:
+        assert row["status"] == "ok" and row["size"] == signal["size"]
+        assert 0 < row["steps"] < signal["steps"]  # stopped by the time, not by the steps
+        assert row["seconds"] >= signal["train_seconds"]
+        assert row["questions"] == baseline["questions"] > 0 and 0 <= row["accuracy"] <= 100
+        assert f"--train-seconds={signal['train_seconds']}" in row["command"]
+    with tarfile.open(out / "logs.tar.gz") as archive:
+        names = set(archive.getnames())
+    assert {"logs-part4/signal/result.json", *(f"logs-part4/signal/run-{dataset}-{arm}.log" for arm in arms)} <= names
+    assert f"| {dataset} | images | {signal['size']} |" in (out / "results.md").read_text()
 
 
 def test_a_broken_step_is_recorded_and_the_next_still_runs(tmp_path):

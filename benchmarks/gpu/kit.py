@@ -10,7 +10,8 @@ exact command behind it), `results.md` (the tables) and `logs.tar.gz` (every ste
 operator tables, predictions and scores), and a `trace-<row>.json.gz` per profiled row.
 
 Steps: `data` (synthesize full-size releases, build them), `train` (B.1, benchmarks/train_throughput.py),
-`generate` (B.2), `loop` (B.3: LoRA fine-tune, predictions, `cxr-vqa evaluate`), `epoch_hours` (B.4).
+`generate` (B.2), `loop` (B.3: LoRA fine-tune, predictions, `cxr-vqa evaluate`), `epoch_hours` (B.4),
+`signal` (B.5, benchmarks/learning_signal.py: does a larger probe learn from the pixels in a GPU's steps?).
 """
 
 from __future__ import annotations
@@ -552,12 +553,54 @@ def step_epoch_hours(kit: Kit, spec: dict) -> None:
         kit.record("B.4", row.pop("name"), Outcome(row.pop("status"), error=row.pop("error", None)), **row)
 
 
+def step_signal(kit: Kit, spec: dict) -> None:
+    """B.5: the learning-signal benchmark (`benchmarks/learning_signal.py`) at what a CPU cannot reach: the
+    plan's probe size, every arm trained for the same wall time, scored on held-out questions beside the
+    majority baseline. Its releases are its own (the plain-findings drawing at the probe's sizes)."""
+    settings = kit.plan["signal"]
+    out = kit.work / "signal"
+    (out / "result.json").unlink(missing_ok=True)
+    command = python(
+        "-m",
+        "benchmarks.learning_signal",
+        *(f"--{key.replace('_', '-')}={value}" for key, value in settings.items() if key != "timeout"),
+        "--out",
+        out,
+    )
+    outcome = kit.run("signal", command, settings["timeout"])
+    if (out / "logs").is_dir():
+        shutil.copytree(out / "logs", kit.logs / "signal", dirs_exist_ok=True)
+    result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
+    if result:
+        (kit.logs / "signal" / "result.json").write_text(json.dumps(result, indent=1))
+    for run in result.get("runs", []):
+        kit.record(
+            "B.5",
+            f"{run['dataset']} {run['arm']}",
+            Outcome("ok", run["train_seconds"]),
+            command,
+            **{key: run[key] for key in ("dataset", "arm", "steps", "questions", "accuracy")},
+            size=settings["size"],
+        )
+    for baseline in result.get("majority", []):
+        kit.record(
+            "B.5",
+            f"{baseline['dataset']} majority baseline",
+            Outcome("ok"),
+            **{key: baseline[key] for key in ("dataset", "questions", "accuracy")},
+            arm="majority baseline",
+        )
+    if outcome.status != "ok" or not result:
+        kit.record("B.5", "learning signal", outcome, command)
+
+
 STEPS = {
     "data": step_data,
     "train": step_train,
     "generate": step_generate,
     "loop": step_loop,
     "epoch_hours": step_epoch_hours,
+    "signal": step_signal,
 }
 
 

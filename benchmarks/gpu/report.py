@@ -51,6 +51,14 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("hours_per_epoch", "hours/epoch"),
         ("hours_at_mfu_target", "hours at 40% MFU"),
     ],
+    "B.5": [
+        ("dataset", "dataset"),
+        ("arm", "arm"),
+        ("size", "probe"),
+        ("steps", "steps"),
+        ("questions", "questions"),
+        ("accuracy", "accuracy"),
+    ],
 }
 TITLES = {
     "env": "Environment",
@@ -59,6 +67,7 @@ TITLES = {
     "B.2": "B.2 Generation throughput (training_recipes.generate)",
     "B.3": "B.3 The whole loop: LoRA fine-tune, predictions, cxr-vqa evaluate",
     "B.4": "B.4 Hours per epoch of the full releases' train splits",
+    "B.5": "B.5 Learning signal: a probe trained on images, blank images, or the majority answer (held out)",
 }
 PERCENT = {"mfu", "data_wait_share", "padding_share"}
 RANDOM_WEIGHTS_NOTE = "Random weights: these replies and scores show the loop works, not any medical skill."
