@@ -487,12 +487,13 @@ def release_note(settings: Settings) -> str:
         if settings.plain_findings
         else "default drawing"
     )
-    rows = "answers balanced, trained and scored" if settings.balance_answers and settings.gemex_config else "every row"
+    balanced = settings.balance_answers and settings.gemex_config and "gemex" in settings.datasets
+    rows = "GEMeX's answers balanced, trained and scored" if balanced else "every row"
     replies = {
         "answer": "the answer alone (no reason, no boxes)",
         "answer_boxes": "the answer and boxes (no reason)",
     }.get(settings.reply, "answer, reason and boxes")
-    return f"GEMeX images: {drawn}; training rows: {rows}; replies trained: {replies}"
+    return f"Images: {drawn}; training rows: {rows}; replies trained: {replies}"
 
 
 def margins(runs: list[Run], majorities: list[dict]) -> list[str]:
