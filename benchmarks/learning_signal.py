@@ -156,17 +156,24 @@ def environment(settings: Settings) -> dict[str, str]:
     }
 
 
-def command(settings: Settings, args: list[str], log: Path) -> float:
-    """Run one user-facing command (`cxr-vqa ...` or `python -m ...`), its output to `log`; its wall seconds."""
+def command(settings: Settings, args: list[str], log: Path, stop_after: float | None = None) -> float:
+    """Run one user-facing command (`cxr-vqa ...` or `python -m ...`), its output to `log`; its wall seconds.
+    With `stop_after`, it is sent SIGTERM once that many seconds have passed (`sft.py` then saves where it
+    stopped and exits 0)."""
     argv = [sys.executable, "-m", "cxr_vqa.cli", *args[1:]] if args[0] == "cxr-vqa" else [sys.executable, *args[1:]]
     print("$", " ".join(args), flush=True)
     start = time.monotonic()
     with open(log, "a") as out:
         out.write("$ " + " ".join(args) + "\n")
         out.flush()
-        result = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, env=environment(settings), check=False)
-    if result.returncode:
-        raise SystemExit(f"{' '.join(args)} exited {result.returncode}; its output: {log}")
+        process = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=environment(settings))
+        try:
+            process.wait(timeout=stop_after)
+        except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGTERM)
+            process.wait()
+    if process.returncode:
+        raise SystemExit(f"{' '.join(args)} exited {process.returncode}; its output: {log}")
     return time.monotonic() - start
 
 
@@ -292,14 +299,12 @@ def sft_args(settings: Settings, model: Path, dataset: str, build: Path, run_dir
 
 def train(settings: Settings, model: Path, dataset: str, build: Path, run_dir: Path) -> tuple[float, Path, int]:
     """One arm's training: every step, or with `--train-seconds` until that wall time. Its wall seconds, the
-    folder of the model it trained and that model's steps."""
+    folder of the model it trained (the checkpoint SIGTERM left, else the run's own) and that model's steps."""
     shutil.rmtree(run_dir, ignore_errors=True)
     args = sft_args(settings, model, dataset, build, run_dir, "per_question")
     args += ["--max_steps", str(settings.steps), "--save_strategy", "no"]
     log = settings.out / "logs" / f"{run_dir.name}.log"
-    if not settings.train_seconds:
-        return command(settings, args, log), run_dir, settings.steps
-    elapsed = command_until(settings, args, log, settings.train_seconds)
+    elapsed = command(settings, args, log, settings.train_seconds or None)
     stopped = max(run_dir.glob("checkpoint-*"), key=checkpoint_step, default=None)
     if stopped is not None:
         return elapsed, stopped, checkpoint_step(stopped)
@@ -310,25 +315,6 @@ def train(settings: Settings, model: Path, dataset: str, build: Path, run_dir: P
 
 def checkpoint_step(checkpoint: Path) -> int:
     return int(checkpoint.name.rsplit("-", 1)[1])
-
-
-def command_until(settings: Settings, args: list[str], log: Path, seconds: float | None) -> float:
-    """Run a `python -m` command, sent SIGTERM once `seconds` have passed (`sft.py` then saves where it
-    stopped and exits); its wall seconds."""
-    print("$", " ".join(args), flush=True)
-    start = time.time()
-    with open(log, "a") as out:
-        process = subprocess.Popen(
-            [sys.executable, *args[1:]], stdout=out, stderr=subprocess.STDOUT, env=environment(settings)
-        )
-        try:
-            process.wait(timeout=seconds)
-        except subprocess.TimeoutExpired:
-            process.send_signal(signal.SIGTERM)
-            process.wait()
-    if process.returncode:
-        raise SystemExit(f"{' '.join(args)} exited {process.returncode}; its output: {log}")
-    return time.time() - start
 
 
 def train_with_checkpoints(
@@ -343,7 +329,7 @@ def train_with_checkpoints(
     args += ["--max_steps", str(steps), "--save_strategy", "steps", "--save_steps", str(every)]
     args += ["--save_only_model", "true"]
     start = time.time()
-    elapsed = command_until(settings, args, settings.out / "logs" / f"{run_dir.name}.log", seconds)
+    elapsed = command(settings, args, settings.out / "logs" / f"{run_dir.name}.log", seconds)
     checkpoints = sorted(
         ((p.stat().st_mtime - start, p) for p in run_dir.glob("checkpoint-*") if p.is_dir()),
         key=lambda item: item[0],

@@ -572,7 +572,7 @@ def step_signal(kit: Kit, spec: dict) -> None:
         shutil.copytree(out / "logs", kit.logs / "signal", dirs_exist_ok=True)
     result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
     if result:
-        (kit.logs / "signal" / "result.json").write_text(json.dumps(result, indent=1))
+        shutil.copyfile(out / "result.json", kit.logs / "signal" / "result.json")
     for run in result.get("runs", []):
         kit.record(
             "B.5",
