@@ -6,7 +6,8 @@
 For each dataset it synthesizes a training release and a held-out release from `--seed` (their images
 never meet), builds both with `cxr-vqa build --image-mode embed`, and trains one probe model per arm
 (`benchmarks/probe_arms.py`: `images`, `blank`, `shuffled`) with `python -m training_recipes.sft`,
-the same settings and steps in every arm, then answers the held-out questions with
+the same settings and steps in every arm (`--arms marked` adds the positive control: blank images and the
+answer in the words), then answers the held-out questions with
 `python -m training_recipes.generate` and scores them with `cxr-vqa evaluate`: each step is the
 command a user runs. The accuracy is GEMeX's A-score over its closed-ended, single- and multi-choice
 questions together (evaluate's `all` row) and ReXVQA's overall accuracy; GEMeX's V-score (box IoU) is
@@ -51,7 +52,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from huggingface_hub import DatasetCard
 
-from benchmarks.probe_arms import ARMS, make_arm
+from benchmarks.probe_arms import ARMS, CONTROLS, make_arm, replaced
 from cxr_vqa.options import options_from_command_line
 
 GEMEX_SCORED = ("closed_ended", "single_choice", "multi_choice")
@@ -70,7 +71,7 @@ class Settings:
     seed: int = field(metadata={"help": "changes every image, question and initial weight"})
     out: Path = field(metadata={"help": "the folder for builds, runs and result.json"})
     datasets: tuple[str, ...] = option(("gemex", "rexvqa"), "comma-separated: gemex, rexvqa")
-    arms: tuple[str, ...] = option(ARMS, f"comma-separated of {', '.join(ARMS)}")
+    arms: tuple[str, ...] = option(CONTROLS, f"comma-separated of {', '.join(ARMS)}")
     layout: str = option(
         "per_question",
         "per_image: the images arm per question and per image for the same time",
@@ -244,17 +245,11 @@ def conversations_of(build: Path, config: str, out: Path) -> Path:
         rows = pq.read_table(path)
         ids, turns = rows["question_ids"].to_pylist(), rows["turns"].to_pylist()
         keep = [[i for i, question in enumerate(row_ids) if question in kept] for row_ids in ids]
-        rows = _replaced(rows, "question_ids", [[row_ids[i] for i in k] for row_ids, k in zip(ids, keep)])
-        rows = _replaced(rows, "turns", [[row[i] for i in k] for row, k in zip(turns, keep)])
+        rows = replaced(rows, "question_ids", [[row_ids[i] for i in k] for row_ids, k in zip(ids, keep)])
+        rows = replaced(rows, "turns", [[row[i] for i in k] for row, k in zip(turns, keep)])
         pq.write_table(rows.filter(pa.array([bool(k) for k in keep])), path)
     _forget_split_sizes(out)
     return out
-
-
-def _replaced(table: pa.Table, column: str, values: list) -> pa.Table:
-    """`table` with `column`'s values replaced, its type kept."""
-    index, field = table.schema.get_field_index(column), table.schema.field(column)
-    return table.set_column(index, field, pa.array(values, type=field.type))
 
 
 def probe_model(settings: Settings) -> Path:

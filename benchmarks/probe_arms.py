@@ -3,10 +3,16 @@
 - `images`: the build as it is;
 - `blank`: every image replaced by one constant grey image of the same size (no pixel carries anything);
 - `shuffled`: each image (GEMeX) or study's images (ReXVQA) replaced by another's, one fixed permutation
-  over the whole folder (the pixels are real but say nothing about the question).
+  over the whole folder (the pixels are real but say nothing about the question);
+- `marked` (asked for by name, not a default control): blank images, and the answer in the words: ReXVQA's
+  correct option ends in " (seen)", a GEMeX question in its answer. What a probe learns here is what the loop
+  teaches when nothing must be read from the pixels (a ReXVQA probe must still find the marked option and
+  answer its letter); the images arm against it is what reading the pixels costs.
 
-Only the Parquet image columns change: rows, questions, answers, card and report are copied as they
-are, so `cxr-vqa evaluate ARM_FOLDER` scores the same questions against the same answers.
+Only the Parquet image columns change (and, for `marked`, the question or options of the per-question configs,
+from which the recipes write their prompts; a conversation config and the stored `messages` keep the build's
+words): rows, answers, card and report are copied as they are, so `cxr-vqa evaluate ARM_FOLDER` scores the
+same questions against the same answers.
 """
 
 from __future__ import annotations
@@ -20,8 +26,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from PIL import Image
 
-ARMS = ("images", "blank", "shuffled")
+ARMS = ("images", "blank", "shuffled", "marked")
+CONTROLS = ARMS[:3]
+"""The arms a learning-signal run trains unless told."""
 GREY = 128
+SEEN = " (seen)"
 
 
 def image_key(dataset: str, row: dict) -> str:
@@ -44,6 +53,30 @@ def blank_like(encoded: dict) -> dict:
 
 def blanked(dataset: str, value):
     return [blank_like(v) for v in value] if dataset == "rexvqa" else blank_like(value)
+
+
+def replaced(table: pa.Table, column: str, values: list) -> pa.Table:
+    """`table` with `column`'s values replaced, its type kept."""
+    index = table.schema.get_field_index(column)
+    return table.set_column(index, table.schema.field(index), pa.array(values, type=table.schema.field(index).type))
+
+
+def answer_in_words(dataset: str, table: pa.Table) -> pa.Table:
+    """The `marked` arm's words: ReXVQA's correct option ends in `SEEN`, a GEMeX question in its answer
+    (tables without those columns, the conversation configs, as they are)."""
+    if dataset == "rexvqa" and "options" in table.column_names:
+        options = [
+            [text + SEEN if k == correct else text for k, text in enumerate(row)]
+            for row, correct in zip(table["options"].to_pylist(), table["answer_index"].to_pylist(), strict=True)
+        ]
+        return replaced(table, "options", options)
+    if dataset == "gemex" and "question" in table.column_names:
+        questions = [
+            f"{question} ({answer})"
+            for question, answer in zip(table["question"].to_pylist(), table["answer"].to_pylist(), strict=True)
+        ]
+        return replaced(table, "question", questions)
+    return table
 
 
 def parquet_files(folder: Path) -> list[Path]:
@@ -89,13 +122,12 @@ def make_arm(dataset: str, build: Path, arm: str, out: Path, seed: int = 0) -> P
         moved = permutation(list(originals), seed)
     for path in parquet_files(build):
         table = pq.read_table(path)
-        values = table[column].to_pylist()
-        if arm == "blank":
-            new = [blanked(dataset, v) for v in values]
+        if arm == "shuffled":
+            table = replaced(table, column, [originals[moved[k]] for k in table[key_column].to_pylist()])
         else:
-            new = [originals[moved[k]] for k in table[key_column].to_pylist()]
-        index = table.schema.get_field_index(column)
-        table = table.set_column(index, table.schema.field(index), pa.array(new, type=table.schema.field(index).type))
+            table = replaced(table, column, [blanked(dataset, v) for v in table[column].to_pylist()])
+        if arm == "marked":
+            table = answer_in_words(dataset, table)
         target = out / path.relative_to(build)
         target.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(table, target)

@@ -1,6 +1,7 @@
 """The learning-signal benchmark's control arms (benchmarks/probe_arms.py): a blank arm whose every image
 is one constant grey of the original's size, a shuffled arm whose images are a derangement of the
-build's images (GEMeX) or studies (ReXVQA), the same in every file; rows, questions and answers untouched."""
+build's images (GEMeX) or studies (ReXVQA), the same in every file; rows, questions and answers untouched;
+a marked arm whose images are blank and whose words hold the answer."""
 
 from __future__ import annotations
 
@@ -14,8 +15,8 @@ import pytest
 from datasets import load_dataset
 from PIL import Image
 
-from benchmarks.learning_signal import balanced, conversations_of, headline
-from benchmarks.probe_arms import image_column, make_arm, parquet_files, permutation
+from benchmarks.learning_signal import Settings, balanced, conversations_of, headline
+from benchmarks.probe_arms import ARMS, SEEN, image_column, make_arm, parquet_files, permutation
 from tests.tiny_builds import synthetic_embed_builds
 
 KEY = {"gemex": "dicom_id", "rexvqa": "study_id"}
@@ -64,6 +65,37 @@ def test_the_shuffled_arm_gives_every_image_another_ones_pixels_the_same_in_ever
     moved = {k: next(iter(v)) for k, v in given.items()}
     assert sorted(moved.values()) == sorted(originals.values()), "a permutation: every image used once"
     assert all(moved[k] != originals[k] for k in moved), "no image or study keeps its own"
+
+
+@pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
+def test_the_marked_arm_blanks_the_images_and_writes_the_answer_into_the_words(builds, dataset, tmp_path):
+    arm = make_arm(dataset, builds[dataset], "marked", tmp_path / "marked")
+    column = image_column(dataset)
+    words = "options" if dataset == "rexvqa" else "question"
+    before, after = rows(builds[dataset]), rows(arm)
+    marked = 0
+    for name, table in before.items():
+        for old, new in zip(table, after[name], strict=True):
+            assert all(np.ptp(np.asarray(Image.open(io.BytesIO(i["bytes"])))) == 0 for i in images_of(new[column], dataset))
+            kept = {k for k in old if k not in (column, words)}
+            assert {k: old[k] for k in kept} == {k: new[k] for k in kept}
+            if words not in old:
+                continue
+            marked += 1
+            if dataset == "rexvqa":
+                right = old["answer_index"]
+                assert new["options"][right] == old["options"][right] + SEEN
+                assert [o for k, o in enumerate(new["options"]) if k != right] == [
+                    o for k, o in enumerate(old["options"]) if k != right
+                ]
+            else:
+                assert new["question"] == f"{old['question']} ({old['answer']})"
+    assert marked
+
+
+def test_a_run_trains_the_three_controls_unless_the_marked_arm_is_asked_for():
+    assert Settings(seed=0, out=Path("x")).arms == ("images", "blank", "shuffled")
+    assert "marked" in ARMS
 
 
 def test_a_permutation_is_a_derangement_fixed_by_its_seed():
