@@ -1,4 +1,4 @@
-"""The control arms of a learning-signal probe, made from a built folder by rewriting its images.
+"""The arms of a learning-signal probe, made from a built folder by rewriting its images (and, for `marked`, its words).
 
 - `images`: the build as it is;
 - `blank`: every image replaced by one constant grey image of the same size (no pixel carries anything);
