@@ -76,7 +76,9 @@ def test_the_marked_arm_blanks_the_images_and_writes_the_answer_into_the_words(b
     marked = 0
     for name, table in before.items():
         for old, new in zip(table, after[name], strict=True):
-            assert all(np.ptp(np.asarray(Image.open(io.BytesIO(i["bytes"])))) == 0 for i in images_of(new[column], dataset))
+            assert all(
+                np.ptp(np.asarray(Image.open(io.BytesIO(i["bytes"])))) == 0 for i in images_of(new[column], dataset)
+            )
             kept = {k for k in old if k not in (column, words)}
             assert {k: old[k] for k in kept} == {k: new[k] for k in kept}
             if words not in old:
