@@ -468,8 +468,8 @@ def release_note(settings: Settings) -> str:
         if settings.plain_findings
         else "default drawing"
     )
-    balanced = settings.balance_answers and settings.gemex_config and "gemex" in settings.datasets
-    rows = "GEMeX's answers balanced, trained and scored" if balanced else "every row"
+    balancing = settings.balance_answers and settings.gemex_config and "gemex" in settings.datasets
+    rows = "GEMeX's answers balanced, trained and scored" if balancing else "every row"
     replies = {
         "answer": "the answer alone (no reason, no boxes)",
         "answer_boxes": "the answer and boxes (no reason)",
