@@ -1,17 +1,22 @@
-"""Do the pixels carry the answer at the probe's resolution? A small CNN trained on the images alone.
+"""Do the pixels carry the answer at the probe's resolution? A small net trained on the images alone.
 
     python -m benchmarks.pixel_signal --gemex BUILD --rexvqa BUILD --out runs/pixel-signal
     python -m benchmarks.pixel_signal --gemex BUILD --out runs/ps --image-sizes 112,224 --epochs 12
 
 Before asking why a VLM probe (`benchmarks/learning_signal.py`) learns nothing from the pixels, ask
-whether there is anything to learn at the size it sees them. This trains a plain convolutional
-classifier (`AnswerNet`, a few layers, CPU, a minute or two) to answer each question from its image
-and only what the question names, never its wording:
+whether there is anything to learn at the size it sees them. This trains a plain classifier (CPU, a
+minute or two) to answer each question from its image and only what the question names, never its
+wording:
 
 - GEMeX closed-ended: the finding and region the question names (and the grade, for a severity
   question) -> "Yes." or "No.";
 - ReXVQA: the task (presence, negation, ...) -> one of the row's offered options (each option text one
   output of the net; the study's first image).
+
+`--learner` picks the classifier: `cnn` (`AnswerNet`, four conv layers, learns where a mark lies through two
+coordinate channels) or `grid` (`GridNet`, the image pooled to a coarse grid whose every cell is an input of
+its own, so where a mark lies is given, not learnt). How many examples each needs before it answers held-out
+questions tells what a mark costs to read from what a learner's shape costs.
 
 Each image is what the probe's processor makes of it (`--image-sizes 112`: the `--size probe` Idefics3
 processor, `training_recipes.tiny_model.idefics3_image_processor`, a 112 x 112 square; larger sizes the same
@@ -45,6 +50,7 @@ from training_recipes.data import to_rgb
 from training_recipes.tiny_model import SIZES, idefics3_image_processor
 
 ARMS = ("images", "blank")
+LEARNERS = ("cnn", "grid")
 GEMEX_OPTIONS = ("Yes.", "No.")
 PROBE_SIZE = SIZES["probe"].image_size
 
@@ -74,6 +80,7 @@ class Examples:
 class Run:
     dataset: str
     arm: str
+    learner: str
     image_size: int
     region_mask: bool
     train_questions: int
@@ -200,6 +207,33 @@ class AnswerNet(nn.Module):
         return self.out(pooled + self.condition(conditions).sum(1))
 
 
+class GridNet(nn.Module):
+    """The image (and the named region's mask) averaged over a `grid` x `grid` grid of cells, every cell an input
+    of a two-layer perceptron, plus the sum of the embeddings of what the question names; one score per option
+    text. A mark's place is where it lands in the input, so nothing about position has to be learnt."""
+
+    def __init__(self, conditions: int, options: int, hidden: int = 256, region_mask: bool = False, grid: int = 28):
+        super().__init__()
+        self.region_mask, self.grid = region_mask, grid
+        self.cells = nn.Linear((2 if region_mask else 1) * grid * grid, hidden)
+        self.condition = nn.Embedding(conditions, hidden)
+        self.out = nn.Sequential(nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, options))
+
+    def forward(
+        self, images: torch.Tensor, conditions: torch.Tensor, masks: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = images if masks is None else torch.cat([images, masks], 1)
+        cells = nn.functional.adaptive_avg_pool2d(x, self.grid).flatten(1)
+        return self.out(self.cells(cells) + self.condition(conditions).sum(1))
+
+
+def answer_net(learner: str, conditions: int, options: int, settings: argparse.Namespace) -> nn.Module:
+    """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's hidden units x 16)."""
+    if learner == "grid":
+        return GridNet(conditions, options, 16 * settings.width, settings.region_mask)
+    return AnswerNet(conditions, options, settings.width, settings.region_mask)
+
+
 @dataclass
 class Batches:
     """Questions as tensors: image index, condition ids, option ids (padded with -1), answer position and the
@@ -233,7 +267,7 @@ def region_masks(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
     return (inside_y[:, :, None] & inside_x[:, None, :]).float()[:, None]
 
 
-def option_scores(net: AnswerNet, images: torch.Tensor, batch: Batches, rows: torch.Tensor) -> torch.Tensor:
+def option_scores(net: nn.Module, images: torch.Tensor, batch: Batches, rows: torch.Tensor) -> torch.Tensor:
     """Each question's score of each of its offered options (an option never seen in training scores lowest)."""
     pictures = images[batch.image[rows]]
     masks = region_masks(batch.box[rows], *pictures.shape[2:]) if net.region_mask else None
@@ -243,7 +277,7 @@ def option_scores(net: AnswerNet, images: torch.Tensor, batch: Batches, rows: to
     return picked.masked_fill(options < 0, -1e4)
 
 
-def predict(net: AnswerNet, images: torch.Tensor, batch: Batches, size: int = 256) -> torch.Tensor:
+def predict(net: nn.Module, images: torch.Tensor, batch: Batches, size: int = 256) -> torch.Tensor:
     net.eval()
     with torch.no_grad():
         out = [
@@ -278,7 +312,7 @@ def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int,
     option_vocab = {o: i for i, o in enumerate(sorted({o for q in train for o in q.options}))}
     train_batch = tensors(train, image_index, vocab, option_vocab)
     test_batch = tensors(test, image_index, vocab, option_vocab)
-    net = AnswerNet(len(vocab) + 1, len(option_vocab), settings.width, settings.region_mask)
+    net = answer_net(settings.learner, len(vocab) + 1, len(option_vocab), settings)
     optimizer = torch.optim.AdamW(net.parameters(), lr=settings.learning_rate, weight_decay=1e-4)
     steps = settings.epochs * -(-len(train) // settings.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.learning_rate, total_steps=steps)
@@ -305,6 +339,7 @@ def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int,
     return Run(
         dataset=dataset,
         arm=arm,
+        learner=settings.learner,
         image_size=image_size,
         region_mask=settings.region_mask,
         train_questions=len(train),
@@ -328,13 +363,13 @@ def majority_key(dataset: str, question: Question) -> str:
 
 def table(runs: list[Run]) -> str:
     lines = [
-        "| dataset | arm | image px | train / held-out questions | train s | train acc | held-out acc "
+        "| dataset | arm | learner | image px | train / held-out questions | train s | train acc | held-out acc "
         "| balanced acc | majority |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         lines.append(
-            f"| {r.dataset} | {r.arm} | {r.image_size} | {r.train_questions} / {r.held_out_questions} | {r.seconds:.0f} "
+            f"| {r.dataset} | {r.arm} | {r.learner} | {r.image_size} | {r.train_questions} / {r.held_out_questions} | {r.seconds:.0f} "
             f"| {r.train_accuracy:.1f} | {r.accuracy:.1f} | {r.balanced_accuracy:.1f} "
             f"| {r.majority:.1f} ({r.majority_answer}) |"
         )
@@ -353,10 +388,18 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--arms", default=",".join(ARMS), help=f"comma-separated of {', '.join(ARMS)}")
     p.add_argument("--held-out-share", type=float, default=0.25, help="the images (studies) held out for scoring")
+    p.add_argument(
+        "--learner",
+        choices=LEARNERS,
+        default="cnn",
+        help="cnn: conv layers, position learnt from coordinate channels; grid: a perceptron over a 28 x 28 grid of cells",
+    )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32)
     p.add_argument("--learning-rate", type=float, default=3e-3)
-    p.add_argument("--width", type=int, default=16, help="channels of the first layer (the net's width)")
+    p.add_argument(
+        "--width", type=int, default=16, help="the net's width: the CNN's first channels, the grid's hidden units / 16"
+    )
     p.add_argument(
         "--region-mask",
         action="store_true",

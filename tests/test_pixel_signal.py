@@ -10,12 +10,23 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from benchmarks.pixel_signal import finding_named, gemex_questions, grade_named, held_out, main, rexvqa_questions
+import torch
+
+from benchmarks.pixel_signal import (
+    GridNet,
+    finding_named,
+    gemex_questions,
+    grade_named,
+    held_out,
+    main,
+    rexvqa_questions,
+)
 from tests.tiny_builds import synthetic_embed_builds
 
 RUN_FIELDS = {
     "dataset",
     "arm",
+    "learner",
     "image_size",
     "region_mask",
     "train_questions",
@@ -53,7 +64,7 @@ def test_a_tiny_run_writes_every_arm_and_size_with_its_figures(builds, tmp_path,
     assert [(r["dataset"], r["image_size"], r["arm"]) for r in runs] == [
         (d, s, a) for d in ("gemex", "rexvqa") for s in (32, 48) for a in ("images", "blank")
     ]
-    assert all(set(r) == RUN_FIELDS for r in runs)
+    assert all(set(r) == RUN_FIELDS and r["learner"] == "cnn" for r in runs)
     rows = closed_ended_rows(builds["gemex"])
     gemex = [r for r in runs if r["dataset"] == "gemex"]
     assert {r["train_questions"] + r["held_out_questions"] for r in gemex} == {len(rows)}
@@ -66,7 +77,7 @@ def test_a_tiny_run_writes_every_arm_and_size_with_its_figures(builds, tmp_path,
         assert sum(k["questions"] for k in r["per_kind"].values()) == r["held_out_questions"]
     assert all(0 <= r[f] <= 100 for r in runs for f in ("accuracy", "balanced_accuracy", "train_accuracy"))
     assert all(r["majority_answer"] in "ABCD" for r in runs if r["dataset"] == "rexvqa")
-    assert "| gemex | images | 32 |" in capsys.readouterr().out
+    assert "| gemex | images | cnn | 32 |" in capsys.readouterr().out
 
 
 def test_every_question_of_a_build_is_read_with_what_it_names(builds):
@@ -100,3 +111,40 @@ def test_an_unknown_arm_is_refused_by_name(builds, tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["--gemex", str(builds["gemex"]), "--out", str(tmp_path), "--arms", "images,shuffled"])
     assert "--arms: unknown shuffled" in capsys.readouterr().err
+
+
+def test_the_grid_learner_runs_every_arm_and_is_named_in_each_run(builds, tmp_path, capsys):
+    out = tmp_path / "grid"
+    args = ["--rexvqa", str(builds["rexvqa"]), "--out", str(out), "--learner", "grid", "--epochs", "1"]
+    assert main([*args, "--image-sizes", "32", "--held-out-share", "0.4", "--width", "1"]) == 0
+    runs = json.loads((out / "result.json").read_text())["runs"]
+    assert [(r["arm"], r["learner"]) for r in runs] == [("images", "grid"), ("blank", "grid")]
+    assert "| rexvqa | images | grid | 32 |" in capsys.readouterr().out
+
+
+def test_the_grid_net_answers_where_a_mark_lies():
+    """Four options, one a quadrant: the answer is the quadrant a bright square is drawn in. The grid's cells
+    give the place, so a few hundred examples teach it."""
+    torch.manual_seed(0)
+
+    def marked(count: int) -> tuple[torch.Tensor, torch.Tensor]:
+        quadrant = torch.randint(0, 4, (count,))
+        images = torch.zeros(count, 1, 32, 32)
+        for i, q in enumerate(quadrant.tolist()):
+            y, x = 16 * (q // 2) + torch.randint(2, 8, ()).item(), 16 * (q % 2) + torch.randint(2, 8, ()).item()
+            images[i, 0, y : y + 6, x : x + 6] = 1
+        return images, quadrant
+
+    net = GridNet(conditions=1, options=4, hidden=32, grid=8)
+    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-2)
+    conditions = torch.zeros(32, 1, dtype=torch.long)
+    for _ in range(60):
+        images, answers = marked(32)
+        loss = torch.nn.functional.cross_entropy(net(images, conditions), answers)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    images, answers = marked(200)
+    with torch.no_grad():
+        predicted = net(images, torch.zeros(200, 1, dtype=torch.long)).argmax(1)
+    assert (predicted == answers).float().mean() > 0.9
