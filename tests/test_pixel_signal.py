@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
-
 import torch
 
 from benchmarks.pixel_signal import (
