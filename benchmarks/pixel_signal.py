@@ -16,7 +16,8 @@ wording:
 `--learner` picks the classifier: `cnn` (`AnswerNet`, four conv layers, learns where a mark lies through two
 coordinate channels) or `grid` (`GridNet`, the image pooled to a coarse grid whose every cell is an input of
 its own, so where a mark lies is given, not learnt). How many examples each needs before it answers held-out
-questions tells what a mark costs to read from what a learner's shape costs.
+questions tells what a mark costs to read from what a learner's shape costs. `--image-only` withholds what the
+questions name: what the image alone says of the answer, before anything in it is tied to the question's words.
 
 Each image is what the probe's processor makes of it (`--image-sizes 112`: the `--size probe` Idefics3
 processor, `training_recipes.tiny_model.idefics3_image_processor`, a 112 x 112 square; larger sizes the same
@@ -36,7 +37,7 @@ import io
 import json
 import time
 from collections import Counter, defaultdict
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -83,6 +84,7 @@ class Run:
     learner: str
     image_size: int
     region_mask: bool
+    image_only: bool
     train_questions: int
     held_out_questions: int
     epochs: int
@@ -295,10 +297,16 @@ def balanced_accuracy(predicted: list[str], truth: list[str]) -> float:
     return 100 * float(np.mean([np.mean(v) for v in by_answer.values()]))
 
 
+def unnamed(questions: list[Question]) -> list[Question]:
+    """The questions with what they name withheld: one condition for all, so only the image tells them apart."""
+    return [replace(q, condition=("",)) for q in questions]
+
+
 def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int, settings: argparse.Namespace) -> Run:
     torch.manual_seed(settings.seed)
-    train = [q for q in examples.questions if not held_out(q.key, settings.held_out_share)]
-    test = [q for q in examples.questions if held_out(q.key, settings.held_out_share)]
+    questions = unnamed(examples.questions) if settings.image_only else examples.questions
+    train = [q for q in questions if not held_out(q.key, settings.held_out_share)]
+    test = [q for q in questions if held_out(q.key, settings.held_out_share)]
     if not (train and test):
         raise SystemExit(
             f"{dataset}: {len(train)} training and {len(test)} held-out questions at --held-out-share "
@@ -342,6 +350,7 @@ def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int,
         learner=settings.learner,
         image_size=image_size,
         region_mask=settings.region_mask,
+        image_only=settings.image_only,
         train_questions=len(train),
         held_out_questions=len(test),
         epochs=settings.epochs,
@@ -404,6 +413,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--region-mask",
         action="store_true",
         help="also give the net the named region's box as a mask channel (GEMeX): it need not learn where a region is",
+    )
+    p.add_argument(
+        "--image-only",
+        action="store_true",
+        help="withhold what each question names (finding, region, task): how much the image alone tells the answer",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads")

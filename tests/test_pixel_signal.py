@@ -13,12 +13,14 @@ import torch
 
 from benchmarks.pixel_signal import (
     GridNet,
+    Question,
     finding_named,
     gemex_questions,
     grade_named,
     held_out,
     main,
     rexvqa_questions,
+    unnamed,
 )
 from tests.tiny_builds import synthetic_embed_builds
 
@@ -28,6 +30,7 @@ RUN_FIELDS = {
     "learner",
     "image_size",
     "region_mask",
+    "image_only",
     "train_questions",
     "held_out_questions",
     "epochs",
@@ -147,3 +150,15 @@ def test_the_grid_net_answers_where_a_mark_lies():
     with torch.no_grad():
         predicted = net(images, torch.zeros(200, 1, dtype=torch.long)).argmax(1)
     assert (predicted == answers).float().mean() > 0.9
+
+
+def test_image_only_withholds_what_every_question_names_and_keeps_the_rest(builds, tmp_path):
+    questions, _ = rexvqa_questions(builds["rexvqa"])
+    kept = unnamed(questions)
+    assert {q.condition for q in kept} == {("",)} and len({q.condition for q in questions}) > 1
+    assert [(q.key, q.options, q.answer) for q in kept] == [(q.key, q.options, q.answer) for q in questions]
+    assert isinstance(kept[0], Question)
+    out = tmp_path / "alone"
+    args = ["--rexvqa", str(builds["rexvqa"]), "--out", str(out), "--image-only", "--epochs", "1", "--width", "1"]
+    assert main([*args, "--image-sizes", "32", "--held-out-share", "0.4", "--learner", "grid"]) == 0
+    assert all(r["image_only"] for r in json.loads((out / "result.json").read_text())["runs"])
