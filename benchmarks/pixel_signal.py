@@ -229,9 +229,9 @@ class GridNet(nn.Module):
         return self.out(self.cells(cells) + self.condition(conditions).sum(1))
 
 
-def answer_net(learner: str, conditions: int, options: int, settings: argparse.Namespace) -> nn.Module:
-    """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's hidden units x 16)."""
-    if learner == "grid":
+def answer_net(settings: argparse.Namespace, conditions: int, options: int) -> nn.Module:
+    """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's hidden units / 16)."""
+    if settings.learner == "grid":
         return GridNet(conditions, options, 16 * settings.width, settings.region_mask)
     return AnswerNet(conditions, options, settings.width, settings.region_mask)
 
@@ -320,7 +320,7 @@ def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int,
     option_vocab = {o: i for i, o in enumerate(sorted({o for q in train for o in q.options}))}
     train_batch = tensors(train, image_index, vocab, option_vocab)
     test_batch = tensors(test, image_index, vocab, option_vocab)
-    net = answer_net(settings.learner, len(vocab) + 1, len(option_vocab), settings)
+    net = answer_net(settings, len(vocab) + 1, len(option_vocab))
     optimizer = torch.optim.AdamW(net.parameters(), lr=settings.learning_rate, weight_decay=1e-4)
     steps = settings.epochs * -(-len(train) // settings.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.learning_rate, total_steps=steps)
