@@ -20,11 +20,11 @@ OUT_DIR=.whl
 # Pure-python wheels (no platform), and multiprocess's py312 wheel.
 PURE=(
   datasets==5.2.0 dill==0.4.1 multiprocess==0.70.19 fsspec==2026.9.0
-  trl==1.16.0 transformers==5.23.0 peft==0.21.2
+  trl==1.16.0 transformers==5.24.0 peft==0.21.2
   jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 fastjsonschema==2.22.3
   pydicom==3.0.2 nltk==3.10.4 defusedxml==0.7.1
 )
-# Compiled wheels: manylinux x86-64 for CPython 3.12 (regex: transformers 5.23 checks regex>=2025.10.22 at import).
+# Compiled wheels: manylinux x86-64 for CPython 3.12 (regex: transformers 5.24 checks regex>=2025.10.22 at import).
 BINARY=(rpds-py==2026.9.1 regex==2026.11.15)
 # Published as a source distribution only: built here into a pure-python wheel.
 SDIST=(rouge-score==0.1.2)
