@@ -58,7 +58,8 @@ def blanked(dataset: str, value):
 def replaced(table: pa.Table, column: str, values: list) -> pa.Table:
     """`table` with `column`'s values replaced, its type kept."""
     index = table.schema.get_field_index(column)
-    return table.set_column(index, table.schema.field(index), pa.array(values, type=table.schema.field(index).type))
+    field = table.schema.field(index)
+    return table.set_column(index, field, pa.array(values, type=field.type))
 
 
 def answer_in_words(dataset: str, table: pa.Table) -> pa.Table:
