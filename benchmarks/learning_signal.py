@@ -29,6 +29,11 @@ images teach) scores 50 and the images arm's lead over them is what it read in t
 loss falls on the answer; `--reply answer_boxes` keeps GEMeX's boxes, so the V-score of each arm shows what the image
 adds to the grounding.
 
+GEMeX's yes/no arms are also scored on the held-out images asked both ways (the `both ways` column,
+`asked_both_ways`: each image asked "Yes." as often as "No."), where what an image says of the answer whatever
+the question (how much is drawn on it) scores 50: above it, the probe reads the finding and region its question
+names. `--train-both-ways` trains on such images only.
+
 The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option. Where the
 machine's speed is not known (a GPU lease), `--train-seconds` stops every arm at the same wall time instead of
 after `--steps`, and each run records the steps it reached (`benchmarks/gpu/`, step `signal`).
@@ -44,6 +49,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -105,6 +111,11 @@ class Settings:
         "train and score every arm on as many rows of each answer as the rarest has (GEMeX, with --gemex-config): "
         "no prior is worth learning, and a constant answer scores as the majority does",
     )
+    train_both_ways: bool = option(
+        False,
+        "train every arm only on GEMeX images asked both ways (`asked_both_ways`, with --gemex-config closed_ended): "
+        "no image says anything of the answer unless its question is read",
+    )
     reply: str = option(
         "answer",
         "replies trained on: full (answer, reason, boxes), answer (reason or ReXVQA's explanation emptied, no "
@@ -143,6 +154,9 @@ class Run:
     questions: int = 0
     time_fraction: float = 1.0
     scores: dict = field(default_factory=dict)
+    both_ways_accuracy: float | None = None
+    """GEMeX yes/no: the accuracy on held-out images each asked "Yes." as often as "No." (`asked_both_ways`)."""
+    both_ways_questions: int = 0
 
 
 def environment(settings: Settings) -> dict[str, str]:
@@ -205,18 +219,48 @@ def release_and_build(settings: Settings, dataset: str, name: str, count: int, s
 def balanced(build: Path, config: str, out: Path, seed: int) -> Path:
     """`build` copied to `out` with its train split's `config` rows cut to as many of each answer as the rarest
     has (a fixed random choice by `seed`), so no answer prior is worth learning; other files copied as they are."""
+    return _train_rows_cut(build, config, out, lambda table: as_many_of_each(table, [range(table.num_rows)], seed))
+
+
+def asked_both_ways(build: Path, config: str, out: Path, seed: int) -> Path:
+    """`build` copied to `out` with its train split's `config` rows cut image by image to as many of each answer
+    as that image's rarest has (an image asked one way only goes). Every image is then asked "Yes." as often as
+    "No.", so what an image says of the answer whatever the question (how much is drawn on it) scores 50, and a
+    probe scores above that only by reading the finding and region its question names."""
+
+    def per_image(table: pa.Table) -> list[int]:
+        by_image: dict[str, list[int]] = {}
+        for index, image in enumerate(table["dicom_id"].to_pylist()):
+            by_image.setdefault(image, []).append(index)
+        return as_many_of_each(table, list(by_image.values()), seed)
+
+    return _train_rows_cut(build, config, out, per_image)
+
+
+def as_many_of_each(table: pa.Table, groups: list, seed: int) -> list[int]:
+    """Row indices of `table`: from each group of indices, as many rows of each of the table's answers as the
+    group's rarest answer has (none where the group lacks one), chosen at random by `seed`; in table order."""
+    answers = table["answer"].to_pylist()
+    every_answer = dict.fromkeys(answers)
+    rng = random.Random(seed)
+    chosen = []
+    for group in groups:
+        by_answer: dict[str, list[int]] = {}
+        for index in group:
+            by_answer.setdefault(answers[index], []).append(index)
+        keep = min(len(by_answer.get(answer, [])) for answer in every_answer)
+        chosen += [i for rows in by_answer.values() for i in rng.sample(rows, keep)]
+    return sorted(chosen)
+
+
+def _train_rows_cut(build: Path, config: str, out: Path, chosen: Callable[[pa.Table], list[int]]) -> Path:
+    """`build` copied to `out` with its train split's `config` rows cut to those `chosen` picks; made once."""
     if out.is_dir():
         return out
     shutil.copytree(build, out)
     path = next((out / "data" / "train").glob(f"{config}-*.parquet"))
     table = pq.read_table(path)
-    by_answer: dict[str, list[int]] = {}
-    for index, answer in enumerate(table["answer"].to_pylist()):
-        by_answer.setdefault(answer, []).append(index)
-    keep = min(len(rows) for rows in by_answer.values())
-    rng = random.Random(seed)
-    chosen = sorted(i for rows in by_answer.values() for i in rng.sample(rows, keep))
-    pq.write_table(table.take(chosen), path)
+    pq.write_table(table.take(chosen(table)), path)
     _forget_split_sizes(out)
     return out
 
@@ -371,19 +415,19 @@ def headline(dataset: str, scores: dict, types: tuple[str, ...] = GEMEX_SCORED) 
 
 
 def score_run(settings: Settings, run: Run, model: Path) -> Run:
-    log = settings.out / "logs" / f"{Path(run.predictions).stem}.log"
-    generate(settings, model, run.dataset, Path(run.build), Path(run.predictions), log)
-    scores = evaluate(
-        settings,
-        run.dataset,
-        Path(run.build),
-        ["--predictions", run.predictions],
-        Path(run.predictions).with_suffix(".scores.json"),
-        log,
-    )
+    scores = generated_scores(settings, model, run.dataset, Path(run.build), Path(run.predictions))
     run.accuracy, run.v_score, run.questions = headline(run.dataset, scores, scored_types(settings))
     run.scores = {k: v for k, v in scores.items() if k != "per_category"}
     return run
+
+
+def generated_scores(settings: Settings, model: Path, dataset: str, build: Path, predictions: Path) -> dict:
+    """What `model` answers to `build`'s questions, as `cxr-vqa evaluate` scores it."""
+    log = settings.out / "logs" / f"{predictions.stem}.log"
+    generate(settings, model, dataset, build, predictions, log)
+    return evaluate(
+        settings, dataset, build, ["--predictions", str(predictions)], predictions.with_suffix(".scores.json"), log
+    )
 
 
 def majority(settings: Settings, dataset: str, build: Path) -> dict:
@@ -393,8 +437,10 @@ def majority(settings: Settings, dataset: str, build: Path) -> dict:
     return {"dataset": dataset, "accuracy": accuracy, "v_score": v, "questions": n}
 
 
-def arm_run(settings: Settings, dataset: str, arm: str, train_build: Path, held_out: Path, model: Path) -> Run:
-    """One arm: its training and held-out builds, the probe trained on the first and scored on the second."""
+def arm_run(settings: Settings, dataset: str, arm: str, builds: tuple[Path, Path, Path | None], model: Path) -> Run:
+    """One arm: its training and held-out builds, the probe trained on the first and scored on the second (and
+    on the held-out images asked both ways, where `prepared_builds` made them)."""
+    train_build, held_out, both_ways = builds
     arm_train = make_arm(dataset, train_build, arm, settings.out / f"{dataset}-train-{arm}", settings.seed)
     arm_held = make_arm(dataset, held_out, arm, settings.out / f"{dataset}-held-out-{arm}", settings.seed)
     run_dir = settings.out / f"run-{dataset}-{arm}"
@@ -410,6 +456,11 @@ def arm_run(settings: Settings, dataset: str, arm: str, train_build: Path, held_
         steps,
     )
     score_run(settings, run, trained)
+    if both_ways is not None:
+        arm_both = make_arm(dataset, both_ways, arm, settings.out / f"{dataset}-both-ways-{arm}", settings.seed)
+        predictions = settings.out / f"{dataset}-{arm}-both-ways.jsonl"
+        scores = generated_scores(settings, trained, dataset, arm_both, predictions)
+        run.both_ways_accuracy, _, run.both_ways_questions = headline(dataset, scores, scored_types(settings))
     print(f"{dataset} {arm}: accuracy {run.accuracy:.2f} ({run.questions} questions), {seconds:.0f} s", flush=True)
     return run
 
@@ -444,19 +495,20 @@ def layout_runs(settings: Settings, dataset: str, train_build: Path, held_out: P
 
 def table(runs: list[Run], majorities: list[dict]) -> str:
     lines = [
-        "| dataset | arm | layout | time | steps | train s | questions | accuracy | V (GEMeX) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| dataset | arm | layout | time | steps | train s | questions | accuracy | V (GEMeX) | both ways (GEMeX) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         v = f"{r.v_score:.2f}" if r.v_score is not None else "-"
+        both = f"{r.both_ways_accuracy:.2f} of {r.both_ways_questions}" if r.both_ways_accuracy is not None else "-"
         lines.append(
             f"| {r.dataset} | {r.arm} | {r.layout} | {int(r.time_fraction * 100)}% | {r.steps} | {r.train_seconds:.0f} "
-            f"| {r.questions} | {r.accuracy:.2f} | {v} |"
+            f"| {r.questions} | {r.accuracy:.2f} | {v} | {both} |"
         )
     for m in majorities:
         v = f"{m['v_score']:.2f}" if m["v_score"] is not None else "-"
         lines.append(
-            f"| {m['dataset']} | majority baseline | - | - | - | - | {m['questions']} | {m['accuracy']:.2f} | {v} |"
+            f"| {m['dataset']} | majority baseline | - | - | - | - | {m['questions']} | {m['accuracy']:.2f} | {v} | - |"
         )
     return "\n".join(lines)
 
@@ -470,6 +522,8 @@ def release_note(settings: Settings) -> str:
     )
     balancing = settings.balance_answers and settings.gemex_config and "gemex" in settings.datasets
     rows = "GEMeX's answers balanced, trained and scored" if balancing else "every row"
+    if settings.train_both_ways and settings.gemex_config == "closed_ended" and "gemex" in settings.datasets:
+        rows += "; GEMeX trained on images asked both ways"
     replies = {
         "answer": "the answer alone (no reason, no boxes)",
         "answer_boxes": "the answer and boxes (no reason)",
@@ -494,13 +548,23 @@ def margins(runs: list[Run], majorities: list[dict]) -> list[str]:
     return out
 
 
-def prepared_builds(settings: Settings, dataset: str) -> tuple[Path, Path]:
+def prepared_builds(settings: Settings, dataset: str) -> tuple[Path, Path, Path | None]:
     """The dataset's training and held-out builds as every arm reads them (GEMeX: answers balanced, per-image
-    conversations cut to the trained config, as the settings ask)."""
+    conversations cut to the trained config, as the settings ask), and for GEMeX's yes/no questions the held-out
+    release's images asked both ways (`asked_both_ways`; None otherwise), which `--train-both-ways` trains on too."""
     count = settings.train_images if dataset == "gemex" else settings.train_studies
     held = settings.held_out_images if dataset == "gemex" else settings.held_out_studies
     train_build = release_and_build(settings, dataset, "train", count, settings.seed)
     held_out = release_and_build(settings, dataset, "held-out", held, settings.seed + HELD_OUT_SEED)
+    both_ways = None
+    if dataset == "gemex" and settings.gemex_config == "closed_ended":
+        both_ways = asked_both_ways(
+            held_out, "closed_ended", settings.out / f"{held_out.name}-both-ways", settings.seed
+        )
+        if settings.train_both_ways:
+            train_build = asked_both_ways(
+                train_build, "closed_ended", settings.out / f"{train_build.name}-both-ways", settings.seed
+            )
     if dataset == "gemex" and settings.balance_answers and settings.gemex_config:
         train_build, held_out = (
             balanced(build, settings.gemex_config, settings.out / f"{build.name}-balanced", settings.seed)
@@ -510,7 +574,7 @@ def prepared_builds(settings: Settings, dataset: str) -> tuple[Path, Path]:
         train_build = conversations_of(
             train_build, settings.gemex_config, settings.out / f"{train_build.name}-per-image"
         )
-    return train_build, held_out
+    return train_build, held_out, both_ways
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -523,14 +587,13 @@ def main(argv: list[str] | None = None) -> int:
     arms = []
     with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
         for dataset in settings.datasets:
-            train_build, held_out = prepared_builds(settings, dataset)
+            builds = prepared_builds(settings, dataset)
+            train_build, held_out, _ = builds
             majorities.append(majority(settings, dataset, held_out))
             if settings.layout == "per_image":
                 runs += layout_runs(settings, dataset, train_build, held_out, model)
             else:
-                arms += [
-                    pool.submit(arm_run, settings, dataset, arm, train_build, held_out, model) for arm in settings.arms
-                ]
+                arms += [pool.submit(arm_run, settings, dataset, arm, builds, model) for arm in settings.arms]
         try:
             runs += [arm.result() for arm in arms]
         except BaseException:  # a failed arm (SystemExit naming its log) or ^C: start no other

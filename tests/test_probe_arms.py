@@ -15,7 +15,7 @@ import pytest
 from datasets import load_dataset
 from PIL import Image
 
-from benchmarks.learning_signal import Settings, balanced, conversations_of, headline
+from benchmarks.learning_signal import Settings, asked_both_ways, balanced, conversations_of, headline
 from benchmarks.probe_arms import ARMS, SEEN, image_column, make_arm, parquet_files, permutation
 from tests.tiny_builds import synthetic_embed_builds
 
@@ -132,6 +132,28 @@ def test_balanced_rows_keep_as_many_of_each_answer_as_the_rarest_has(builds, tmp
     assert {k: v for k, v in after.items() if k != name} == {k: v for k, v in before.items() if k != name}
     loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
     assert len(loaded) == len(kept)
+
+
+def test_images_asked_both_ways_keep_as_many_of_each_answer_image_by_image(builds, tmp_path):
+    out = asked_both_ways(builds["gemex"], "closed_ended", tmp_path / "both-ways", seed=0)
+    name = "data/train/closed_ended-00000-of-00001.parquet"
+    before, after = rows(builds["gemex"]), rows(out)
+    answers_of = defaultdict(list)
+    for row in before[name]:
+        answers_of[row["dicom_id"]].append(row["answer"])
+    every_answer = {row["answer"] for row in before[name]}
+    kept = defaultdict(list)
+    for row in after[name]:
+        kept[row["dicom_id"]].append(row["answer"])
+    asked_both = {image for image, answers in answers_of.items() if set(answers) == every_answer}
+    assert kept and set(kept) == asked_both < set(answers_of)
+    for image, answers in kept.items():
+        rarest = min(answers_of[image].count(a) for a in every_answer)
+        assert {a: answers.count(a) for a in every_answer} == dict.fromkeys(every_answer, rarest)
+    assert {r["question_id"] for r in after[name]} <= {r["question_id"] for r in before[name]}
+    assert {k: v for k, v in after.items() if k != name} == {k: v for k, v in before.items() if k != name}
+    loaded = load_dataset(str(out), "closed_ended", split="train", cache_dir=str(tmp_path / "cache"))
+    assert len(loaded) == len(after[name])
 
 
 def test_per_image_conversations_hold_the_questions_of_the_per_question_config(builds, tmp_path):
