@@ -88,8 +88,9 @@ SIZES = {
     ),
 }
 """What `--size` takes. `smoke` (a few MB) learns the reply format in a few steps; `probe` (about 1 M
-parameters) sees a 112-pixel image in 8-pixel patches, 49 image tokens, enough to tell which findings a
-synthetic picture shows where, and trains in minutes on a CPU (`benchmarks/learning_signal.py`). The probe's
+parameters) sees a 112-pixel image in 8-pixel patches, 49 image tokens, and trains in minutes on a CPU
+(`benchmarks/learning_signal.py`), where it learns what a synthetic picture shows as a whole, not yet where
+the finding a question names lies (docs/benchmarks.md). The probe's
 weights start at a standard deviation of 0.08, about one over the square root of its width, as 0.02 is for
 the Hub's models a thousand wide: at 0.02 its attention starts near uniform and the image's part of the
 answer stays too small to find for hundreds of steps (docs/benchmarks.md). `wide` (about 4 M: twice the
@@ -391,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
         "--size",
         choices=list(SIZES),
         default="smoke",
-        help="smoke: a few MB, learns the reply format; probe: sees the findings in a synthetic image; wide: "
+        help="smoke: a few MB, learns the reply format; probe: learns what a synthetic image shows, in minutes; wide: "
         f"a larger probe, for a GPU's steps (probe and wide: {', '.join(SIZED_FAMILIES)})",
     )
     args = parser.parse_args(argv)
