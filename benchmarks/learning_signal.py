@@ -49,7 +49,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -237,7 +237,7 @@ def asked_both_ways(build: Path, config: str, out: Path, seed: int) -> Path:
     return _train_rows_cut(build, config, out, per_image)
 
 
-def as_many_of_each(table: pa.Table, groups: list, seed: int) -> list[int]:
+def as_many_of_each(table: pa.Table, groups: list[Sequence[int]], seed: int) -> list[int]:
     """Row indices of `table`: from each group of indices, as many rows of each of the table's answers as the
     group's rarest answer has (none where the group lacks one), chosen at random by `seed`; in table order."""
     answers = table["answer"].to_pylist()
