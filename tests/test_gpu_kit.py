@@ -122,12 +122,16 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
 
 
 @pytest.mark.slow
-def test_run_sh_tiny_part_4_trains_each_arm_for_the_same_time_and_scores_it_held_out(tmp_path):
-    """B.5: the learning-signal benchmark as the plan sets it, each arm stopped at the plan's wall time
-    (sft.py saves where SIGTERM stops it) and scored on the held-out release beside the majority baseline."""
+@pytest.mark.parametrize("part", ["4", "5"])
+def test_run_sh_tiny_signal_parts_train_each_arm_for_the_same_time_and_score_it_held_out(tmp_path, part):
+    """B.5: the learning-signal benchmark as the plan sets it (part 5: GEMeX trained and scored on images asked
+    both ways, by the step's own settings), each arm stopped at the plan's wall time (sft.py saves where SIGTERM
+    stops it) and scored on the held-out release beside the majority baseline."""
     out, work = tmp_path / "out", tmp_path / "work"
-    run_sh_tiny("4", out, work)
-    signal = kit.load_plan(tiny=True)["signal"]
+    run_sh_tiny(part, out, work)
+    plan = kit.load_plan(tiny=True)
+    (step,) = plan["parts"][part]
+    signal = {**plan["signal"], **step}
     rows = [r for r in rows_of(out) if r["bench"] == "B.5"]
     dataset, arms = signal["datasets"], signal["arms"].split(",")
     assert [r["name"] for r in rows] == [f"{dataset} {arm}" for arm in arms] + [f"{dataset} majority baseline"]
@@ -138,9 +142,12 @@ def test_run_sh_tiny_part_4_trains_each_arm_for_the_same_time_and_scores_it_held
         assert row["seconds"] >= signal["train_seconds"]
         assert row["questions"] == baseline["questions"] > 0 and 0 <= row["accuracy"] <= 100
         assert f"--train-seconds={signal['train_seconds']}" in row["command"]
+        assert ("--train-both-ways" in row["command"].split()) == bool(signal.get("train_both_ways"))
+        assert (row["both_ways_accuracy"] is None) == (dataset != "gemex")
     with tarfile.open(out / "logs.tar.gz") as archive:
         names = set(archive.getnames())
-    assert {"logs-part4/signal/result.json", *(f"logs-part4/signal/run-{dataset}-{arm}.log" for arm in arms)} <= names
+    logs = f"logs-part{part}/signal"
+    assert {f"{logs}/result.json", *(f"{logs}/run-{dataset}-{arm}.log" for arm in arms)} <= names
     assert f"| {dataset} | images | {signal['size']} |" in (out / "results.md").read_text()
 
 

@@ -556,17 +556,12 @@ def step_epoch_hours(kit: Kit, spec: dict) -> None:
 def step_signal(kit: Kit, spec: dict) -> None:
     """B.5: the learning-signal benchmark (`benchmarks/learning_signal.py`) at what a CPU cannot reach: the
     plan's probe size, every arm trained for the same wall time, scored on held-out questions beside the
-    majority baseline. Its releases are its own (the plain-findings drawing at the probe's sizes)."""
-    settings = kit.plan["signal"]
-    out = kit.work / "signal"
+    majority baseline. Its releases are its own (the plain-findings drawing at the probe's sizes). The step's
+    own keys override the plan's `signal` settings (a `true` one is a flag: `train_both_ways: true`)."""
+    settings = {**kit.plan["signal"], **{key: value for key, value in spec.items() if key != "step"}}
+    out = kit.work / f"signal-{settings['datasets'].replace(',', '-')}"
     (out / "result.json").unlink(missing_ok=True)
-    command = python(
-        "-m",
-        "benchmarks.learning_signal",
-        *(f"--{key.replace('_', '-')}={value}" for key, value in settings.items() if key != "timeout"),
-        "--out",
-        out,
-    )
+    command = python("-m", "benchmarks.learning_signal", *signal_options(settings), "--out", out)
     outcome = kit.run("signal", command, settings["timeout"])
     if (out / "logs").is_dir():
         shutil.copytree(out / "logs", kit.logs / "signal", dirs_exist_ok=True)
@@ -579,7 +574,7 @@ def step_signal(kit: Kit, spec: dict) -> None:
             f"{run['dataset']} {run['arm']}",
             Outcome("ok", run["train_seconds"]),
             command,
-            **{key: run[key] for key in ("dataset", "arm", "steps", "questions", "accuracy")},
+            **{key: run.get(key) for key in ("dataset", "arm", "steps", "questions", "accuracy", "both_ways_accuracy")},
             size=settings["size"],
         )
     for baseline in result.get("majority", []):
@@ -592,6 +587,18 @@ def step_signal(kit: Kit, spec: dict) -> None:
         )
     if outcome.status != "ok" or not result:
         kit.record("B.5", "learning signal", outcome, command)
+
+
+def signal_options(settings: dict) -> list[str]:
+    """`learning_signal`'s options from the plan's settings: `--key=value`; a flag `--key` where true, `--no-key`
+    where false (what an option that defaults to true takes)."""
+    options = []
+    for key, value in settings.items():
+        if key == "timeout":
+            continue
+        name = key.replace("_", "-")
+        options.append(f"--{name}" if value is True else f"--no-{name}" if value is False else f"--{name}={value}")
+    return options
 
 
 STEPS = {

@@ -58,6 +58,7 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("steps", "steps"),
         ("questions", "questions"),
         ("accuracy", "accuracy"),
+        ("both_ways_accuracy", "both ways (GEMeX)"),
     ],
 }
 TITLES = {
