@@ -34,8 +34,8 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from benchmarks.learning_signal import balanced
 from benchmarks.probe_arms import make_arm
+from benchmarks.probe_rows import balanced
 from cxr_vqa.options import options_from_command_line
 
 CONFIG = "closed_ended"

@@ -1,7 +1,8 @@
 """The learning-signal benchmark's control arms (benchmarks/probe_arms.py): a blank arm whose every image
 is one constant grey of the original's size, a shuffled arm whose images are a derangement of the
 build's images (GEMeX) or studies (ReXVQA), the same in every file; rows, questions and answers untouched;
-a marked arm whose images are blank and whose words hold the answer."""
+a marked arm whose images are blank and whose words hold the answer. And the rows each arm trains on
+(benchmarks/probe_rows.py): answers balanced, images asked both ways, conversations cut to one config's turns."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import pytest
 from datasets import load_dataset
 from PIL import Image
 
-from benchmarks.learning_signal import Settings, asked_both_ways, balanced, conversations_of, headline
+from benchmarks.learning_signal import Settings, headline
 from benchmarks.probe_arms import ARMS, SEEN, image_column, make_arm, parquet_files, permutation
+from benchmarks.probe_rows import asked_both_ways, balanced, conversations_of
 from tests.tiny_builds import synthetic_embed_builds
 
 KEY = {"gemex": "dicom_id", "rexvqa": "study_id"}
