@@ -2,6 +2,7 @@
 
     python -m benchmarks.pixel_signal --gemex BUILD --rexvqa BUILD --out runs/pixel-signal
     python -m benchmarks.pixel_signal --gemex BUILD --out runs/ps --image-sizes 112,224 --epochs 12
+    python -m benchmarks.pixel_signal --gemex BUILD --out runs/pt --learner tokens --probe-model PROBE --epochs 10
 
 Before asking why a VLM probe (`benchmarks/learning_signal.py`) learns nothing from the pixels, ask
 whether there is anything to learn at the size it sees them. This trains a plain classifier (CPU, a
@@ -14,9 +15,11 @@ wording:
   output of the net; the study's first image).
 
 `--learner` picks the classifier: `cnn` (`AnswerNet`, four conv layers, learns where a mark lies through two
-coordinate channels) or `grid` (`GridNet`, the image pooled to a coarse grid whose every cell is an input of
-its own, so where a mark lies is given, not learnt). How many examples each needs before it answers held-out
-questions tells what a mark costs to read from what a learner's shape costs. `--image-only` withholds what the
+coordinate channels), `grid` (`GridNet`, the image pooled to a coarse grid whose every cell is an input of
+its own, so where a mark lies is given, not learnt) or `tokens` (`TokensNet`, the grid's perceptron over the
+image tokens a probe's decoder receives: `--probe-model`'s vision tower and connector, frozen; above chance, those
+tokens carry the answer, and a probe that stays at chance falls short in its decoder). How many examples each
+needs before it answers held-out questions tells what a mark costs to read from what a learner's shape costs. `--image-only` withholds what the
 questions name: what the image alone says of the answer, before anything in it is tied to the question's words.
 
 Each image is what the probe's processor makes of it (`--image-sizes 112`: the `--size probe` Idefics3
@@ -46,14 +49,17 @@ import torch
 from PIL import Image
 from torch import nn
 
+from benchmarks.probe_arms import GREY
 from gemex_dataset.synthetic.distributions import FINDING_BY_NAME, SEVERITIES
 from training_recipes.data import to_rgb
 from training_recipes.tiny_model import SIZES, idefics3_image_processor
 
 ARMS = ("images", "blank")
-LEARNERS = ("cnn", "grid")
+LEARNERS = ("cnn", "grid", "tokens")
 GEMEX_OPTIONS = ("Yes.", "No.")
 PROBE_SIZE = SIZES["probe"].image_size
+GREY_VIEW = 2 * GREY / 255 - 1
+"""The learning-signal arms' blank grey as the probe's processor normalises it (its mean and spread 0.5)."""
 
 
 @dataclass
@@ -229,8 +235,49 @@ class GridNet(nn.Module):
         return self.out(self.cells(cells) + self.condition(conditions).sum(1))
 
 
-def answer_net(settings: argparse.Namespace, conditions: int, options: int) -> nn.Module:
-    """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's hidden units / 16)."""
+class TokensNet(nn.Module):
+    """A two-layer perceptron over image tokens encoded once (`probe_tokens`), every feature of every token an
+    input, plus the sum of the embeddings of what the question names; one score per option text."""
+
+    region_mask = False
+
+    def __init__(self, features: int, conditions: int, options: int, hidden: int = 256):
+        super().__init__()
+        self.tokens = nn.Linear(features, hidden)
+        self.condition = nn.Embedding(conditions, hidden)
+        self.out = nn.Sequential(nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, options))
+
+    def forward(self, tokens: torch.Tensor, conditions: torch.Tensor, masks: None = None) -> torch.Tensor:
+        return self.out(self.tokens(tokens) + self.condition(conditions).sum(1))
+
+
+def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> torch.Tensor:
+    """Each image (the probe's grey view, `N x 1 x H x W`) as the probe's decoder receives it: the tokens its
+    vision tower and connector make, flattened to one vector an image and standardised feature by feature. An
+    Idefics3 probe (`tiny_model --size probe`); it takes an all-zero image for padding, so a blank arm's zeros are
+    encoded as the grey the learning-signal arms' blank images hold."""
+    from transformers import AutoModelForImageTextToText
+
+    model = AutoModelForImageTextToText.from_pretrained(probe_model).eval()
+    edge = model.config.vision_config.image_size
+    if images.shape[-1] != edge:
+        raise SystemExit(f"--probe-model {probe_model} sees {edge} px images: give --image-sizes {edge}")
+    images = torch.where(images.flatten(1).eq(0).all(1)[:, None, None, None], GREY_VIEW, images)
+    encoded = []
+    with torch.no_grad():
+        for chunk in images.split(batch):
+            output = model.model.get_image_features(pixel_values=chunk.expand(-1, 3, -1, -1)[:, None])
+            tokens = getattr(output, "pooler_output", output)
+            encoded.append(torch.stack(list(tokens)).flatten(1))
+    tokens = torch.cat(encoded)
+    return (tokens - tokens.mean(0)) / (tokens.std(0) + 1e-6)
+
+
+def answer_net(settings: argparse.Namespace, conditions: int, options: int, features: int = 0) -> nn.Module:
+    """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's and the tokens'
+    hidden units / 16); `features`: the width of an image's encoded tokens (`tokens`)."""
+    if settings.learner == "tokens":
+        return TokensNet(features, conditions, options, 16 * settings.width)
     if settings.learner == "grid":
         return GridNet(conditions, options, 16 * settings.width, settings.region_mask)
     return AnswerNet(conditions, options, settings.width, settings.region_mask)
@@ -315,12 +362,14 @@ def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int,
     keys = sorted(examples.images)
     stack = np.stack([examples.images[k] for k in keys])[:, None]
     images = torch.from_numpy(np.zeros_like(stack) if arm == "blank" else stack)
+    if settings.learner == "tokens":
+        images = probe_tokens(images, settings.probe_model)
     image_index = {k: i for i, k in enumerate(keys)}
     vocab = {c: i + 1 for i, c in enumerate(sorted({c for q in train for c in q.condition}))}
     option_vocab = {o: i for i, o in enumerate(sorted({o for q in train for o in q.options}))}
     train_batch = tensors(train, image_index, vocab, option_vocab)
     test_batch = tensors(test, image_index, vocab, option_vocab)
-    net = answer_net(settings, len(vocab) + 1, len(option_vocab))
+    net = answer_net(settings, len(vocab) + 1, len(option_vocab), images[0].numel())
     optimizer = torch.optim.AdamW(net.parameters(), lr=settings.learning_rate, weight_decay=1e-4)
     steps = settings.epochs * -(-len(train) // settings.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.learning_rate, total_steps=steps)
@@ -401,7 +450,14 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--learner",
         choices=LEARNERS,
         default="cnn",
-        help="cnn: conv layers, position learnt from coordinate channels; grid: a perceptron over a 28 x 28 grid of cells",
+        help="cnn: conv layers, position learnt from coordinate channels; grid: a perceptron over a 28 x 28 grid of "
+        "cells; tokens: a perceptron over the image tokens --probe-model's frozen vision tower and connector make",
+    )
+    p.add_argument(
+        "--probe-model",
+        type=Path,
+        help="the Idefics3 probe whose image tokens `--learner tokens` reads (python -m training_recipes.tiny_model "
+        "--size probe, or a probe trained by sft.py)",
     )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32)
@@ -424,6 +480,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if not (a.gemex or a.rexvqa):
         p.error("give --gemex BUILD, --rexvqa BUILD or both")
+    if a.learner == "tokens" and a.probe_model is None:
+        p.error("--learner tokens reads a probe's image tokens: give --probe-model MODEL")
+    if a.learner == "tokens" and a.region_mask:
+        p.error("--region-mask is a channel of the image: --learner tokens reads tokens, not pixels")
     unknown = set(a.arms.split(",")) - set(ARMS)
     if unknown:
         p.error(f"--arms: unknown {', '.join(sorted(unknown))}; one or more of {', '.join(ARMS)}")

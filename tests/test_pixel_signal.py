@@ -19,6 +19,7 @@ from benchmarks.pixel_signal import (
     grade_named,
     held_out,
     main,
+    probe_tokens,
     rexvqa_questions,
     unnamed,
 )
@@ -122,6 +123,44 @@ def test_the_grid_learner_runs_every_arm_and_is_named_in_each_run(builds, tmp_pa
     runs = json.loads((out / "result.json").read_text())["runs"]
     assert [(r["arm"], r["learner"]) for r in runs] == [("images", "grid"), ("blank", "grid")]
     assert "| rexvqa | images | grid | 32 |" in capsys.readouterr().out
+
+
+@pytest.fixture(scope="module")
+def probe(tmp_path_factory) -> Path:
+    from training_recipes.tiny_model import save_tiny_vlm
+
+    return save_tiny_vlm("idefics3", tmp_path_factory.mktemp("probe") / "probe", size="probe")
+
+
+def test_the_tokens_learner_reads_the_probe_s_image_tokens_in_every_arm(builds, probe, tmp_path, capsys):
+    out = tmp_path / "tokens"
+    args = ["--gemex", str(builds["gemex"]), "--out", str(out), "--learner", "tokens", "--probe-model", str(probe)]
+    assert main([*args, "--epochs", "1", "--held-out-share", "0.4", "--width", "1"]) == 0
+    runs = json.loads((out / "result.json").read_text())["runs"]
+    assert [(r["arm"], r["learner"], r["image_size"]) for r in runs] == [
+        ("images", "tokens", 112),
+        ("blank", "tokens", 112),
+    ]
+    assert all(r["held_out_questions"] > 0 and 0 <= r["accuracy"] <= 100 for r in runs)
+    assert "| gemex | images | tokens | 112 |" in capsys.readouterr().out
+
+
+def test_probe_tokens_are_one_vector_an_image_and_blank_images_are_not_taken_for_padding(probe):
+    """Idefics3 drops an all-zero image as padding; the blank arm's zeros must still give one row each, all alike."""
+    torch.manual_seed(0)
+    pictures = torch.rand(3, 1, 112, 112) * 2 - 1
+    tokens = probe_tokens(pictures, probe)
+    assert tokens.shape == (3, 49 * 128) and not torch.equal(tokens[0], tokens[1])
+    blank = probe_tokens(torch.zeros(4, 1, 112, 112), probe)
+    assert blank.shape == (4, 49 * 128) and bool((blank == blank[0]).all())
+    with pytest.raises(SystemExit, match="sees 112 px images: give --image-sizes 112"):
+        probe_tokens(torch.zeros(2, 1, 56, 56), probe)
+
+
+def test_the_tokens_learner_is_refused_without_a_probe(builds, tmp_path, capsys):
+    with pytest.raises(SystemExit):
+        main(["--gemex", str(builds["gemex"]), "--out", str(tmp_path), "--learner", "tokens"])
+    assert "--learner tokens reads a probe's image tokens: give --probe-model MODEL" in capsys.readouterr().err
 
 
 def test_the_grid_net_answers_where_a_mark_lies():
