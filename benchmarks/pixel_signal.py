@@ -220,10 +220,18 @@ class GridNet(nn.Module):
     of a two-layer perceptron, plus the sum of the embeddings of what the question names; one score per option
     text. A mark's place is where it lands in the input, so nothing about position has to be learnt."""
 
-    def __init__(self, conditions: int, options: int, hidden: int = 256, region_mask: bool = False, grid: int = 28):
+    def __init__(
+        self,
+        conditions: int,
+        options: int,
+        hidden: int = 256,
+        region_mask: bool = False,
+        grid: int = 28,
+        inputs: int | None = None,
+    ):
         super().__init__()
         self.region_mask, self.grid = region_mask, grid
-        self.cells = nn.Linear((2 if region_mask else 1) * grid * grid, hidden)
+        self.cells = nn.Linear(inputs or (2 if region_mask else 1) * grid * grid, hidden)
         self.condition = nn.Embedding(conditions, hidden)
         self.out = nn.Sequential(nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, options))
 
@@ -231,24 +239,21 @@ class GridNet(nn.Module):
         self, images: torch.Tensor, conditions: torch.Tensor, masks: torch.Tensor | None = None
     ) -> torch.Tensor:
         x = images if masks is None else torch.cat([images, masks], 1)
-        cells = nn.functional.adaptive_avg_pool2d(x, self.grid).flatten(1)
-        return self.out(self.cells(cells) + self.condition(conditions).sum(1))
+        return self.scores(nn.functional.adaptive_avg_pool2d(x, self.grid).flatten(1), conditions)
+
+    def scores(self, inputs: torch.Tensor, conditions: torch.Tensor) -> torch.Tensor:
+        return self.out(self.cells(inputs) + self.condition(conditions).sum(1))
 
 
-class TokensNet(nn.Module):
-    """A two-layer perceptron over image tokens encoded once (`probe_tokens`), every feature of every token an
-    input, plus the sum of the embeddings of what the question names; one score per option text."""
+class TokensNet(GridNet):
+    """The grid's perceptron over an image's tokens encoded once (`probe_tokens`: one vector of `inputs` features
+    an image) in place of its cells."""
 
-    region_mask = False
-
-    def __init__(self, features: int, conditions: int, options: int, hidden: int = 256):
-        super().__init__()
-        self.tokens = nn.Linear(features, hidden)
-        self.condition = nn.Embedding(conditions, hidden)
-        self.out = nn.Sequential(nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, options))
+    def __init__(self, inputs: int, conditions: int, options: int, hidden: int = 256):
+        super().__init__(conditions, options, hidden, inputs=inputs)
 
     def forward(self, tokens: torch.Tensor, conditions: torch.Tensor, masks: None = None) -> torch.Tensor:
-        return self.out(self.tokens(tokens) + self.condition(conditions).sum(1))
+        return self.scores(tokens, conditions)
 
 
 def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> torch.Tensor:
