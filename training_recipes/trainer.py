@@ -32,6 +32,18 @@ PRIVATE_TRAINER_HOOKS: dict[str, str] = {
 """The Trainer's private methods `LengthGroupedSFTTrainer` overrides or calls, as `inspect.signature` prints them."""
 
 
+def require_stateful_loader() -> None:
+    """A stream is read only by torchdata's loader: say so before accelerate fails inside `prepare`."""
+    try:
+        import torchdata.stateful_dataloader  # noqa: F401
+    except ImportError as err:
+        raise ImportError(
+            "training on a stream (interleaved datasets, --streaming) reads it through torchdata's StatefulDataLoader,"
+            " which resumes a run where it stopped, and torchdata is not installed: pip install 'torchdata>=0.11'"
+            " (in the recipes' extra: pip install 'cxr-vqa[train]')"
+        ) from err
+
+
 def vision_example():
     """A row of the stream's shape, for SFTTrainer's look at a first example (images? a conversation?)."""
     yield {"images": [], "messages": [{"role": "user", "content": [{"type": "text", "text": ""}]}], "question_ids": []}
@@ -70,7 +82,9 @@ class LengthGroupedSFTTrainer(SFTTrainer):
         self.stream = isinstance(kwargs.get("train_dataset"), IterableDataset)
         self.stream_checkpoint: str | None = None
         train_dataset = kwargs.get("train_dataset")
-        if self.stream:  # SFTTrainer reads a first example to see that the rows have images: not a block of the stream
+        if self.stream:
+            require_stateful_loader()
+            # SFTTrainer reads a first example to see that the rows have images: not a block of the stream
             kwargs["train_dataset"] = IterableDataset.from_generator(vision_example)
         super().__init__(*args, **kwargs)
         self.train_dataset = train_dataset

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Make the wheelhouse .whl/ (repo root, git-ignored) that benchmarks/gpu/run.sh installs on the GPU
 # machine, which has torch, torchvision, accelerate, pyarrow, pandas, huggingface-hub and sacrebleu but
-# no `datasets`, `trl` or package index (/work/.library/device/KINDS.md lists what it has).
+# no `datasets`, `trl`, `torchdata` or package index (/work/.library/device/KINDS.md lists what it has).
 #
 #   bash benchmarks/gpu/prepare.sh          # then carry ".whl" in the device call (benchmarks/gpu/README.md)
 #
@@ -10,7 +10,8 @@
 # the newest version datasets 5.2 accepts (<=2026.9.0; the machine's own is not known). No
 # liger-kernel: its Qwen2.5-VL patch does not load with transformers 5.23 (train_throughput.apply_liger).
 # pyarrow stays the machine's own: its wheel is 47 MiB, and with the rest over the 64 MiB a call
-# carries; datasets 5.2 asks for pyarrow>=24, which the environment row of every part checks.
+# carries; datasets 5.2 asks for pyarrow>=24, which the environment row of every part checks, with
+# the project's own requirements (torchdata: the recipes' trainer reads through a StatefulDataLoader).
 # Python 3.12, x86-64.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -23,6 +24,7 @@ PURE=(
   trl==1.16.0 transformers==5.24.0 peft==0.21.2
   jsonschema==4.26.0 jsonschema-specifications==2025.9.1 referencing==0.37.0 fastjsonschema==2.22.3
   pydicom==3.0.2 nltk==3.10.4 defusedxml==0.7.1
+  torchdata==0.11.0
 )
 # Compiled wheels: manylinux x86-64 for CPython 3.12 (regex: transformers 5.24 checks regex>=2025.10.22 at import).
 BINARY=(rpds-py==2026.9.1 regex==2026.11.15)
