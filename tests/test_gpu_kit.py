@@ -51,6 +51,7 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
 
     rows = rows_of(out)
     assert [r for r in rows if r["status"] not in ("ok", "skipped")] == []
+    assert rows[0]["bench"] == "env" and rows[0]["device"] == "cpu" and "unmet: none" in rows[0]["versions"]
     bench = {name: [r for r in rows if r["bench"] == name] for name in ("env", "data", "B.1", "B.2", "B.3", "B.4")}
     assert len(bench["data"]) == 4 and all(r["status"] == "ok" for r in bench["data"])
 
@@ -164,6 +165,70 @@ def test_a_broken_step_is_recorded_and_the_next_still_runs(tmp_path):
     )
     assert rows_of(tmp_path / "out") == rows
     assert "B.2" in (tmp_path / "out" / "results.md").read_text()
+
+
+CUDA_OUT_OF_MEMORY = (
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.54 GiB. GPU 0 has a total capacity of 79.18 GiB"
+    " of which 9.72 GiB is free. Including non-PyTorch memory, this process has 69.44 GiB memory in use. Of the"
+    " allocated memory 52.46 GiB is allocated by PyTorch, and 16.24 GiB is reserved by PyTorch but unallocated. If"
+    " reserved but unallocated memory is large try setting PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True to avoid"
+    " fragmentation.  See documentation for Memory Management  (https://docs.pytorch.org/docs/stable/notes/cuda.html)"
+)
+"""The line the H100 printed when a per-image batch's logits did not fit: longer than a row's error keeps."""
+
+
+def test_an_out_of_memory_step_is_known_from_its_whole_log(tmp_path):
+    """The recorded error keeps each last line's tail, which cuts CUDA's message before its "out of memory";
+    the retry at half the batch must still see it."""
+    plan = kit.load_plan(tiny=True)
+    runner = kit.Kit(plan, "x", tmp_path / "out", tmp_path / "work", True, kit.time.monotonic() + 60)
+    runner.logs.mkdir(parents=True)
+    script = f"import sys; print({CUDA_OUT_OF_MEMORY!r}, file=sys.stderr); sys.exit(1)"
+    outcome = runner.run("oom", [sys.executable, "-c", script], 30)
+    assert outcome.status == "failed" and outcome.out_of_memory
+    assert "out of memory" not in outcome.error.lower()
+    assert not runner.run("fails", [sys.executable, "-c", "raise SystemExit('no')"], 30).out_of_memory
+
+
+def test_a_training_row_out_of_memory_is_retried_at_half_the_batch(tmp_path, monkeypatch):
+    plan = kit.load_plan(tiny=True)
+    runner = kit.Kit(plan, "x", tmp_path / "out", tmp_path / "work", True, kit.time.monotonic() + 60)
+    runner.out.mkdir(parents=True)
+    runner.logs.mkdir(parents=True)
+    batches = []
+
+    def run(name: str, command: list[str], timeout: float) -> kit.Outcome:
+        batch = int(command[command.index("--batch_size") + 1])
+        batches.append(batch)
+        if batch > 1:
+            return kit.Outcome("failed", 1.0, 1, "orch but unallocated.", out_of_memory=True)
+        Path(command[command.index("--output_json") + 1]).write_text(json.dumps({"samples_per_s": 2.0}))
+        return kit.Outcome("ok", 1.0, 0)
+
+    monkeypatch.setattr(runner, "run", run)
+    monkeypatch.setattr(kit, "built_configs", lambda built: {"sft", "sft_per_image"})
+    kit.step_train(runner, {"step": "train", "dataset": "gemex", "layout": "per_image", "tuning": "full"})
+    assert batches == [2, 1]
+    assert [(r["status"], r["batch_size"]) for r in runner.rows] == [("failed", 2), ("ok", 1)]
+    assert runner.rows[-1]["samples_per_s"] == 2.0
+
+    batches.clear()
+    kit.step_train(
+        runner, {"step": "train", "dataset": "gemex", "layout": "per_question", "tuning": "full", "batch_size": 1}
+    )
+    assert batches == [1] and runner.rows[-1]["name"] == "gemex-per_question-full-default-batch1"
+
+
+def test_the_environment_row_checks_the_projects_own_requirements():
+    """The machine runs the checkout, never an installed copy: pyproject's requirements (torchdata for the
+    recipes' stateful loader, say) are checked there as the carried wheels' are."""
+    from benchmarks.gpu import environment
+
+    lines = environment.project_requirements()
+    assert any(line.startswith("torchdata") for line in lines) and any(line.startswith("datasets") for line in lines)
+    assert environment.unmet("cxr-vqa", ["no-such-package-here>=1", "pytest>=1"]) == [
+        "cxr-vqa needs no-such-package-here>=1 (have none)"
+    ]
 
 
 def test_the_carried_qwen25vl_3b_config_has_the_published_size():

@@ -63,6 +63,9 @@ class Outcome:
     seconds: float = 0.0
     returncode: int | None = None
     error: str | None = None
+    out_of_memory: bool = False
+    """Read from the whole log: the error keeps only each last line's tail, where CUDA's long message
+    can lose its "out of memory"."""
 
 
 @dataclass
@@ -113,7 +116,7 @@ class Kit:
                 )
         seconds = time.monotonic() - started
         if returncode != 0:
-            return Outcome("failed", seconds, returncode, log_tail(log))
+            return Outcome("failed", seconds, returncode, log_tail(log), out_of_memory=ran_out_of_memory(log))
         return Outcome("ok", seconds, 0)
 
     def env(self) -> dict[str, str]:
@@ -169,6 +172,11 @@ class Kit:
 def log_tail(log: Path, lines: int = 6) -> str:
     text = log.read_text(errors="replace").strip().splitlines()
     return " | ".join(line.strip()[-300:] for line in text[-lines:])
+
+
+def ran_out_of_memory(log: Path) -> bool:
+    text = log.read_text(errors="replace")
+    return "OutOfMemoryError" in text or "out of memory" in text.lower()
 
 
 def python(*args: str | Path) -> list[str]:
@@ -343,6 +351,8 @@ def train_name(spec: dict, default_speedups: list[str]) -> str:
     parts = [spec["dataset"], spec["layout"], spec["tuning"], spec.get("budget", "default")]
     if "speedups" in spec and spec["speedups"] != default_speedups:
         parts.append("+".join(spec["speedups"]) or "random-batches")
+    if "batch_size" in spec:
+        parts.append(f"batch{spec['batch_size']}")
     return "-".join(parts) + ("-profiled" if spec.get("profile") else "")
 
 
@@ -365,7 +375,7 @@ def step_train(kit: Kit, spec: dict) -> None:
             "B.1", name, Outcome("skipped", error=f"the {spec['dataset']} build has no `{config}` config"), **facts
         )
         return
-    batch_size = train["batch_size"][spec["tuning"]]
+    batch_size = spec.get("batch_size", train["batch_size"][spec["tuning"]])
     while True:
         result_file = kit.logs / f"train-{name}-bs{batch_size}.json"
         command = python(
@@ -418,8 +428,7 @@ def step_train(kit: Kit, spec: dict) -> None:
             ),
         )
         outcome = kit.run(f"train-{name}-bs{batch_size}", command, spec.get("timeout", train["timeout"]))
-        out_of_memory = outcome.status == "failed" and "out of memory" in (outcome.error or "").lower()
-        if out_of_memory and batch_size > 1:
+        if outcome.out_of_memory and batch_size > 1:
             kit.record("B.1", name, outcome, command, **facts, batch_size=batch_size)
             batch_size //= 2
             continue
@@ -625,11 +634,20 @@ def worker_command(kit: Kit, worker: str, result_file: Path) -> list[str]:
 
 
 def environment_note(kit: Kit) -> None:
-    """The versions the figures were taken with, and requirements of the carried wheels the machine
-    does not meet (benchmarks/gpu/environment.py): the first row of every part."""
+    """The versions the figures were taken with, the requirements the machine does not meet and its device
+    (benchmarks/gpu/environment.py): the first row of every part."""
     command = python("-m", "benchmarks.gpu.environment", *([] if kit.tiny else ["--import"]))  # carried wheels import?
     outcome = kit.run("environment", command, 120)
-    kit.record("env", "versions", outcome, versions=log_tail(kit.logs / "environment.log", 2))
+    lines = (kit.logs / "environment.log").read_text(errors="replace").splitlines()
+    versions = [line for line in lines if line.startswith(("python ", "unmet: "))]
+    device = next((line.removeprefix("device: ") for line in lines if line.startswith("device: ")), None)
+    kit.record(
+        "env",
+        "versions",
+        outcome,
+        versions=" | ".join(versions) or log_tail(kit.logs / "environment.log", 2),
+        **({"device": device} if device else {}),
+    )
 
 
 def run_part(plan: dict, part: str, out: Path, work: Path, tiny: bool) -> list[dict]:
