@@ -298,3 +298,23 @@ def test_a_build_is_reused_only_for_the_plan_it_was_made_for(tmp_path):
 
     (gemex / "build_report.json").write_text(json.dumps({**report, "rows_written": 1}))  # a build changed by hand
     assert kit.reuse_mismatch(gemex, kit.data_plan(larger, "gemex")) == "the build there changed after the kit made it"
+
+
+@pytest.mark.slow
+def test_the_layout_race_trains_the_same_questions_both_ways_and_scores_the_same_held_back_ones(tmp_path):
+    """B.6 on CPU: per question and per image from the same random weights, one epoch each of the same
+    images' questions, each model's loss on the same held-back questions."""
+    plan = kit.load_plan(tiny=True)
+    plan["parts"] = {"x": [{"step": "data"}, {"step": "layouts"}]}
+    rows = kit.run_part(plan, "x", tmp_path / "out", tmp_path / "work", tiny=True)
+    race = [r for r in rows if r["bench"] == "B.6"]
+    assert [(r["name"], r["status"]) for r in race] == [("per_question", "ok"), ("per_image", "ok")], race
+    per_question, per_image = race
+    assert per_question["images"] == per_image["images"] == plan["layout_race"]["images"]
+    assert per_question["questions"] == per_image["questions"] == per_question["rows"] > per_image["rows"]
+    for row in race:
+        batch_size = plan["layout_race"]["batch_size"][row["layout"]]
+        assert row["steps"] == -(-row["rows"] // batch_size) and row["batch_size"] == batch_size
+        assert row["held_back_questions"] == per_question["held_back_questions"] > 0
+        assert 0 < row["held_back_loss"] < 100 and row["train_seconds"] > 0
+    assert "B.6 Per question or per image" in (tmp_path / "out" / "results.md").read_text()

@@ -536,6 +536,21 @@ def step_loop(kit: Kit, spec: dict) -> None:
         )
 
 
+def step_layouts(kit: Kit, spec: dict) -> None:
+    """B.6: per question against per image, the same GEMeX questions (workers.layouts_worker), a row each."""
+    race, result_file = kit.plan["layout_race"], kit.logs / "layouts.json"
+    if kit.plan["layouts"]["gemex"]["per_image"] not in built_configs(kit.built("gemex")):
+        kit.record("B.6", "layouts", Outcome("skipped", error="the gemex build has no per-image config"))
+        return
+    command = worker_command(kit, "layouts", result_file)
+    outcome = kit.run("layouts", command, race["timeout"])
+    rows = json.loads(result_file.read_text())["layouts"] if result_file.exists() else []
+    for row in rows:
+        kit.record("B.6", row["layout"], Outcome("ok", row["train_seconds"]), command, **row)
+    if outcome.status != "ok" or len(rows) < 2:  # the layouts after the last one measured: killed with the worker
+        kit.record("B.6", "gemex layouts", outcome, command, layout="the layouts after")
+
+
 def scores_table(log: Path) -> str:
     """The table `cxr-vqa evaluate` prints, out of its log (progress bars and notes left out)."""
     lines = log.read_text(errors="replace").splitlines() if log.exists() else []
@@ -615,6 +630,7 @@ STEPS = {
     "train": step_train,
     "generate": step_generate,
     "loop": step_loop,
+    "layouts": step_layouts,
     "epoch_hours": step_epoch_hours,
     "signal": step_signal,
 }

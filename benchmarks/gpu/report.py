@@ -60,6 +60,20 @@ COLUMNS: dict[str, list[tuple[str, str]]] = {
         ("accuracy", "accuracy"),
         ("both_ways_accuracy", "both ways (GEMeX)"),
     ],
+    "B.6": [
+        ("layout", "layout"),
+        ("images", "images"),
+        ("rows", "rows"),
+        ("questions", "questions"),
+        ("batch_size", "batch"),
+        ("steps", "steps"),
+        ("questions_per_s", "questions/s"),
+        ("loss_first", "first loss"),
+        ("loss_last", "last loss"),
+        ("held_back_questions", "held-back questions"),
+        ("held_back_loss", "held-back loss"),
+        ("peak_memory_gb", "peak GiB"),
+    ],
 }
 TITLES = {
     "env": "Environment",
@@ -69,6 +83,7 @@ TITLES = {
     "B.3": "B.3 The whole loop: LoRA fine-tune, predictions, cxr-vqa evaluate",
     "B.4": "B.4 Hours per epoch of the full releases' train splits",
     "B.5": "B.5 Learning signal: a probe trained on images, blank images, or the majority answer (held out)",
+    "B.6": "B.6 Per question or per image: the same questions, wall time and loss on the same held-back questions",
 }
 PERCENT = {"mfu", "data_wait_share", "padding_share"}
 RANDOM_WEIGHTS_NOTE = "Random weights: these replies and scores show the loop works, not any medical skill."

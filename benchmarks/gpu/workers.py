@@ -2,6 +2,7 @@
 
     python -m benchmarks.gpu.workers generate --work /tmp/gpu-kit --result generate.json [--tiny]
     python -m benchmarks.gpu.workers loop --work /tmp/gpu-kit --result loop.json [--tiny]
+    python -m benchmarks.gpu.workers layouts --work /tmp/gpu-kit --result layouts.json [--tiny]
 
 The model is the benchmark's: Qwen2.5-VL of the plan's size from its config with random weights
 and the offline processor (`benchmarks/train_throughput.py`), built straight on the device; no
@@ -162,10 +163,39 @@ def generate_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
     return save({"batches": batches}, result)
 
 
+def lora_arguments(plan: dict, output_dir: Path, steps: int, batch_size: int, learning_rate: float, **options):
+    """The recipe's LoRA run as the kit trains it (B.3, B.6): `sft.train`'s SFTConfig and ModelConfig."""
+    from trl import ModelConfig, SFTConfig
+
+    on_gpu = plan["device"].startswith("cuda")
+    training_args = SFTConfig(
+        output_dir=str(output_dir),
+        max_steps=steps,
+        per_device_train_batch_size=batch_size,
+        learning_rate=learning_rate,
+        lr_scheduler_type="constant_with_warmup",
+        warmup_steps=min(10, steps // 5),
+        save_strategy="no",
+        report_to="none",
+        bf16=on_gpu,
+        use_cpu=not on_gpu,
+        gradient_checkpointing=plan["train"]["gradient_checkpointing"],
+        max_length=None,
+        seed=0,
+        **options,
+    )
+    model_args = ModelConfig(
+        use_peft=True,
+        lora_r=plan["train"]["lora_r"],
+        lora_alpha=plan["train"]["lora_alpha"],
+        lora_target_modules=["all-linear"],
+    )
+    return training_args, model_args
+
+
 def loop_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
     """B.3: LoRA on the GEMeX + ReXVQA mixture through `sft.train`, then predictions on both test splits."""
     from datasets import load_dataset
-    from trl import ModelConfig, SFTConfig
 
     from training_recipes import sft
     from training_recipes.data import settings_for
@@ -184,29 +214,14 @@ def loop_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
         max_pixels=plan["max_pixels"],
         min_pixels=plan["min_pixels"],
     )
-    on_gpu = device.startswith("cuda")
-    training_args = SFTConfig(
-        output_dir=str(work / "runs" / "loop"),
-        max_steps=loop["steps"],
-        per_device_train_batch_size=loop["batch_size"],
-        learning_rate=loop["learning_rate"],
-        lr_scheduler_type="constant_with_warmup",
-        warmup_steps=min(10, loop["steps"] // 5),
+    training_args, model_args = lora_arguments(
+        plan,
+        work / "runs" / "loop",
+        loop["steps"],
+        loop["batch_size"],
+        loop["learning_rate"],
         logging_steps=loop["logging_steps"],
-        save_strategy="no",
-        report_to="none",
-        bf16=on_gpu,
-        use_cpu=not on_gpu,
-        gradient_checkpointing=plan["train"]["gradient_checkpointing"],
         dataloader_num_workers=loop["num_workers"],
-        max_length=None,
-        seed=0,
-    )
-    model_args = ModelConfig(
-        use_peft=True,
-        lora_r=plan["train"]["lora_r"],
-        lora_alpha=plan["train"]["lora_alpha"],
-        lora_target_modules=["all-linear"],
     )
     started = time.perf_counter()
     trainer = sft.train(data_args, training_args, model_args, model=model, processor=processor)
@@ -239,7 +254,88 @@ def loop_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
     return trained
 
 
-WORKERS = {"generate": generate_worker, "loop": loop_worker}
+def layouts_worker(plan: dict, work: Path, tiny: bool, result: Path) -> dict:
+    """B.6: which layout teaches more per GPU second. The questions of the first `images` GEMeX training
+    images, trained once a question a row and once an image's questions a conversation (one epoch each,
+    LoRA from the same random weights, through `sft.train`), then each model's loss on the same held-back
+    questions, a question a row: those of the next `held_out_images` images."""
+    from dataclasses import replace
+
+    from datasets import load_dataset
+
+    from training_recipes import sft
+    from training_recipes.data import conversational, settings_for
+
+    race, device = plan["layout_race"], plan["device"]
+    built, configs = str(work / "built" / "gemex"), plan["layouts"]["gemex"]
+    conversations = load_dataset(built, configs["per_image"], split="train")
+    questions = load_dataset(built, configs["per_question"], split="train")
+    images = list(dict.fromkeys(conversations["dicom_id"]))
+    trained_images = set(images[: race["images"]])
+    held_images = set(images[race["images"] : race["images"] + race["held_out_images"]])
+    subsets = {
+        "per_question": questions.filter(lambda image: image in trained_images, input_columns="dicom_id"),
+        "per_image": conversations.filter(lambda image: image in trained_images, input_columns="dicom_id"),
+    }
+    held_back = questions.filter(lambda image: image in held_images, input_columns="dicom_id")
+    rows = []
+    for layout, subset in subsets.items():
+        folder = work / "runs" / "layouts" / layout  # a plain Parquet folder: sft.train loads it as it loads a build
+        subset.to_parquet(str(folder / "data" / "train-00000-of-00001.parquet"))
+        model, processor = model_on_device(plan, tiny)  # seeded: the same random weights for both layouts
+        batch_size = race["batch_size"][layout]
+        steps = -(-len(subset) // batch_size)
+        data_args = sft.DataArguments(
+            gemex_path=str(folder), max_pixels=plan["max_pixels"], min_pixels=plan["min_pixels"]
+        )
+        training_args, model_args = lora_arguments(
+            plan,
+            work / "runs" / "layouts" / f"run-{layout}",
+            steps,
+            batch_size,
+            race["learning_rate"],
+            logging_steps=max(1, steps // 10),
+            dataloader_num_workers=race["num_workers"],
+            per_device_eval_batch_size=race["eval_batch_size"],
+        )
+        synchronize(device)
+        started = time.perf_counter()
+        trainer = sft.train(data_args, training_args, model_args, model=model, processor=processor)
+        synchronize(device)
+        train_seconds = time.perf_counter() - started
+        conversation = replace(
+            settings_for(model.config.model_type, processor, pixel_budget=budget(plan)), reply=data_args.reply
+        )
+        held_back_loss = trainer.evaluate(eval_dataset=conversational(held_back, conversation))["eval_loss"]
+        losses = [entry["loss"] for entry in trainer.state.log_history if "loss" in entry]
+        trained_questions = len(subset) if layout == "per_question" else sum(len(ids) for ids in subset["question_ids"])
+        rows.append(
+            {
+                "layout": layout,
+                "config": configs[layout],
+                "images": len(trained_images),
+                "rows": len(subset),
+                "questions": trained_questions,
+                "batch_size": batch_size,
+                "steps": trainer.state.global_step,
+                "train_seconds": train_seconds,
+                "questions_per_s": trained_questions / train_seconds,
+                "loss_first": losses[0] if losses else None,
+                "loss_last": losses[-1] if losses else None,
+                "held_back_questions": len(held_back),
+                "held_back_loss": held_back_loss,
+                "peak_memory_gb": peak_memory_gb(device),
+            }
+        )
+        save({"layouts": rows}, result)
+        del trainer, model
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+    return save({"layouts": rows}, result)
+
+
+WORKERS = {"generate": generate_worker, "loop": loop_worker, "layouts": layouts_worker}
 
 
 def main(argv: list[str] | None = None) -> int:
