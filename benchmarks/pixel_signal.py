@@ -3,6 +3,7 @@
     python -m benchmarks.pixel_signal --gemex BUILD --rexvqa BUILD --out runs/pixel-signal
     python -m benchmarks.pixel_signal --gemex BUILD --out runs/ps --image-sizes 112,224 --epochs 12
     python -m benchmarks.pixel_signal --gemex BUILD --out runs/pt --learner tokens --probe-model PROBE --epochs 10
+    python -m benchmarks.pixel_signal --gemex BUILD --out runs/pa --learner attention --probe-model PROBE --epochs 10
 
 Before asking why a VLM probe (`benchmarks/learning_signal.py`) learns nothing from the pixels, ask
 whether there is anything to learn at the size it sees them. This trains a plain classifier (CPU, a
@@ -18,7 +19,10 @@ wording:
 coordinate channels), `grid` (`GridNet`, the image pooled to a coarse grid whose every cell is an input of
 its own, so where a mark lies is given, not learnt) or `tokens` (`TokensNet`, the grid's perceptron over the
 image tokens a probe's decoder receives: `--probe-model`'s vision tower and connector, frozen; above chance, those
-tokens carry the answer, and a probe that stays at chance falls short in its decoder). How many examples each
+tokens carry the answer, and a probe that stays at chance falls short in its decoder) or `attention`
+(`AttentionNet`, the probe's decoder less its text: two causal attention layers over the same frozen tokens, then
+one token for each thing the question names; where it learns, attention can learn to pick from a question's words
+which image tokens to read, and its examples are what that costs). How many examples each
 needs before it answers held-out questions tells what a mark costs to read from what a learner's shape costs. `--image-only` withholds what the
 questions name: what the image alone says of the answer, before anything in it is tied to the question's words.
 
@@ -55,7 +59,9 @@ from training_recipes.data import to_rgb
 from training_recipes.tiny_model import SIZES, idefics3_image_processor
 
 ARMS = ("images", "blank")
-LEARNERS = ("cnn", "grid", "tokens")
+LEARNERS = ("cnn", "grid", "tokens", "attention")
+PROBE_LEARNERS = ("tokens", "attention")
+"""The learners that read a probe's image tokens (`--probe-model`) rather than its pixels."""
 GEMEX_OPTIONS = ("Yes.", "No.")
 PROBE_SIZE = SIZES["probe"].image_size
 GREY_VIEW = 2 * GREY / 255 - 1
@@ -253,12 +259,36 @@ class TokensNet(GridNet):
         super().__init__(conditions, options, hidden, inputs=inputs)
 
     def forward(self, tokens: torch.Tensor, conditions: torch.Tensor, masks: None = None) -> torch.Tensor:
-        return self.scores(tokens, conditions)
+        return self.scores(tokens.flatten(1), conditions)
+
+
+class AttentionNet(nn.Module):
+    """The probe's decoder less its text: a causal transformer at the tokens' width over an image's tokens
+    (`probe_tokens`), then one token for each thing the question names, then a query token whose output scores
+    the options. The perceptron sees every token at once; here the query must learn to attend, from what the
+    question names, to the image tokens that hold its answer, as the probe's answer must."""
+
+    region_mask = False
+
+    def __init__(self, width: int, conditions: int, options: int, layers: int = 2, heads: int = 4):
+        super().__init__()
+        self.tokens = nn.Linear(width, width)
+        self.condition = nn.Embedding(conditions, width)
+        self.query = nn.Parameter(0.5 * torch.randn(1, 1, width))
+        layer = nn.TransformerEncoderLayer(width, heads, 2 * width, dropout=0.0, batch_first=True, norm_first=True)
+        self.body = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+        self.out = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, options))
+
+    def forward(self, tokens: torch.Tensor, conditions: torch.Tensor, masks: None = None) -> torch.Tensor:
+        query = self.query.expand(len(tokens), -1, -1)
+        sequence = torch.cat([self.tokens(tokens), self.condition(conditions), query], 1)
+        causal = nn.Transformer.generate_square_subsequent_mask(sequence.shape[1])
+        return self.out(self.body(sequence, mask=causal, is_causal=True)[:, -1])
 
 
 def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> torch.Tensor:
     """Each image (the probe's grey view, `N x 1 x H x W`) as the probe's decoder receives it: the tokens its
-    vision tower and connector make, flattened to one vector an image and standardised feature by feature. An
+    vision tower and connector make (`N x tokens x width`), standardised feature by feature. An
     Idefics3 probe (`tiny_model --size probe`); it takes an all-zero image for padding, so a blank arm's zeros are
     encoded as the grey the learning-signal arms' blank images hold."""
     from transformers import AutoModelForImageTextToText
@@ -273,16 +303,20 @@ def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> to
         for chunk in images.split(batch):
             output = model.model.get_image_features(pixel_values=chunk.expand(-1, 3, -1, -1)[:, None])
             tokens = getattr(output, "pooler_output", output)
-            encoded.append(torch.stack(list(tokens)).flatten(1))
+            encoded.append(torch.stack(list(tokens)))
     tokens = torch.cat(encoded)
     return (tokens - tokens.mean(0)) / (tokens.std(0) + 1e-6)
 
 
-def answer_net(settings: argparse.Namespace, conditions: int, options: int, features: int = 0) -> nn.Module:
+def answer_net(
+    settings: argparse.Namespace, conditions: int, options: int, image_shape: tuple[int, ...] = ()
+) -> nn.Module:
     """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's and the tokens'
-    hidden units / 16); `features`: the width of an image's encoded tokens (`tokens`)."""
+    hidden units / 16; the attention learner's width is the tokens'); `image_shape`: one image's input."""
+    if settings.learner == "attention":
+        return AttentionNet(image_shape[-1], conditions, options)
     if settings.learner == "tokens":
-        return TokensNet(features, conditions, options, 16 * settings.width)
+        return TokensNet(int(np.prod(image_shape)), conditions, options, 16 * settings.width)
     if settings.learner == "grid":
         return GridNet(conditions, options, 16 * settings.width, settings.region_mask)
     return AnswerNet(conditions, options, settings.width, settings.region_mask)
@@ -367,14 +401,14 @@ def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int,
     keys = sorted(examples.images)
     stack = np.stack([examples.images[k] for k in keys])[:, None]
     images = torch.from_numpy(np.zeros_like(stack) if arm == "blank" else stack)
-    if settings.learner == "tokens":
+    if settings.learner in PROBE_LEARNERS:
         images = probe_tokens(images, settings.probe_model)
     image_index = {k: i for i, k in enumerate(keys)}
     vocab = {c: i + 1 for i, c in enumerate(sorted({c for q in train for c in q.condition}))}
     option_vocab = {o: i for i, o in enumerate(sorted({o for q in train for o in q.options}))}
     train_batch = tensors(train, image_index, vocab, option_vocab)
     test_batch = tensors(test, image_index, vocab, option_vocab)
-    net = answer_net(settings, len(vocab) + 1, len(option_vocab), images[0].numel())
+    net = answer_net(settings, len(vocab) + 1, len(option_vocab), tuple(images.shape[1:]))
     optimizer = torch.optim.AdamW(net.parameters(), lr=settings.learning_rate, weight_decay=1e-4)
     steps = settings.epochs * -(-len(train) // settings.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.learning_rate, total_steps=steps)
@@ -456,12 +490,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         choices=LEARNERS,
         default="cnn",
         help="cnn: conv layers, position learnt from coordinate channels; grid: a perceptron over a 28 x 28 grid of "
-        "cells; tokens: a perceptron over the image tokens --probe-model's frozen vision tower and connector make",
+        "cells; tokens: a perceptron over the image tokens --probe-model's frozen vision tower and connector make; "
+        "attention: two causal attention layers over the same tokens and what the question names",
     )
     p.add_argument(
         "--probe-model",
         type=Path,
-        help="the Idefics3 probe whose image tokens `--learner tokens` reads (python -m training_recipes.tiny_model "
+        help="the Idefics3 probe whose image tokens `--learner tokens|attention` reads (python -m training_recipes.tiny_model "
         "--size probe, or a probe trained by sft.py)",
     )
     p.add_argument("--epochs", type=int, default=10)
@@ -485,10 +520,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if not (a.gemex or a.rexvqa):
         p.error("give --gemex BUILD, --rexvqa BUILD or both")
-    if a.learner == "tokens" and a.probe_model is None:
-        p.error("--learner tokens reads a probe's image tokens: give --probe-model MODEL")
-    if a.learner == "tokens" and a.region_mask:
-        p.error("--region-mask is a channel of the image: --learner tokens reads tokens, not pixels")
+    if a.learner in PROBE_LEARNERS and a.probe_model is None:
+        p.error(f"--learner {a.learner} reads a probe's image tokens: give --probe-model MODEL")
+    if a.learner in PROBE_LEARNERS and a.region_mask:
+        p.error(f"--region-mask is a channel of the image: --learner {a.learner} reads tokens, not pixels")
     unknown = set(a.arms.split(",")) - set(ARMS)
     if unknown:
         p.error(f"--arms: unknown {', '.join(sorted(unknown))}; one or more of {', '.join(ARMS)}")
