@@ -219,6 +219,18 @@ def test_a_training_row_out_of_memory_is_retried_at_half_the_batch(tmp_path, mon
     assert batches == [1] and runner.rows[-1]["name"] == "gemex-per_question-full-default-batch1"
 
 
+def test_a_worker_that_saves_nothing_is_not_read_for_what_an_earlier_call_left(tmp_path, monkeypatch):
+    """A part runs again on a warm machine in the same work folder: a worker that dies before saving must not
+    be credited with the last call's figures."""
+    plan = kit.load_plan(tiny=True)
+    runner = kit.Kit(plan, "x", tmp_path / "out", tmp_path / "work", True, kit.time.monotonic() + 60)
+    runner.logs.mkdir(parents=True)
+    (runner.logs / "loop.json").write_text(json.dumps({"steps": 60, "losses": [1.0, 0.5]}))
+    monkeypatch.setattr(kit, "worker_command", lambda *_: [sys.executable, "-c", "raise SystemExit(3)"])
+    outcome, _, measured = runner.run_worker("loop", 30)
+    assert outcome.status == "failed" and measured == {}
+
+
 def test_the_environment_row_checks_the_projects_own_requirements():
     """The machine runs the checkout, never an installed copy: pyproject's requirements (torchdata for the
     recipes' stateful loader, say) are checked there as the carried wheels' are."""

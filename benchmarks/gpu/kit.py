@@ -119,6 +119,14 @@ class Kit:
             return Outcome("failed", seconds, returncode, log_tail(log), out_of_memory=ran_out_of_memory(log))
         return Outcome("ok", seconds, 0)
 
+    def run_worker(self, worker: str, timeout: float) -> tuple[Outcome, list[str], dict]:
+        """A `workers.py` step in its own process, and what it saved: never what an earlier call left there."""
+        result_file = self.logs / f"{worker}.json"
+        result_file.unlink(missing_ok=True)
+        command = worker_command(self, worker, result_file)
+        outcome = self.run(worker, command, timeout)
+        return outcome, command, json.loads(result_file.read_text()) if result_file.exists() else {}
+
     def env(self) -> dict[str, str]:
         paths = [str(ROOT), *filter(None, os.environ.get("PYTHONPATH", "").split(os.pathsep))]
         return {
@@ -449,11 +457,9 @@ def step_generate(kit: Kit, spec: dict) -> None:
     """B.2: questions/s and peak memory of the recipe's batched generation at each batch size, then
     its other options and ReXVQA at the fastest one."""
     settings = kit.plan["generate"]
-    result_file = kit.logs / "generate.json"
-    command = worker_command(kit, "generate", result_file)
-    outcome = kit.run("generate", command, settings["timeout"])
-    measured = json.loads(result_file.read_text()) if result_file.exists() else {"batches": []}
-    for batch in measured["batches"]:
+    outcome, command, measured = kit.run_worker("generate", settings["timeout"])
+    batches = measured.get("batches", [])
+    for batch in batches:
         batch_outcome = Outcome(batch.pop("status"), batch["seconds"], error=batch.pop("error", None))
         kit.record(
             "B.2",
@@ -464,7 +470,7 @@ def step_generate(kit: Kit, spec: dict) -> None:
             max_new_tokens=settings["max_new_tokens"],
             **{k: v for k, v in batch.items() if k != "seconds"},
         )
-    if outcome.status != "ok" or not measured["batches"]:
+    if outcome.status != "ok" or not batches:
         kit.record(  # the sweep's rows after the last one measured: killed with the worker
             "B.2",
             f"{settings['dataset']} generation",
@@ -478,10 +484,8 @@ def step_generate(kit: Kit, spec: dict) -> None:
 
 def step_loop(kit: Kit, spec: dict) -> None:
     """B.3: a short LoRA fine-tune on both builds, predictions on each test split, then `cxr-vqa evaluate`."""
-    loop, result_file = kit.plan["loop"], kit.logs / "loop.json"
-    command = worker_command(kit, "loop", result_file)
-    outcome = kit.run("loop", command, loop["timeout"])
-    trained = json.loads(result_file.read_text()) if result_file.exists() else {}
+    loop = kit.plan["loop"]
+    outcome, command, trained = kit.run_worker("loop", loop["timeout"])
     losses = trained.get("losses", [])
     steps, seconds = trained.get("steps"), trained.get("train_seconds")
     kit.record(
@@ -538,13 +542,11 @@ def step_loop(kit: Kit, spec: dict) -> None:
 
 def step_layouts(kit: Kit, spec: dict) -> None:
     """B.6: per question against per image, the same GEMeX questions (workers.layouts_worker), a row each."""
-    race, result_file = kit.plan["layout_race"], kit.logs / "layouts.json"
     if kit.plan["layouts"]["gemex"]["per_image"] not in built_configs(kit.built("gemex")):
         kit.record("B.6", "layouts", Outcome("skipped", error="the gemex build has no per-image config"))
         return
-    command = worker_command(kit, "layouts", result_file)
-    outcome = kit.run("layouts", command, race["timeout"])
-    rows = json.loads(result_file.read_text())["layouts"] if result_file.exists() else []
+    outcome, command, measured = kit.run_worker("layouts", kit.plan["layout_race"]["timeout"])
+    rows = measured.get("layouts", [])
     for row in rows:
         kit.record("B.6", row["layout"], Outcome("ok", row["train_seconds"]), command, **row)
     if outcome.status != "ok" or len(rows) < 2:  # the layouts after the last one measured: killed with the worker
