@@ -15,15 +15,20 @@ wording:
 - ReXVQA: the task (presence, negation, ...) -> one of the row's offered options (each option text one
   output of the net; the study's first image).
 
-`--learner` picks the classifier: `cnn` (`AnswerNet`, four conv layers, learns where a mark lies through two
-coordinate channels), `grid` (`GridNet`, the image pooled to a coarse grid whose every cell is an input of
-its own, so where a mark lies is given, not learnt) or `tokens` (`TokensNet`, the grid's perceptron over the
-image tokens a probe's decoder receives: `--probe-model`'s vision tower and connector, frozen; above chance, those
-tokens carry the answer, and a probe that stays at chance falls short in its decoder) or `attention`
-(`AttentionNet`, the probe's decoder less its text: two causal attention layers over the same frozen tokens, then
-one token for each thing the question names; where it learns, attention can learn to pick from a question's words
-which image tokens to read, and its examples are what that costs). How many examples each
-needs before it answers held-out questions tells what a mark costs to read from what a learner's shape costs. `--image-only` withholds what the
+`--learner` picks the classifier:
+
+- `cnn` (`AnswerNet`): four conv layers; learns where a mark lies through two coordinate channels;
+- `grid` (`GridNet`): the image pooled to a coarse grid whose every cell is an input of its own, so where a
+  mark lies is given, not learnt;
+- `tokens` (`TokensNet`): the grid's perceptron over the image tokens a probe's decoder receives
+  (`--probe-model`'s vision tower and connector, frozen); above chance, those tokens carry the answer, and a
+  probe that stays at chance falls short in its decoder;
+- `attention` (`AttentionNet`): the probe's decoder less its text, two causal attention layers over the same
+  frozen tokens and one token for each thing the question names; it must learn, as the probe must, which image
+  tokens a question's words point to, and its examples are what that costs.
+
+How many examples each needs before it answers held-out questions tells what a mark costs to read from what a
+learner's shape costs. `--image-only` withholds what the
 questions name: what the image alone says of the answer, before anything in it is tied to the question's words.
 
 Each image is what the probe's processor makes of it (`--image-sizes 112`: the `--size probe` Idefics3
