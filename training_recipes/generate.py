@@ -32,6 +32,7 @@ from builders.files import write_text
 from builders.local_images import HELP as LOCAL_IMAGES_HELP
 from builders.local_images import LocalImagesError, with_local_images
 from builders.pixel_budget import PixelBudgetOptions
+from training_recipes.attention_kernels import flash_first
 from training_recipes.data import (
     ConversationSettings,
     dataset_kind,
@@ -197,7 +198,7 @@ def generate_predictions(
     todo = [i for i, question_id in enumerate(dataset["question_id"]) if question_id not in done]
     if sort_by_length and todo:
         todo = longest_first(dataset, todo, kind, settings, processor)
-    with output_file.open("a") as out:
+    with output_file.open("a") as out, flash_first():
         for start in range(0, len(todo), batch_size):
             rows = list(dataset.select(todo[start : start + batch_size]))  # reads this batch's images only
             texts = generate_batch(model, processor, rows, kind, settings, max_new_tokens, cache_implementation)

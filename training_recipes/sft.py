@@ -25,7 +25,8 @@ Trainer's own flags (Liger 0.8.5's Qwen2.5-VL patch does not load with transform
 
 Checkpoints `--resume_from_checkpoint auto` can trust: `training_recipes/checkpoints.py`; SIGTERM:
 `training_recipes/preemption.py`; the trainer: `training_recipes/trainer.py`; the data arguments and
-splits: `training_recipes/splits.py`; the vision tower's attention: `training_recipes/vision_attention.py`.
+splits: `training_recipes/splits.py`; the vision tower's attention: `training_recipes/vision_attention.py`; which attention
+kernel runs: `training_recipes/attention_kernels.py`.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ from transformers import AutoModelForImageTextToText
 from trl import ModelConfig, SFTConfig, TrlParser, get_peft_config
 
 from builders.local_images import LocalImagesError
+from training_recipes.attention_kernels import flash_first
 from training_recipes.checkpoints import Checkpointing, RunIdentity, resume_checkpoint
 from training_recipes.data import settings_for
 from training_recipes.launch import adopt_slurm_environment, check_world_size
@@ -107,7 +109,7 @@ def train(
         processing_class=processor,
         peft_config=get_peft_config(model_args),
     )
-    with preemption.listening():
+    with preemption.listening(), flash_first():
         trainer.train(resume_from_checkpoint=resume)
         if preemption.preempted_at is None:
             trainer.save_model(training_args.output_dir)
