@@ -18,7 +18,8 @@ the share of padded positions is reported either way), `--liger` (Liger's Triton
 Qwen2.5-VL: RMSNorm, SwiGLU, RoPE and the fused linear cross-entropy that never holds the
 151k-vocabulary logits; needs `liger-kernel` and a GPU) and `--compile` (regional compilation:
 `torch.compile` on each decoder layer and vision block, so one compiled graph serves the identical
-layers and compile time is that of one layer).
+layers and compile time is that of one layer), `--chunked_vision_attention` and `--flash_first` (the
+recipes' own: `training_recipes/vision_attention.py`, `training_recipes/attention_kernels.py`).
 
     python -m benchmarks.train_throughput --model qwen2.5-vl-3b --batch_size 8 --steps 30
     python -m benchmarks.train_throughput --dataset ./gemex --dataset_config sft --lora   # a given build
@@ -42,12 +43,15 @@ import json
 import resource
 import shutil
 import time
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
 
+from benchmarks import step_profile
 from builders import pixel_budget
 from builders.pixel_budget import PixelBudget
+from training_recipes.attention_kernels import flash_first
 from training_recipes.processors import default_dtype
 from training_recipes.vision_attention import use_chunked_vision_attention
 
@@ -261,6 +265,12 @@ def parse_args(argv):
         help="The vision tower's windows attended a few sdpa calls a layer, as the recipes do "
         "(training_recipes/vision_attention.py); without it, one call per window.",
     )
+    parser.add_argument(
+        "--flash_first",
+        action="store_true",
+        help="Attention tries FlashAttention before cuDNN, as the recipes do (training_recipes/attention_kernels.py); "
+        "without it, torch's own order (cuDNN first on Hopper and Blackwell).",
+    )
     parser.add_argument("--liger", action="store_true", help="Liger's Triton kernels (liger-kernel; GPU only).")
     parser.add_argument("--compile", action="store_true", help="torch.compile each decoder layer and vision block.")
     parser.add_argument(
@@ -300,8 +310,9 @@ def missed_targets(result: dict) -> list[str]:
     return missed
 
 
-def write_profile(step, steps: int, device: torch.device, directory: Path) -> None:
-    """A torch profiler trace of `steps` training steps, and its top operators by device time."""
+def write_profile(step, steps: int, device: torch.device, directory: Path) -> dict:
+    """A torch profiler trace of `steps` training steps and its top operators by device time; returns
+    where the steps' time went (`benchmarks/step_profile.py`)."""
     from torch.profiler import ProfilerActivity, profile
 
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
@@ -311,11 +322,13 @@ def write_profile(step, steps: int, device: torch.device, directory: Path) -> No
     directory.mkdir(parents=True, exist_ok=True)
     trace = directory / "trace.json"
     prof.export_chrome_trace(str(trace))
+    summary = step_profile.summarise(step_profile.read_trace(trace))
     with trace.open("rb") as raw, gzip.open(directory / "trace.json.gz", "wb") as packed:
         shutil.copyfileobj(raw, packed)
     trace.unlink()
     sort_by = "cuda_time_total" if device.type == "cuda" else "cpu_time_total"
     (directory / "ops.txt").write_text(prof.key_averages().table(sort_by=sort_by, row_limit=40))
+    return summary
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -388,6 +401,7 @@ def main(argv: list[str] | None = None) -> dict:
             yield from loader
 
     stream = batches()
+    attention_order = flash_first if args.flash_first else nullcontext
     totals = {"wait": 0.0, "compute": 0.0, "flops": 0.0, "samples": 0, "tokens": 0, "positions": 0}
 
     def step() -> None:
@@ -395,9 +409,10 @@ def main(argv: list[str] | None = None) -> dict:
         batch = next(stream)
         waited = time.perf_counter()
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-        with torch.autocast(device.type, dtype=torch.bfloat16):
-            loss = model(**batch).loss
-        loss.backward()
+        with attention_order():  # the backward pass recomputes checkpointed layers' attention too
+            with torch.autocast(device.type, dtype=torch.bfloat16):
+                loss = model(**batch).loss
+            loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
         if device.type == "cuda":
@@ -444,6 +459,7 @@ def main(argv: list[str] | None = None) -> dict:
             for name, on in (
                 ("group_by_length", args.group_by_length),
                 ("chunked_vision_attention", args.chunked_vision_attention),
+                ("flash_first", args.flash_first),
                 ("liger", args.liger),
                 ("compile", args.compile),
             )
@@ -464,7 +480,7 @@ def main(argv: list[str] | None = None) -> dict:
     }
     result["missed_targets"] = missed_targets(result)
     if args.profile and (result["missed_targets"] or args.profile_when == "always"):
-        write_profile(step, args.profile_steps, device, Path(args.profile))
+        result["profile_summary"] = write_profile(step, args.profile_steps, device, Path(args.profile))
         result["profile"] = args.profile
     mfu = f"{result['mfu']:.1%}" if result["mfu"] is not None else "n/a (no known peak; --peak_tflops)"
     print(
@@ -472,6 +488,8 @@ def main(argv: list[str] | None = None) -> dict:
         f"{result['tokens_per_s']:.0f} tokens/s, MFU {mfu}, peak memory {peak_memory_gb:.1f} GiB, "
         f"data wait {result['data_wait_share']:.1%} of step time, padding {result['padding_share']:.1%} of positions"
     )
+    if "profile_summary" in result:
+        print(f"profile: {step_profile.describe(result['profile_summary'])}")
     print(json.dumps(result))
     if args.output_json:
         Path(args.output_json).write_text(json.dumps(result) + "\n")

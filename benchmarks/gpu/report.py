@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from benchmarks.step_profile import describe
+
 COLUMNS: dict[str, list[tuple[str, str]]] = {
     "data": [("name", "step"), ("rows_written", "rows"), ("note", "note")],
     "B.1": [
@@ -127,6 +129,9 @@ def results_markdown(rows: list[dict], plan: dict, part: str, tiny: bool) -> str
             continue
         lines += table(chosen, COLUMNS[bench]) + [""]
         lines += [f"- `{r['name']}` {r['status']}: {r['error']}" for r in chosen if r.get("error")]
+        lines += [
+            f"- `{r['name']}` profile: {describe(r['profile_summary'])}" for r in chosen if r.get("profile_summary")
+        ]
         lines += [f"\n### Scores: {r['name']}\n\n{r['table']}\n" for r in chosen if r.get("table")]
         lines.append("")
     broken = [r for r in rows if r["bench"] not in TITLES]
