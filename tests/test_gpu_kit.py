@@ -61,6 +61,7 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
         assert row["speedups"] == step.get("speedups", plan["train"]["speedups"])
         assert ("--group_by_length" in row["command"]) == ("group_by_length" in row["speedups"])
         assert ("--chunked_vision_attention" in row["command"]) == ("chunked_vision_attention" in row["speedups"])
+        assert ("--flash_first" in row["command"]) == ("flash_first" in row["speedups"])
         if "compile" in row["speedups"] and row["status"] == "ok":
             assert row["compiled_blocks"] > 0 and row["compiled_graphs"] > 0
     assert all(0 <= r["padding_share"] < 1 for r in bench["B.1"] if r["status"] == "ok")
@@ -106,6 +107,8 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
     assert "| Overall |" in markdown  # ReXVQA's
     for title in ("B.1", "B.2", "B.3", "B.4", "## Commands"):
         assert title in markdown
+    for name in profiled:  # where the profiled step's time went (benchmarks/step_profile.py)
+        assert f"- `{name}` profile: " in markdown and "no GPU kernels in the trace" in markdown
     with tarfile.open(out / "logs.tar.gz") as archive:
         names = {Path(name).name for name in archive.getnames()}
     assert {

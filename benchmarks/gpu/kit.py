@@ -340,6 +340,7 @@ def built_configs(built: Path) -> set[str]:
 SPEEDUP_FLAGS = {
     "group_by_length": ["--group_by_length"],
     "chunked_vision_attention": ["--chunked_vision_attention"],
+    "flash_first": ["--flash_first"],
     "liger": ["--liger"],
     "compile": ["--compile"],
 }
