@@ -1,7 +1,7 @@
 """Which kernel `scaled_dot_product_attention` runs on a GPU: FlashAttention first, cuDNN's after.
 
-PyTorch tries cuDNN's attention first on Hopper and Blackwell GPUs (with cuDNN newer than 9.15, unless
-`TORCH_CUDNN_SDPA_DEPRIORITIZED=1`). cuDNN builds an execution plan for each new shape it meets: 45-70 ms
+PyTorch's recent releases try cuDNN's attention first on Hopper and Blackwell GPUs (torch 2.11 did on the
+H100 the GPU kit ran on). cuDNN builds an execution plan for each new shape it meets: 45-70 ms
 of host time while the GPU waits. The recipes' batches bring new shapes at every step: rows of like
 length, not of one length; each image at its own size within the pixel budget; the vision tower's chunks
 stacked by length. On an H100 a full fine-tuning step of Qwen2.5-VL-3B at batch 8 spent 1.2 s of its
