@@ -1,5 +1,6 @@
 """The recipes' attention tries FlashAttention before cuDNN: in training (the backward pass's
-recomputation of checkpointed layers included) and in generation, torch's own order back afterwards."""
+recomputation of checkpointed layers included), in the trainer's evaluation and in generation, torch's
+own order back afterwards."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ pytest.importorskip("trl")
 
 from trl import ModelConfig  # noqa: E402
 
-from training_recipes import generate, sft  # noqa: E402
+from training_recipes import data, generate, sft  # noqa: E402
 from training_recipes.attention_kernels import FLASH_FIRST, flash_first  # noqa: E402
 
 from . import tiny_builds, tiny_models  # noqa: E402
@@ -76,5 +77,18 @@ def test_generation_attends_flash_first(gemex_dir, tmp_path, orders_seen):
     before = sdpa_order()
     split = tiny_builds.load_built(gemex_dir).select(range(2))
     generate.generate_predictions(vlm.model, vlm.processor, split, tmp_path / "predictions.jsonl", 2, 3)
+    assert orders_seen and all(order == FLASH_FIRST_ORDER for order in orders_seen)
+    assert sdpa_order() == before
+
+
+def test_the_trainers_evaluation_attends_flash_first(gemex_dir, tmp_path, orders_seen):
+    vlm = tiny_models.tiny_vlm("qwen2_5_vl")
+    data_args = sft.DataArguments(gemex_path=str(gemex_dir), max_train_samples=4)
+    trainer = sft.train(data_args, sft_config(tmp_path, max_steps=1), ModelConfig(), vlm.model, vlm.processor)
+    orders_seen.clear()
+    before = sdpa_order()
+    settings = data.settings_for(vlm.model.config.model_type, vlm.processor)
+    held_back = data.conversational(tiny_builds.load_built(gemex_dir).select(range(2)), settings)
+    assert "eval_loss" in trainer.evaluate(eval_dataset=held_back)
     assert orders_seen and all(order == FLASH_FIRST_ORDER for order in orders_seen)
     assert sdpa_order() == before

@@ -39,7 +39,6 @@ from transformers import AutoModelForImageTextToText
 from trl import ModelConfig, SFTConfig, TrlParser, get_peft_config
 
 from builders.local_images import LocalImagesError
-from training_recipes.attention_kernels import flash_first
 from training_recipes.checkpoints import Checkpointing, RunIdentity, resume_checkpoint
 from training_recipes.data import settings_for
 from training_recipes.launch import adopt_slurm_environment, check_world_size
@@ -109,7 +108,7 @@ def train(
         processing_class=processor,
         peft_config=get_peft_config(model_args),
     )
-    with preemption.listening(), flash_first():
+    with preemption.listening():
         trainer.train(resume_from_checkpoint=resume)
         if preemption.preempted_at is None:
             trainer.save_model(training_args.output_dir)

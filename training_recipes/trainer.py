@@ -20,6 +20,7 @@ from transformers import PreTrainedModel
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from trl import SFTTrainer
 
+from training_recipes.attention_kernels import flash_first
 from training_recipes.checkpoints import STREAM_STATE
 
 PRIVATE_TRAINER_HOOKS: dict[str, str] = {
@@ -75,7 +76,8 @@ class LengthGroupedSFTTrainer(SFTTrainer):
     A stream (an `IterableDataset`) is read by torchdata's `StatefulDataLoader` (accelerate's
     `use_stateful_dataloader`, which the Trainer does not expose): a resumed run loads each process's
     saved state (`Checkpointing`) instead of the Trainer's skipping, which reads every batch of the
-    steps already trained again. Each process reads its own shards of it (`dispatch_batches` off)."""
+    steps already trained again. Each process reads its own shards of it (`dispatch_batches` off).
+    Training and evaluation attend FlashAttention first (`attention_kernels.flash_first`)."""
 
     def __init__(self, *args, lengths: dict[str, list[int]] | None = None, **kwargs):
         self.lengths = lengths or {}
@@ -98,7 +100,12 @@ class LengthGroupedSFTTrainer(SFTTrainer):
         if self.stream and isinstance(resume_from_checkpoint, str):
             self.stream_checkpoint = resume_from_checkpoint
             self.args.ignore_data_skip = True  # the loader's own state puts it after the trained steps
-        return super().train(resume_from_checkpoint, *args, **kwargs)
+        with flash_first():
+            return super().train(resume_from_checkpoint, *args, **kwargs)
+
+    def evaluate(self, *args, **kwargs):
+        with flash_first():
+            return super().evaluate(*args, **kwargs)
 
     def _load_from_checkpoint(self, resume_from_checkpoint, model=None):
         """The checkpoint's weights, read the way `from_pretrained` reads them. The Trainer saves a
