@@ -167,10 +167,22 @@ def environment(settings: Settings) -> dict[str, str]:
     }
 
 
+def handles_sigterm(pid: int) -> bool:
+    """Whether process `pid` has a SIGTERM handler of its own (Linux: the SigCgt mask in /proc); True where that
+    cannot be read."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return True
+    caught = next((line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:")), None)
+    return caught is None or bool(int(caught, 16) >> (signal.SIGTERM - 1) & 1)
+
+
 def command(settings: Settings, args: list[str], log: Path, stop_after: float | None = None) -> float:
     """Run one user-facing command (`cxr-vqa ...` or `python -m ...`), its output to `log`; its wall seconds.
-    With `stop_after`, it is sent SIGTERM once that many seconds have passed (`sft.py` then saves where it
-    stopped and exits 0)."""
+    With `stop_after`, it is sent SIGTERM once that many seconds have passed and it handles SIGTERM (`sft.py`
+    does once its imports are done, and then saves after the step it is in and exits 0), so an arm still
+    importing on busy cores is stopped after its first step rather than killed."""
     argv = [sys.executable, "-m", "cxr_vqa.cli", *args[1:]] if args[0] == "cxr-vqa" else [sys.executable, *args[1:]]
     print("$", " ".join(args), flush=True)
     start = time.monotonic()
@@ -181,6 +193,8 @@ def command(settings: Settings, args: list[str], log: Path, stop_after: float | 
         try:
             process.wait(timeout=stop_after)
         except subprocess.TimeoutExpired:
+            while process.poll() is None and not handles_sigterm(process.pid):
+                time.sleep(0.2)
             process.send_signal(signal.SIGTERM)
             process.wait()
     if process.returncode:

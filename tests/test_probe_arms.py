@@ -7,6 +7,7 @@ a marked arm whose images are blank and whose words hold the answer. And the row
 from __future__ import annotations
 
 import io
+import os
 from collections import defaultdict
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import pytest
 from datasets import load_dataset
 from PIL import Image
 
-from benchmarks.learning_signal import Settings, headline
+from benchmarks.learning_signal import Settings, command, handles_sigterm, headline
 from benchmarks.probe_arms import ARMS, SEEN, image_column, make_arm, parquet_files, permutation
 from benchmarks.probe_rows import asked_both_ways, balanced, conversations_of
 from tests.tiny_builds import synthetic_embed_builds
@@ -100,6 +101,24 @@ def test_the_marked_arm_blanks_the_images_and_writes_the_answer_into_the_words(b
 def test_a_run_trains_the_three_controls_unless_the_marked_arm_is_asked_for():
     assert Settings(seed=0, out=Path("x")).arms == ("images", "blank", "shuffled")
     assert "marked" in ARMS
+
+
+def test_an_arm_past_its_time_is_stopped_only_once_it_can_save(tmp_path):
+    """`--train-seconds` ends an arm by SIGTERM, which sft.py answers with a checkpoint once its imports are done;
+    a command still starting when its time is up gets the signal once it has a handler, not before."""
+    settings = Settings(seed=0, out=tmp_path)
+    late = tmp_path / "handled"
+    slow_start = (
+        "import signal, sys, time; time.sleep(3); "
+        f"signal.signal(signal.SIGTERM, lambda *_: (open({str(late)!r}, 'w').close(), sys.exit(0))); time.sleep(60)"
+    )
+    seconds = command(settings, ["python", "-c", slow_start], tmp_path / "arm.log", stop_after=0.5)
+    assert late.is_file() and 3 <= seconds < 30
+
+
+def test_a_sigterm_handler_is_read_from_proc_and_assumed_where_it_cannot_be():
+    assert handles_sigterm(2**22 + 12345)  # no such process: nothing to wait for
+    assert not handles_sigterm(os.getpid())  # pytest leaves SIGTERM to its default
 
 
 def test_a_permutation_is_a_derangement_fixed_by_its_seed():

@@ -6,7 +6,6 @@
 #   bash benchmarks/gpu/run.sh 2            # device call 2 (carry .whl): data, B.3, the rest of B.1
 #   bash benchmarks/gpu/run.sh 3 --seconds 330   # call 3, if 8 minutes are left: speed-ups side by side
 #   bash benchmarks/gpu/run.sh 4 --seconds 560   # a call of its own: B.5, the learning signal of a larger probe
-#   bash benchmarks/gpu/run.sh 5 --seconds 560   # a call of its own: B.5 on GEMeX's images asked both ways
 #   bash benchmarks/gpu/run.sh 1 --tiny     # the same on CPU with the tiny model (tests/test_gpu_kit.py), in /tmp/gpu-kit-tiny
 set -uo pipefail
 cd "$(dirname "$0")/../.."
