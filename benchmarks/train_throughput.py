@@ -7,7 +7,9 @@ has it, float32 on CPU; `--dtype float32` for fp32 master weights), trained in b
 AdamW (fused on CUDA), fully or
 with LoRA adapters (`--lora`), on a built split through the recipe's own lazy conversion
 (`training_recipes.data.conversational`) and TRL's vision collator with reply-only labels, the
-images decoded in DataLoader workers. Prints samples/s, tokens/s, model FLOPs utilisation against
+images decoded in DataLoader workers, the loss computed as the recipes' trainer computes it (TRL's fused LM
+head, which projects only the positions whose next token is a label and never holds the 151k-vocabulary
+logits of a batch). Prints samples/s, tokens/s, model FLOPs utilisation against
 the GPU's dense bf16 peak, peak GPU memory and the share of step time spent waiting for the next
 batch. Targets on one H100: MFU >= 40% for full fine-tuning, data wait < 2%; `--profile DIR` writes
 a torch profiler trace of a few more steps where one is missed (`--profile_when always`: in any case).
@@ -15,8 +17,8 @@ a torch profiler trace of a few more steps where one is missed (`--profile_when 
 Speed-ups, each off by default so a row says what it measured: `--group_by_length` (batches of
 rows of like length: transformers' `LengthGroupedSampler` over `training_recipes.data.sequence_lengths`;
 the share of padded positions is reported either way), `--liger` (Liger's Triton kernels for
-Qwen2.5-VL: RMSNorm, SwiGLU, RoPE and the fused linear cross-entropy that never holds the
-151k-vocabulary logits; needs `liger-kernel` and a GPU) and `--compile` (regional compilation:
+Qwen2.5-VL: RMSNorm, SwiGLU and RoPE, the loss left to TRL's head as the trainer leaves it; needs
+`liger-kernel` and a GPU) and `--compile` (regional compilation:
 `torch.compile` on each decoder layer and vision block, so one compiled graph serves the identical
 layers and compile time is that of one layer), `--chunked_vision_attention` and `--flash_first` (the
 recipes' own: `training_recipes/vision_attention.py`, `training_recipes/attention_kernels.py`).
@@ -28,7 +30,7 @@ recipes' own: `training_recipes/vision_attention.py`, `training_recipes/attentio
 Without `--dataset` it builds a synthetic GEMeX split itself (`--rows`, `--image_size`).
 MFU counts 6 x parameters x tokens for the language model (every input token, image tokens
 included) plus 6 x vision parameters x patches for the vision tower, plus causal attention
-(6 x layers x hidden x seq^2 per sequence); with LoRA the frozen weights count 4x (forward and
+(6 x layers x hidden x seq^2 per sequence), plus the LM head at the positions it scores; with LoRA the frozen weights count 4x (forward and
 the input gradients; their weight gradients are not computed). Recomputation from gradient
 checkpointing is not counted, as is the convention. The tokenizer is a byte-level BPE trained
 offline on the prompts (the real one cannot be downloaded here), so a text token here is shorter
@@ -121,8 +123,26 @@ def add_lora(model, r: int, alpha: int):
     return get_peft_model(model, LoraConfig(r=r, lora_alpha=alpha, target_modules="all-linear", task_type="CAUSAL_LM"))
 
 
+SFT_TRAINER_HEAD_OUTPUTS = ("log_probs", "entropy", "is_top1")
+"""What TRL's SFTTrainer asks of its fused LM head: the loss, and its entropy and token-accuracy metrics."""
+
+
+def use_the_trainers_loss(model) -> None:
+    """Patch `model` as TRL's SFTTrainer does, so that `model(**batch, fused_lm_head=True).loss` is the recipes'
+    training loss: the LM head projects, in tiles, only the positions whose next token is a label (on CUDA; a
+    CPU scores every position). Before LoRA wraps the model, as the trainer does it."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    add_fused_lm_head(model, outputs=SFT_TRAINER_HEAD_OUTPUTS)
+
+
+def scored_positions(batch) -> int:
+    """Positions whose next token is a label: where the fused LM head projects."""
+    return int((batch["labels"][:, 1:] != -100).sum())
+
+
 def apply_liger(model) -> None:
-    """Liger's kernels on this Qwen2.5-VL instance (its RMSNorm, SwiGLU, RoPE, fused linear cross-entropy).
+    """Liger's kernels on this Qwen2.5-VL instance (its RMSNorm, SwiGLU and RoPE).
 
     liger-kernel 0.8.5 (the newest) imports `Qwen2_5_VLCausalLMOutputWithPast`, which transformers
     5.17 has and 5.23 does not: with 5.23 its Qwen2.5-VL patch cannot load (found on CPU, with
@@ -134,7 +154,8 @@ def apply_liger(model) -> None:
             f"--liger needs liger-kernel, which runs Triton kernels on a GPU (pip install liger-kernel): {err}"
         ) from None
     try:
-        apply_liger_kernel_to_qwen2_5_vl(model=model)
+        # TRL's trainer turns Liger's fused cross-entropy off: its own fused LM head computes the loss
+        apply_liger_kernel_to_qwen2_5_vl(model=model, fused_linear_cross_entropy=False)
     except ImportError as err:
         import transformers
 
@@ -199,12 +220,13 @@ def count_parameters(model) -> tuple[int, int, int]:
 
 
 def step_flops(batch, n_language: int, n_vision: int, text_config, weight_factor: int = 6) -> float:
-    """Model FLOPs of one training step; `weight_factor` 6 when every weight is trained, 4 for frozen ones."""
+    """Model FLOPs of one training step; `weight_factor` 6 when every weight is trained, 4 for frozen ones. The
+    LM head counts where the fused head projects (`scored_positions`)."""
     tokens = int(batch["attention_mask"].sum())
     patches = int(batch["pixel_values"].shape[0]) if "pixel_values" in batch else 0
     seq_sq = float((batch["attention_mask"].sum(dim=1).float() ** 2).sum())
     attention = 6 * text_config.num_hidden_layers * text_config.hidden_size * seq_sq  # causal: half of 12·L·h·s²
-    lm_head = weight_factor * text_config.hidden_size * text_config.vocab_size * tokens
+    lm_head = weight_factor * text_config.hidden_size * text_config.vocab_size * scored_positions(batch)
     return weight_factor * (n_language * tokens + n_vision * patches) + attention + lm_head
 
 
@@ -358,6 +380,7 @@ def main(argv: list[str] | None = None) -> dict:
     if args.chunked_vision_attention:
         use_chunked_vision_attention(model)
     n_language, n_vision, n_embed = count_parameters(model)
+    use_the_trainers_loss(model)
     if args.liger:
         apply_liger(model)
     compiled_blocks = compile_blocks(model, args.compile_backend) if args.compile else 0
@@ -411,7 +434,7 @@ def main(argv: list[str] | None = None) -> dict:
         batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
         with attention_order():  # the backward pass recomputes checkpointed layers' attention too
             with torch.autocast(device.type, dtype=torch.bfloat16):
-                loss = model(**batch).loss
+                loss = model(**batch, fused_lm_head=True).loss
             loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)

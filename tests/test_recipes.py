@@ -366,6 +366,32 @@ def test_throughput_benchmark_runs_tiny_on_cpu(tmp_path, capsys):
     assert "samples/s" in capsys.readouterr().out
 
 
+def test_the_throughput_benchmark_trains_on_the_loss_the_recipes_trainer_computes():
+    """B.1's step takes its loss from TRL's fused LM head, as SFTTrainer does: the model's own loss on the same
+    batch, without the whole vocabulary's logits; its FLOPs count the head where a label is scored."""
+    from benchmarks import train_throughput
+
+    torch.manual_seed(0)
+    preset = train_throughput.model_preset(train_throughput.TINY)
+    model, _ = train_throughput.build_model_and_processor(preset, PixelBudget(), "sdpa")
+    model.eval()
+    input_ids = torch.randint(10, 300, (2, 12))
+    labels = input_ids.clone()
+    labels[0, :7] = labels[1, :4] = -100
+    batch = {"input_ids": input_ids, "attention_mask": torch.ones_like(input_ids), "labels": labels}
+    own = model(**batch).loss
+    train_throughput.use_the_trainers_loss(model)
+    fused = model(**batch, fused_lm_head=True)
+    assert torch.allclose(fused.loss, own, atol=1e-5) and not hasattr(fused, "logits")
+    assert model(**batch).logits.shape[-1] == model.config.get_text_config().vocab_size  # generation's forward
+    assert train_throughput.scored_positions(batch) == (12 - 7) + (12 - 4)
+    text_config = model.config.get_text_config()
+    head = 6 * text_config.hidden_size * text_config.vocab_size
+    assert train_throughput.step_flops(batch, 0, 0, text_config) == pytest.approx(
+        6 * text_config.num_hidden_layers * text_config.hidden_size * 2 * 12**2 + head * 13
+    )
+
+
 def test_end_to_end_on_a_real_demo_build(tmp_path):
     """The real builder makes a small synthetic GEMeX build (what `cxr-vqa demo` does); the recipe
     trains on it and predicts its questions. (`run_demo` itself is not called: with few images its
