@@ -175,6 +175,24 @@ def test_a_broken_step_is_recorded_and_the_next_still_runs(tmp_path):
     assert "B.2" in (tmp_path / "out" / "results.md").read_text()
 
 
+def test_a_call_packs_and_reads_only_its_own_logs(tmp_path):
+    """The work folder outlives a call (its builds are reused); the logs of an earlier call, which went back with
+    it, must not come back again as this call's, nor its trace, nor be read for this call's scores."""
+    work = tmp_path / "work"
+    earlier = work / "logs" / "profile-earlier"
+    earlier.mkdir(parents=True)
+    (earlier / kit.TRACE).write_bytes(b"an earlier lease's trace")
+    (work / "logs" / "scores-gemex.json").write_text("{}")
+    plan = kit.load_plan(tiny=True)
+    plan["parts"] = {"x": [{"step": "epoch_hours"}]}
+    kit.run_part(plan, "x", tmp_path / "out", work, tiny=True)
+    with tarfile.open(tmp_path / "out" / "logs.tar.gz") as archive:
+        names = archive.getnames()
+    assert "logs-partx/environment.log" in names
+    assert not [n for n in names if "earlier" in n or "scores-gemex" in n]
+    assert not list((tmp_path / "out").glob("trace-*"))
+
+
 CUDA_OUT_OF_MEMORY = (
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 16.54 GiB. GPU 0 has a total capacity of 79.18 GiB"
     " of which 9.72 GiB is free. Including non-PyTorch memory, this process has 69.44 GiB memory in use. Of the"

@@ -678,7 +678,9 @@ def run_part(plan: dict, part: str, out: Path, work: Path, tiny: bool) -> list[d
     ]:
         stale.unlink(missing_ok=True)
     kit = Kit(plan, part, out, work, tiny, started + plan["seconds"])
-    kit.logs.mkdir(parents=True, exist_ok=True)
+    # An earlier call's logs went back with that call; kept, they would be packed and read (scores, traces) as this one's
+    shutil.rmtree(kit.logs, ignore_errors=True)
+    kit.logs.mkdir(parents=True)
     environment_note(kit)
     for spec in plan["parts"][part]:
         try:
