@@ -124,6 +124,9 @@ class Settings:
         "stop each arm's training at this wall time (SIGTERM: sft.py saves where it stopped) and score what it "
         "trained; 0: every one of --steps (a GPU's speed is not known beforehand)",
     )
+    num_proc: int = option(
+        1, "processes that draw each release's images and threads that encode them into its build (the same bytes)"
+    )
     workers: int = option(0, "DataLoader workers of each training command (0: rows read in its own process)")
     threads: int = option(1, "torch threads of each command")
     jobs: int = option(
@@ -210,16 +213,18 @@ def release_and_build(settings: Settings, dataset: str, name: str, count: int, s
     if not build.is_dir():
         shutil.rmtree(raw, ignore_errors=True)
         plain = ["--plain-findings", settings.plain_findings] if settings.plain_findings else []
+        workers = ["--num-proc", str(settings.num_proc)]
         command(
             settings,
-            ["cxr-vqa", "synthesize", dataset, "--out", str(raw), flag, str(count), "--seed", str(seed), *plain],
+            ["cxr-vqa", "synthesize", dataset, "--out", str(raw), flag, str(count), "--seed", str(seed), *plain]
+            + workers,
             log,
         )
         source = ["--source", str(raw)] + (["--images", str(raw / "files")] if dataset == "gemex" else [])
         command(
             settings,
             ["cxr-vqa", "build", dataset, *source, "--out", str(build), "--image-mode", "embed"]
-            + ["--image-size", str(settings.image_size)],
+            + ["--image-size", str(settings.image_size), *workers],
             log,
         )
         shutil.rmtree(raw)
