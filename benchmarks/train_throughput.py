@@ -7,10 +7,10 @@ has it, float32 on CPU; `--dtype float32` for fp32 master weights), trained in b
 AdamW (fused on CUDA), fully or
 with LoRA adapters (`--lora`), on a built split through the recipe's own lazy conversion
 (`training_recipes.data.conversational`) and TRL's vision collator with reply-only labels, the
-images decoded in DataLoader workers, the loss computed as the recipes' trainer computes it (TRL's fused LM
-head, which projects only the positions whose next token is a label and never holds the 151k-vocabulary
-logits of a batch). Prints samples/s, tokens/s, model FLOPs utilisation against
-the GPU's dense bf16 peak, peak GPU memory and the share of step time spent waiting for the next
+images decoded in DataLoader workers, the loss computed as the recipes' trainer computes it (TRL's
+fused LM head, which projects only the positions whose next token is a label and never holds the
+151k-vocabulary logits of a batch). Prints samples/s, tokens/s, model FLOPs utilisation against the
+GPU's dense bf16 peak, peak GPU memory and the share of step time spent waiting for the next
 batch. Targets on one H100: MFU >= 40% for full fine-tuning, data wait < 2%; `--profile DIR` writes
 a torch profiler trace of a few more steps where one is missed (`--profile_when always`: in any case).
 
@@ -18,10 +18,10 @@ Speed-ups, each off by default so a row says what it measured: `--group_by_lengt
 rows of like length: transformers' `LengthGroupedSampler` over `training_recipes.data.sequence_lengths`;
 the share of padded positions is reported either way), `--liger` (Liger's Triton kernels for
 Qwen2.5-VL: RMSNorm, SwiGLU and RoPE, the loss left to TRL's head as the trainer leaves it; needs
-`liger-kernel` and a GPU) and `--compile` (regional compilation:
-`torch.compile` on each decoder layer and vision block, so one compiled graph serves the identical
-layers and compile time is that of one layer), `--chunked_vision_attention` and `--flash_first` (the
-recipes' own: `training_recipes/vision_attention.py`, `training_recipes/attention_kernels.py`).
+`liger-kernel` and a GPU) and `--compile` (regional compilation: `torch.compile` on each decoder
+layer and vision block, so one compiled graph serves the identical layers and compile time is that
+of one layer), `--chunked_vision_attention` and `--flash_first` (the recipes' own:
+`training_recipes/vision_attention.py`, `training_recipes/attention_kernels.py`).
 
     python -m benchmarks.train_throughput --model qwen2.5-vl-3b --batch_size 8 --steps 30
     python -m benchmarks.train_throughput --dataset ./gemex --dataset_config sft --lora   # a given build
@@ -30,11 +30,12 @@ recipes' own: `training_recipes/vision_attention.py`, `training_recipes/attentio
 Without `--dataset` it builds a synthetic GEMeX split itself (`--rows`, `--image_size`).
 MFU counts 6 x parameters x tokens for the language model (every input token, image tokens
 included) plus 6 x vision parameters x patches for the vision tower, plus causal attention
-(6 x layers x hidden x seq^2 per sequence), plus the LM head at the positions it scores; with LoRA the frozen weights count 4x (forward and
-the input gradients; their weight gradients are not computed). Recomputation from gradient
-checkpointing is not counted, as is the convention. The tokenizer is a byte-level BPE trained
-offline on the prompts (the real one cannot be downloaded here), so a text token here is shorter
-than Qwen's and tokens/s reads higher than with the real tokenizer.
+(6 x layers x hidden x seq^2 per sequence), plus the LM head at the positions it scores; with LoRA
+the frozen weights count 4x (forward and the input gradients; their weight gradients are not
+computed). Recomputation from gradient checkpointing is not counted, as is the convention. The
+tokenizer is a byte-level BPE trained offline on the prompts (the real one cannot be downloaded
+here), so a text token here is shorter than Qwen's and tokens/s reads higher than with the real
+tokenizer.
 """
 
 from __future__ import annotations
