@@ -49,7 +49,7 @@ import signal
 import subprocess
 import sys
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -519,7 +519,7 @@ def main(argv: list[str] | None = None) -> int:
     model = probe_model(settings)
     runs: list[Run] = []
     majorities = []
-    arms = []
+    arms: dict[Future, tuple[str, str]] = {}
     with ThreadPoolExecutor(max_workers=max(1, settings.jobs)) as pool:
         for dataset in settings.datasets:
             builds = prepared_builds(settings, dataset)
@@ -528,17 +528,17 @@ def main(argv: list[str] | None = None) -> int:
             if settings.layout == "per_image":
                 runs += layout_runs(settings, dataset, train_build, held_out, model)
             else:
-                arms += [pool.submit(arm_run, settings, dataset, arm, builds, model) for arm in settings.arms]
-        try:
-            runs += [arm.result() for arm in arms]
-        except BaseException:  # a failed arm (SystemExit naming its log) or ^C: start no other
-            pool.shutdown(cancel_futures=True)
-            raise
+                arms |= {
+                    pool.submit(arm_run, settings, dataset, arm, builds, model): (dataset, arm) for arm in settings.arms
+                }
+        runs_done, failed = finished_arms(pool, arms)
+        runs += runs_done
     result = {
         "seed": settings.seed,
         "settings": {k: (str(v) if isinstance(v, Path) else v) for k, v in asdict(settings).items()},
         "runs": [asdict(r) for r in runs],
         "majority": majorities,
+        "failed": failed,
         "wall_seconds": round(time.monotonic() - start, 1),
     }
     (settings.out / "result.json").write_text(json.dumps(result, indent=1))
@@ -546,8 +546,26 @@ def main(argv: list[str] | None = None) -> int:
     print(table(runs, majorities))
     for line in margins(runs, majorities):
         print(line)
+    for failure in failed:
+        print(f"{failure['dataset']} {failure['arm']} failed: {failure['error']}", file=sys.stderr)
     print(f"{result['wall_seconds']:.0f} s in all; {settings.out / 'result.json'}")
-    return 0
+    return 1 if failed else 0
+
+
+def finished_arms(pool: ThreadPoolExecutor, arms: dict[Future, tuple[str, str]]) -> tuple[list[Run], list[dict]]:
+    """Each arm's run, in the order submitted; an arm that fails (a command's SystemExit naming its log) is
+    listed with its error and the others still finish, so a long run keeps what it trained. ^C starts no other."""
+    runs, failed = [], []
+    try:
+        for future, (dataset, arm) in arms.items():
+            try:
+                runs.append(future.result())
+            except SystemExit as err:
+                failed.append({"dataset": dataset, "arm": arm, "error": str(err)})
+    except BaseException:
+        pool.shutdown(cancel_futures=True)
+        raise
+    return runs, failed
 
 
 if __name__ == "__main__":

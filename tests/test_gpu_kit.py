@@ -245,6 +245,35 @@ def test_a_training_row_out_of_memory_is_retried_at_half_the_batch(tmp_path, mon
     assert batches == [1] and runner.rows[-1]["name"] == "gemex-per_question-full-default-batch1"
 
 
+def test_b5_keeps_the_arms_that_trained_beside_the_one_that_failed(tmp_path, monkeypatch):
+    """learning_signal writes the arms that finished and lists a failed one; the kit records both, so a long
+    call's figures are not lost to one arm's failure."""
+    plan = kit.load_plan(tiny=True)
+    runner = kit.Kit(plan, "4", tmp_path / "out", tmp_path / "work", True, kit.time.monotonic() + 60)
+    runner.out.mkdir(parents=True)
+    runner.logs.mkdir(parents=True)
+    trained = {"dataset": "rexvqa", "arm": "images", "train_seconds": 45.0, "steps": 9, "questions": 22}
+    result = {
+        "runs": [{**trained, "accuracy": 31.8, "both_ways_accuracy": None}],
+        "majority": [{"dataset": "rexvqa", "questions": 22, "accuracy": 22.7}],
+        "failed": [{"dataset": "rexvqa", "arm": "blank", "error": "python -m training_recipes.sft ... exited 1"}],
+    }
+
+    def run(name: str, command: list[str], timeout: float) -> kit.Outcome:
+        out = Path(command[command.index("--out") + 1])
+        out.mkdir(parents=True)
+        (out / "result.json").write_text(json.dumps(result))
+        return kit.Outcome("failed", 50.0, 1, "1 arm failed")
+
+    monkeypatch.setattr(runner, "run", run)
+    kit.step_signal(runner, {"step": "signal"})
+    rows = {r["name"]: r for r in runner.rows}
+    assert rows["rexvqa images"]["status"] == "ok" and rows["rexvqa images"]["accuracy"] == 31.8
+    assert rows["rexvqa blank"]["status"] == "failed" and "exited 1" in rows["rexvqa blank"]["error"]
+    assert rows["rexvqa majority baseline"]["accuracy"] == 22.7
+    assert rows["learning signal"]["status"] == "failed"
+
+
 def test_a_worker_that_saves_nothing_is_not_read_for_what_an_earlier_call_left(tmp_path, monkeypatch):
     """A part runs again on a warm machine in the same work folder: a worker that dies before saving must not
     be credited with the last call's figures."""

@@ -7,6 +7,7 @@ a marked arm whose images are blank and whose words hold the answer. And the row
 from __future__ import annotations
 
 import io
+import json
 import os
 from collections import defaultdict
 from pathlib import Path
@@ -119,6 +120,32 @@ def test_an_arm_past_its_time_is_stopped_only_once_it_can_save(tmp_path):
 def test_a_sigterm_handler_is_read_from_proc_and_assumed_where_it_cannot_be():
     assert handles_sigterm(2**22 + 12345)  # no such process: nothing to wait for
     assert not handles_sigterm(os.getpid())  # pytest leaves SIGTERM to its default
+
+
+def test_an_arm_that_fails_leaves_the_others_results(tmp_path, monkeypatch):
+    """Arms of a long run (four at once on a GPU lease) finish and are written though one fails; the failed one is
+    listed with the command's error and the run exits 1."""
+    from benchmarks import learning_signal
+
+    def arm_run(settings, dataset, arm, builds, model):
+        if arm == "blank":
+            raise SystemExit(f"python -m training_recipes.sft ... exited 1; its output: run-{dataset}-{arm}.log")
+        return learning_signal.Run(dataset, arm, "per_question", "b", "train", "p.jsonl", 1.0, 5, accuracy=40.0)
+
+    monkeypatch.setattr(learning_signal, "probe_model", lambda settings: tmp_path / "probe")
+    monkeypatch.setattr(learning_signal, "prepared_builds", lambda settings, dataset: (tmp_path, tmp_path, None))
+    monkeypatch.setattr(
+        learning_signal,
+        "majority",
+        lambda settings, dataset, held_out: {"dataset": dataset, "questions": 9, "accuracy": 25.0, "v_score": None},
+    )
+    monkeypatch.setattr(learning_signal, "arm_run", arm_run)
+    argv = ["--seed", "0", "--out", str(tmp_path / "ls"), "--datasets", "rexvqa,gemex", "--arms", "images,blank"]
+    assert learning_signal.main(argv) == 1
+    result = json.loads((tmp_path / "ls" / "result.json").read_text())
+    assert [(r["dataset"], r["arm"]) for r in result["runs"]] == [("rexvqa", "images"), ("gemex", "images")]
+    assert [(f["dataset"], f["arm"]) for f in result["failed"]] == [("rexvqa", "blank"), ("gemex", "blank")]
+    assert "run-gemex-blank.log" in result["failed"][1]["error"]
 
 
 def test_a_permutation_is_a_derangement_fixed_by_its_seed():

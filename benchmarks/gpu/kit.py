@@ -590,6 +590,7 @@ def step_signal(kit: Kit, spec: dict) -> None:
     (out / "result.json").unlink(missing_ok=True)
     command = python("-m", "benchmarks.learning_signal", *signal_options(settings), "--out", out)
     outcome = kit.run("signal", command, settings["timeout"])
+    (kit.logs / "signal").mkdir(exist_ok=True)
     if (out / "logs").is_dir():
         shutil.copytree(out / "logs", kit.logs / "signal", dirs_exist_ok=True)
     result = json.loads((out / "result.json").read_text()) if (out / "result.json").exists() else {}
@@ -602,6 +603,16 @@ def step_signal(kit: Kit, spec: dict) -> None:
             Outcome("ok", run["train_seconds"]),
             command,
             **{key: run.get(key) for key in ("dataset", "arm", "steps", "questions", "accuracy", "both_ways_accuracy")},
+            size=settings["size"],
+        )
+    for failure in result.get("failed", []):
+        kit.record(
+            "B.5",
+            f"{failure['dataset']} {failure['arm']}",
+            Outcome("failed", error=failure["error"][-300:]),
+            command,
+            dataset=failure["dataset"],
+            arm=failure["arm"],
             size=settings["size"],
         )
     for baseline in result.get("majority", []):
