@@ -4,6 +4,7 @@
     python -m benchmarks.pixel_signal --gemex BUILD --out runs/ps --image-sizes 112,224 --epochs 12
     python -m benchmarks.pixel_signal --gemex BUILD --out runs/pt --learner tokens --probe-model PROBE --epochs 10
     python -m benchmarks.pixel_signal --gemex BUILD --out runs/pa --learner attention --probe-model PROBE --epochs 10
+    python -m benchmarks.pixel_signal --rexvqa BUILD --out runs/pm --learner matching --probe-model PROBE --epochs 30
 
 Before asking why a VLM probe (`benchmarks/learning_signal.py`) learns nothing from the pixels, ask
 whether there is anything to learn at the size it sees them. This trains a plain classifier (CPU, a
@@ -25,7 +26,10 @@ wording:
   probe that stays at chance falls short in its decoder;
 - `attention` (`AttentionNet`): the probe's decoder less its text, two causal attention layers over the same
   frozen tokens and one token for each thing the question names; it must learn, as the probe must, which image
-  tokens a question's words point to, and its examples are what that costs.
+  tokens a question's words point to, and its examples are what that costs;
+- `matching` (`MatchingNet`): the attention learner with the offered options as tokens after the task (each
+  option's text and letter) and a letter as its answer, where the others score the option texts as outputs: it
+  must also tie each option's words to its mark and answer where the option stands, as a ReXVQA reply does.
 
 How many examples each needs before it answers held-out questions tells what a mark costs to read from what a
 learner's shape costs. `--image-only` withholds what the
@@ -64,8 +68,8 @@ from training_recipes.data import to_rgb
 from training_recipes.tiny_model import SIZES, idefics3_image_processor
 
 ARMS = ("images", "blank")
-LEARNERS = ("cnn", "grid", "tokens", "attention")
-PROBE_LEARNERS = ("tokens", "attention")
+LEARNERS = ("cnn", "grid", "tokens", "attention", "matching")
+PROBE_LEARNERS = ("tokens", "attention", "matching")
 """The learners that read a probe's image tokens (`--probe-model`) rather than its pixels."""
 GEMEX_OPTIONS = ("Yes.", "No.")
 PROBE_SIZE = SIZES["probe"].image_size
@@ -196,6 +200,8 @@ class AnswerNet(nn.Module):
     modulated half-way (FiLM) by the sum of the embeddings of what the question names, max- and mean-pooled,
     then one score per option text."""
 
+    reads_options = False
+
     def __init__(self, conditions: int, options: int, width: int = 16, region_mask: bool = False):
         super().__init__()
         self.region_mask = region_mask
@@ -230,6 +236,8 @@ class GridNet(nn.Module):
     """The image (and the named region's mask) averaged over a `grid` x `grid` grid of cells, every cell an input
     of a two-layer perceptron, plus the sum of the embeddings of what the question names; one score per option
     text. A mark's place is where it lands in the input, so nothing about position has to be learnt."""
+
+    reads_options = False
 
     def __init__(
         self,
@@ -274,6 +282,7 @@ class AttentionNet(nn.Module):
     question names, to the image tokens that hold its answer, as the probe's answer must."""
 
     region_mask = False
+    reads_options = False
 
     def __init__(self, width: int, conditions: int, options: int, layers: int = 2, heads: int = 4):
         super().__init__()
@@ -285,10 +294,32 @@ class AttentionNet(nn.Module):
         self.out = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, options))
 
     def forward(self, tokens: torch.Tensor, conditions: torch.Tensor, masks: None = None) -> torch.Tensor:
-        query = self.query.expand(len(tokens), -1, -1)
-        sequence = torch.cat([self.tokens(tokens), self.condition(conditions), query], 1)
+        return self.answer([self.tokens(tokens), self.condition(conditions)])
+
+    def answer(self, parts: list[torch.Tensor]) -> torch.Tensor:
+        """The query's output after `parts` (each `batch x tokens x width`), read causally as a decoder reads."""
+        sequence = torch.cat([*parts, self.query.expand(len(parts[0]), -1, -1)], 1)
         causal = nn.Transformer.generate_square_subsequent_mask(sequence.shape[1])
         return self.out(self.body(sequence, mask=causal, is_causal=True)[:, -1])
+
+
+class MatchingNet(AttentionNet):
+    """The attention learner with ReXVQA's question as the probe reads it: after the image tokens and the task,
+    each offered option is a token (its text's embedding plus its letter's), and the query's output is a letter.
+    The attention learner is handed the option texts as its outputs; this one must find each offered option's
+    finding among the image tokens and answer the letter it stands at."""
+
+    reads_options = True
+
+    def __init__(self, width: int, conditions: int, options: int, letters: int, layers: int = 2, heads: int = 4):
+        super().__init__(width, conditions, letters, layers, heads)
+        self.option = nn.Embedding(options + 1, width)
+        self.letter = nn.Embedding(letters, width)
+
+    def forward(self, tokens: torch.Tensor, conditions: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        unknown = self.option.num_embeddings - 1
+        offered = self.option(options.masked_fill(options < 0, unknown)) + self.letter.weight[: options.shape[1]]
+        return self.answer([self.tokens(tokens), self.condition(conditions), offered])
 
 
 def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> torch.Tensor:
@@ -314,10 +345,13 @@ def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> to
 
 
 def answer_net(
-    settings: argparse.Namespace, conditions: int, options: int, image_shape: tuple[int, ...] = ()
+    settings: argparse.Namespace, conditions: int, options: int, image_shape: tuple[int, ...] = (), letters: int = 0
 ) -> nn.Module:
     """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's and the tokens'
-    hidden units / 16; the attention learner's width is the tokens'); `image_shape`: one image's input."""
+    hidden units / 16; the attention learners' width is the tokens'); `image_shape`: one image's input;
+    `letters`: the most options a question offers."""
+    if settings.learner == "matching":
+        return MatchingNet(image_shape[-1], conditions, options, letters)
     if settings.learner == "attention":
         return AttentionNet(image_shape[-1], conditions, options)
     if settings.learner == "tokens":
@@ -363,10 +397,12 @@ def region_masks(boxes: torch.Tensor, height: int, width: int) -> torch.Tensor:
 def option_scores(net: nn.Module, images: torch.Tensor, batch: Batches, rows: torch.Tensor) -> torch.Tensor:
     """Each question's score of each of its offered options (an option never seen in training scores lowest)."""
     pictures = images[batch.image[rows]]
-    masks = region_masks(batch.box[rows], *pictures.shape[2:]) if net.region_mask else None
-    scores = net(pictures, batch.conditions[rows], masks)
     options = batch.options[rows]
-    picked = scores.gather(1, options.clamp(min=0))
+    if net.reads_options:
+        picked = net(pictures, batch.conditions[rows], options)
+    else:
+        masks = region_masks(batch.box[rows], *pictures.shape[2:]) if net.region_mask else None
+        picked = net(pictures, batch.conditions[rows], masks).gather(1, options.clamp(min=0))
     return picked.masked_fill(options < 0, -1e4)
 
 
@@ -413,7 +449,8 @@ def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int,
     option_vocab = {o: i for i, o in enumerate(sorted({o for q in train for o in q.options}))}
     train_batch = tensors(train, image_index, vocab, option_vocab)
     test_batch = tensors(test, image_index, vocab, option_vocab)
-    net = answer_net(settings, len(vocab) + 1, len(option_vocab), tuple(images.shape[1:]))
+    letters = train_batch.options.shape[1]
+    net = answer_net(settings, len(vocab) + 1, len(option_vocab), tuple(images.shape[1:]), letters)
     optimizer = torch.optim.AdamW(net.parameters(), lr=settings.learning_rate, weight_decay=1e-4)
     steps = settings.epochs * -(-len(train) // settings.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.learning_rate, total_steps=steps)
@@ -496,12 +533,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         default="cnn",
         help="cnn: conv layers, position learnt from coordinate channels; grid: a perceptron over a 28 x 28 grid of "
         "cells; tokens: a perceptron over the image tokens --probe-model's frozen vision tower and connector make; "
-        "attention: two causal attention layers over the same tokens and what the question names",
+        "attention: two causal attention layers over the same tokens and what the question names; matching: the "
+        "same with the offered options as tokens, answering a letter",
     )
     p.add_argument(
         "--probe-model",
         type=Path,
-        help="the Idefics3 probe whose image tokens `--learner tokens|attention` reads (python -m training_recipes.tiny_model "
+        help="the Idefics3 probe whose image tokens `--learner tokens|attention|matching` reads (python -m training_recipes.tiny_model "
         "--size probe, or a probe trained by sft.py)",
     )
     p.add_argument("--epochs", type=int, default=10)
