@@ -5,6 +5,8 @@
     python -m benchmarks.pixel_signal --gemex BUILD --out runs/pt --learner tokens --probe-model PROBE --epochs 10
     python -m benchmarks.pixel_signal --gemex BUILD --out runs/pa --learner attention --probe-model PROBE --epochs 10
     python -m benchmarks.pixel_signal --rexvqa BUILD --out runs/pm --learner matching --probe-model PROBE --epochs 30
+    python -m benchmarks.pixel_signal --rexvqa BUILD --out runs/pp --learner pointer --probe-model PROBE \
+        --question-kinds "Presence Assessment" --epochs 20
 
 Before asking why a VLM probe (`benchmarks/learning_signal.py`) learns nothing from the pixels, ask
 whether there is anything to learn at the size it sees them. This trains a plain classifier (CPU, a
@@ -29,7 +31,10 @@ wording:
   tokens a question's words point to, and its examples are what that costs;
 - `matching` (`MatchingNet`): the attention learner with the offered options as tokens after the task (each
   option's text and letter) and a letter as its answer, where the others score the option texts as outputs: it
-  must also tie each option's words to its mark and answer where the option stands, as a ReXVQA reply does.
+  must also tie each option's words to its mark and answer where the option stands, as a ReXVQA reply does;
+- `pointer` (`PointerNet`): the matching learner with each option scored from its own token's output: where
+  the matching learner falls short of it, the cost is the letter (a later token finding the option that fits
+  and copying where it stands), not the reading.
 
 How many examples each needs before it answers held-out questions tells what a mark costs to read from what a
 learner's shape costs. `--image-only` withholds what the
@@ -68,8 +73,8 @@ from training_recipes.data import to_rgb
 from training_recipes.tiny_model import SIZES, idefics3_image_processor
 
 ARMS = ("images", "blank")
-LEARNERS = ("cnn", "grid", "tokens", "attention", "matching")
-PROBE_LEARNERS = ("tokens", "attention", "matching")
+LEARNERS = ("cnn", "grid", "tokens", "attention", "matching", "pointer")
+PROBE_LEARNERS = ("tokens", "attention", "matching", "pointer")
 """The learners that read a probe's image tokens (`--probe-model`) rather than its pixels."""
 GEMEX_OPTIONS = ("Yes.", "No.")
 PROBE_SIZE = SIZES["probe"].image_size
@@ -297,10 +302,13 @@ class AttentionNet(nn.Module):
         return self.answer([self.tokens(tokens), self.condition(conditions)])
 
     def answer(self, parts: list[torch.Tensor]) -> torch.Tensor:
-        """The query's output after `parts` (each `batch x tokens x width`), read causally as a decoder reads."""
-        sequence = torch.cat([*parts, self.query.expand(len(parts[0]), -1, -1)], 1)
+        """The query's output after `parts` (each `batch x tokens x width`)."""
+        return self.out(self.read(torch.cat([*parts, self.query.expand(len(parts[0]), -1, -1)], 1))[:, -1])
+
+    def read(self, sequence: torch.Tensor) -> torch.Tensor:
+        """Every token's output, each reading only those before it, as a decoder reads."""
         causal = nn.Transformer.generate_square_subsequent_mask(sequence.shape[1])
-        return self.out(self.body(sequence, mask=causal, is_causal=True)[:, -1])
+        return self.body(sequence, mask=causal, is_causal=True)
 
 
 class MatchingNet(AttentionNet):
@@ -317,9 +325,26 @@ class MatchingNet(AttentionNet):
         self.letter = nn.Embedding(letters, width)
 
     def forward(self, tokens: torch.Tensor, conditions: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        return self.answer([self.tokens(tokens), self.condition(conditions), self.offered(options)])
+
+    def offered(self, options: torch.Tensor) -> torch.Tensor:
+        """One token an offered option: its text's embedding (an unknown text's where -1) plus its letter's."""
         unknown = self.option.num_embeddings - 1
-        offered = self.option(options.masked_fill(options < 0, unknown)) + self.letter.weight[: options.shape[1]]
-        return self.answer([self.tokens(tokens), self.condition(conditions), offered])
+        return self.option(options.masked_fill(options < 0, unknown)) + self.letter.weight[: options.shape[1]]
+
+
+class PointerNet(MatchingNet):
+    """The matching learner with each offered option scored from its own token's output, not a letter from the
+    query's: an option's token reads the image and says how well its finding fits, and no later token has to find
+    that option again and copy its letter, as a reply's letter must."""
+
+    def __init__(self, width: int, conditions: int, options: int, letters: int, layers: int = 2, heads: int = 4):
+        super().__init__(width, conditions, options, letters, layers, heads)
+        self.out = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, 1))
+
+    def forward(self, tokens: torch.Tensor, conditions: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        sequence = torch.cat([self.tokens(tokens), self.condition(conditions), self.offered(options)], 1)
+        return self.out(self.read(sequence)[:, -options.shape[1] :]).squeeze(-1)
 
 
 def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> torch.Tensor:
@@ -350,8 +375,9 @@ def answer_net(
     """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's and the tokens'
     hidden units / 16; the attention learners' width is the tokens'); `image_shape`: one image's input;
     `letters`: the most options a question offers."""
-    if settings.learner == "matching":
-        return MatchingNet(image_shape[-1], conditions, options, letters)
+    if settings.learner in ("matching", "pointer"):
+        net = MatchingNet if settings.learner == "matching" else PointerNet
+        return net(image_shape[-1], conditions, options, letters)
     if settings.learner == "attention":
         return AttentionNet(image_shape[-1], conditions, options)
     if settings.learner == "tokens":
@@ -429,9 +455,23 @@ def unnamed(questions: list[Question]) -> list[Question]:
     return [replace(q, condition=("",)) for q in questions]
 
 
+def of_kinds(questions: list[Question], kinds: str | None) -> list[Question]:
+    """The questions of the comma-separated `kinds` (all where None); a kind the build does not hold is refused
+    with the kinds it does."""
+    if kinds is None:
+        return questions
+    wanted, held = set(kinds.split(",")), {q.kind for q in questions}
+    if not wanted <= held:
+        raise SystemExit(
+            f"--question-kinds: no {', '.join(sorted(wanted - held))} in the build; it holds {', '.join(sorted(held))}"
+        )
+    return [q for q in questions if q.kind in wanted]
+
+
 def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int, settings: argparse.Namespace) -> Run:
     torch.manual_seed(settings.seed)
-    questions = unnamed(examples.questions) if settings.image_only else examples.questions
+    questions = of_kinds(examples.questions, settings.question_kinds)
+    questions = unnamed(questions) if settings.image_only else questions
     train = [q for q in questions if not held_out(q.key, settings.held_out_share)]
     test = [q for q in questions if held_out(q.key, settings.held_out_share)]
     if not (train and test):
@@ -534,12 +574,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         help="cnn: conv layers, position learnt from coordinate channels; grid: a perceptron over a 28 x 28 grid of "
         "cells; tokens: a perceptron over the image tokens --probe-model's frozen vision tower and connector make; "
         "attention: two causal attention layers over the same tokens and what the question names; matching: the "
-        "same with the offered options as tokens, answering a letter",
+        "same with the offered options as tokens, answering a letter; pointer: the same, each option scored from "
+        "its own token",
     )
     p.add_argument(
         "--probe-model",
         type=Path,
-        help="the Idefics3 probe whose image tokens `--learner tokens|attention|matching` reads (python -m training_recipes.tiny_model "
+        help="the Idefics3 probe whose image tokens `--learner tokens|attention|matching|pointer` reads (python -m training_recipes.tiny_model "
         "--size probe, or a probe trained by sft.py)",
     )
     p.add_argument("--epochs", type=int, default=10)
@@ -557,6 +598,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--image-only",
         action="store_true",
         help="withhold what each question names (finding, region, task): how much the image alone tells the answer",
+    )
+    p.add_argument(
+        "--question-kinds",
+        help="comma-separated: only the questions of these kinds (ReXVQA's tasks as stored, 'Presence Assessment'; "
+        "GEMeX's finding kinds, 'opacity')",
     )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1, help="torch threads")

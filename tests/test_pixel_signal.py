@@ -19,6 +19,7 @@ from benchmarks.pixel_signal import (
     grade_named,
     held_out,
     main,
+    of_kinds,
     probe_tokens,
     rexvqa_questions,
     unnamed,
@@ -132,7 +133,7 @@ def probe(tmp_path_factory) -> Path:
     return save_tiny_vlm("idefics3", tmp_path_factory.mktemp("probe") / "probe", size="probe")
 
 
-@pytest.mark.parametrize("learner", ["tokens", "attention", "matching"])
+@pytest.mark.parametrize("learner", ["tokens", "attention", "matching", "pointer"])
 @pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
 def test_the_probe_learners_read_the_probe_s_image_tokens_in_every_arm(
     builds, probe, tmp_path, capsys, learner, dataset
@@ -161,7 +162,7 @@ def test_probe_tokens_are_one_vector_an_image_and_blank_images_are_not_taken_for
         probe_tokens(torch.zeros(2, 1, 56, 56), probe)
 
 
-@pytest.mark.parametrize("learner", ["tokens", "attention", "matching"])
+@pytest.mark.parametrize("learner", ["tokens", "attention", "matching", "pointer"])
 def test_the_probe_learners_are_refused_without_a_probe(builds, tmp_path, capsys, learner):
     with pytest.raises(SystemExit):
         main(["--gemex", str(builds["gemex"]), "--out", str(tmp_path), "--learner", learner])
@@ -203,16 +204,16 @@ def test_the_attention_learner_learns_to_read_the_token_its_question_names():
     assert named > 0.85 and named > unnamed_ + 0.15
 
 
-def matched_letter_accuracy(texts_known: bool, steps: int = 500) -> float:
+def matched_letter_accuracy(texts_known: bool, steps: int = 500, learner: str = "matching") -> float:
     """`MatchingNet` trained on questions like ReXVQA's over six image tokens, one per finding, each carrying its
     place (a fixed code, as a vision tower's position embeddings give a probe's tokens) and one of them drawn (its
     first feature 1, the others' -1): four of the six findings are offered in a random order and the answer is the
     letter of the drawn one. `texts_known=False` hides which finding each option names (every option an unknown
     text). Scored on 2,000 fresh questions."""
-    from benchmarks.pixel_signal import MatchingNet
+    from benchmarks.pixel_signal import MatchingNet, PointerNet
 
     torch.manual_seed(0)
-    net = MatchingNet(width=16, conditions=2, options=6, letters=4)
+    net = (MatchingNet if learner == "matching" else PointerNet)(width=16, conditions=2, options=6, letters=4)
     optimizer = torch.optim.AdamW(net.parameters(), lr=1e-2)
     generator = torch.Generator().manual_seed(1)
     places = torch.randn(6, 16, generator=generator)
@@ -242,6 +243,29 @@ def test_the_matching_learner_answers_the_letter_of_the_option_its_image_shows()
     at. Told the options' texts, the net answers most questions; with them hidden, no better than a letter."""
     known, hidden = matched_letter_accuracy(True), matched_letter_accuracy(False)
     assert known > 0.8 and hidden < 0.35
+
+
+def test_the_pointer_learner_scores_each_option_by_what_its_own_token_reads():
+    """The same questions answered by each option's own token: told the options' texts it answers them, and with
+    them hidden every option reads alike, no better than a letter."""
+    known, hidden = matched_letter_accuracy(True, learner="pointer"), matched_letter_accuracy(False, learner="pointer")
+    assert known > 0.8 and hidden < 0.35
+
+
+def test_question_kinds_keep_only_those_questions_and_an_unknown_kind_is_refused_with_the_kinds_held(
+    builds, tmp_path, capsys
+):
+    questions, _ = rexvqa_questions(builds["rexvqa"])
+    kinds = sorted({q.kind for q in questions})
+    kept = of_kinds(questions, kinds[0])
+    assert kept and {q.kind for q in kept} == {kinds[0]} and of_kinds(questions, None) == questions
+    with pytest.raises(SystemExit, match=f"--question-kinds: no Bone age in the build; it holds {kinds[0]}"):
+        of_kinds(questions, f"{kinds[0]},Bone age")
+    out = tmp_path / "kinds"
+    args = ["--rexvqa", str(builds["rexvqa"]), "--out", str(out), "--question-kinds", kinds[0], "--epochs", "1"]
+    assert main([*args, "--image-sizes", "32", "--held-out-share", "0.4", "--learner", "grid", "--width", "1"]) == 0
+    (run,) = json.loads((out / "result.json").read_text())["runs"][:1]
+    assert set(run["per_kind"]) == {kinds[0]}
 
 
 def test_the_grid_net_answers_where_a_mark_lies():
