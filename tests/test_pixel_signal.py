@@ -205,10 +205,10 @@ def test_the_attention_learner_learns_to_read_the_token_its_question_names():
 
 
 def matched_letter_accuracy(texts_known: bool, steps: int = 500, learner: str = "matching") -> float:
-    """`MatchingNet` trained on questions like ReXVQA's over six image tokens, one per finding, each carrying its
-    place (a fixed code, as a vision tower's position embeddings give a probe's tokens) and one of them drawn (its
-    first feature 1, the others' -1): four of the six findings are offered in a random order and the answer is the
-    letter of the drawn one. `texts_known=False` hides which finding each option names (every option an unknown
+    """The `learner` (`MatchingNet` or `PointerNet`) trained on questions like ReXVQA's over six image tokens, one
+    per finding, each carrying its place (a fixed code, as a vision tower's position embeddings give a probe's
+    tokens) and one of them drawn (its first feature 1, the others' -1): four of the six findings are offered in a
+    random order and the answer is the letter of the drawn one. `texts_known=False` hides which finding each option names (every option an unknown
     text). Scored on 2,000 fresh questions."""
     from benchmarks.pixel_signal import MatchingNet, PointerNet
 
@@ -252,9 +252,7 @@ def test_the_pointer_learner_scores_each_option_by_what_its_own_token_reads():
     assert known > 0.8 and hidden < 0.35
 
 
-def test_question_kinds_keep_only_those_questions_and_an_unknown_kind_is_refused_with_the_kinds_held(
-    builds, tmp_path, capsys
-):
+def test_question_kinds_keep_only_those_questions_and_an_unknown_kind_is_refused_with_the_kinds_held(builds, tmp_path):
     questions, _ = rexvqa_questions(builds["rexvqa"])
     kinds = sorted({q.kind for q in questions})
     kept = of_kinds(questions, kinds[0])
@@ -264,7 +262,7 @@ def test_question_kinds_keep_only_those_questions_and_an_unknown_kind_is_refused
     out = tmp_path / "kinds"
     args = ["--rexvqa", str(builds["rexvqa"]), "--out", str(out), "--question-kinds", kinds[0], "--epochs", "1"]
     assert main([*args, "--image-sizes", "32", "--held-out-share", "0.4", "--learner", "grid", "--width", "1"]) == 0
-    (run,) = json.loads((out / "result.json").read_text())["runs"][:1]
+    run = json.loads((out / "result.json").read_text())["runs"][0]
     assert set(run["per_kind"]) == {kinds[0]}
 
 
