@@ -7,6 +7,8 @@
     python -m benchmarks.pixel_signal --rexvqa BUILD --out runs/pm --learner matching --probe-model PROBE --epochs 30
     python -m benchmarks.pixel_signal --rexvqa BUILD --out runs/pp --learner pointer --probe-model PROBE \
         --question-kinds "Presence Assessment" --epochs 20
+    python -m benchmarks.pixel_signal --rexvqa BUILD --out runs/pv --learner verdicts --probe-model PROBE \
+        --question-kinds "Presence Assessment,Negation Assessment" --epochs 4 --text-between 250
 
 Before asking why a VLM probe (`benchmarks/learning_signal.py`) learns nothing from the pixels, ask
 whether there is anything to learn at the size it sees them. This trains a plain classifier (CPU, a
@@ -34,7 +36,12 @@ wording:
   must also tie each option's words to its mark and answer where the option stands, as a ReXVQA reply does;
 - `pointer` (`PointerNet`): the matching learner with each option scored from its own token's output: where
   the matching learner falls short of it, the cost is the letter (a later token finding the option that fits
-  and copying where it stands), not the reading.
+  and copying where it stands), not the reading;
+- `verdicts` (`VerdictNet`, ReXVQA): the probe's own decoder and LM head, from `--probe-model`'s weights, over
+  the same frozen tokens, each offered option spelt in the probe's tokenizer and followed by its verdict token
+  (" yes" / " no"), as a reply that checks each option would be; `--text-between N` puts N fixed tokens between
+  the image and the question, as a prompt's words stand there: what the probe's decoder costs, and what the
+  prompt's length costs it.
 
 How many examples each needs before it answers held-out questions tells what a mark costs to read from what a
 learner's shape costs. `--image-only` withholds what the
@@ -56,6 +63,7 @@ import argparse
 import hashlib
 import io
 import json
+import string
 import time
 from collections import Counter, defaultdict
 from dataclasses import asdict, dataclass, field, replace
@@ -73,8 +81,8 @@ from training_recipes.data import to_rgb
 from training_recipes.tiny_model import SIZES, idefics3_image_processor
 
 ARMS = ("images", "blank")
-LEARNERS = ("cnn", "grid", "tokens", "attention", "matching", "pointer")
-PROBE_LEARNERS = ("tokens", "attention", "matching", "pointer")
+LEARNERS = ("cnn", "grid", "tokens", "attention", "matching", "pointer", "verdicts")
+PROBE_LEARNERS = ("tokens", "attention", "matching", "pointer", "verdicts")
 """The learners that read a probe's image tokens (`--probe-model`) rather than its pixels."""
 GEMEX_OPTIONS = ("Yes.", "No.")
 PROBE_SIZE = SIZES["probe"].image_size
@@ -347,6 +355,78 @@ class PointerNet(MatchingNet):
         return self.out(self.read(sequence)[:, -options.shape[1] :]).squeeze(-1)
 
 
+class VerdictNet(nn.Module):
+    """The probe's own decoder (`--probe-model`'s text model and LM head, trained from the weights it has) after
+    the same frozen image tokens, asked what a reply that checks each option asks: `between` fixed tokens, the
+    task's words, then each offered option as " A: name" in the probe's tokenizer, and after it the verdict
+    token, " yes" for the answer (for negation, for the three others: the image shows them) and " no" for the
+    rest, trained by the LM's loss on those tokens alone. Where the pointer's layers read one token an option,
+    the probe's decoder must join a name's pieces and find its mark past whatever text lies between."""
+
+    reads_options = True
+
+    def __init__(self, probe_model: Path, conditions: list[str], options: list[str], between: int, seed: int):
+        super().__init__()
+        from transformers import AutoModelForImageTextToText, AutoTokenizer
+
+        model = AutoModelForImageTextToText.from_pretrained(probe_model)
+        self.text, self.head = model.model.get_decoder(), model.lm_head
+        self.tokenizer = AutoTokenizer.from_pretrained(probe_model)
+        yes, no = self.pieces(" yes"), self.pieces(" no")
+        shared = 0
+        while yes[shared] == no[shared]:
+            shared += 1
+        self.before_verdict, self.yes, self.no = yes[:shared], yes[shared], no[shared]
+        self.negation = [c == "task:Negation Assessment" for c in ["", *conditions]]
+        self.task_words = [self.pieces(f" {c.partition(':')[2]}:") for c in ["", *conditions]]
+        self.letter_words = [self.pieces(f" {letter}:") for letter in string.ascii_uppercase]
+        self.option_words = [self.pieces(f" {o}") for o in options] + [self.pieces(" unknown")]
+        ordinary = sorted(set(self.tokenizer.get_vocab().values()) - set(self.tokenizer.all_special_ids))
+        drawn = torch.randint(len(ordinary), (between,), generator=torch.Generator().manual_seed(seed))
+        self.between = [ordinary[int(i)] for i in drawn]
+
+    def pieces(self, text: str) -> list[int]:
+        return self.tokenizer.encode(text, add_special_tokens=False)
+
+    def spelt(self, conditions: torch.Tensor, options: torch.Tensor) -> tuple[torch.Tensor, list[list[int]]]:
+        """Each question's token ids (padded) and the position of each option's verdict among them."""
+        rows, slots = [], []
+        for task, offered in zip(conditions[:, 0].tolist(), options.tolist()):
+            ids, places = self.between + self.task_words[task], []
+            for letter, option in zip(self.letter_words, offered):
+                ids = ids + letter + self.option_words[option] + self.before_verdict
+                places.append(len(ids) - 1)
+            rows.append(ids)
+            slots.append(places)
+        padded = torch.zeros(len(rows), max(map(len, rows)), dtype=torch.long)
+        for i, ids in enumerate(rows):
+            padded[i, : len(ids)] = torch.tensor(ids)
+        return padded, slots
+
+    def verdict_logits(self, tokens: torch.Tensor, conditions: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        """The LM head's logits at each offered option's verdict (`batch x options x vocabulary`)."""
+        ids, slots = self.spelt(conditions, options)
+        embedded = torch.cat([tokens, self.text.embed_tokens(ids)], 1)
+        hidden = self.text(inputs_embeds=embedded).last_hidden_state
+        places = tokens.shape[1] + torch.tensor(slots)
+        return self.head(hidden.gather(1, places[..., None].expand(-1, -1, hidden.shape[-1])))
+
+    def forward(self, tokens: torch.Tensor, conditions: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        logits = self.verdict_logits(tokens, conditions, options)
+        shown = logits[..., self.yes] - logits[..., self.no]
+        negation = torch.tensor([self.negation[c] for c in conditions[:, 0].tolist()])
+        return torch.where(negation[:, None], -shown, shown)
+
+    def loss(self, tokens: torch.Tensor, conditions: torch.Tensor, options: torch.Tensor, answer: torch.Tensor):
+        """The LM's cross-entropy on the verdict tokens of the offered options."""
+        logits = self.verdict_logits(tokens, conditions, options)
+        is_answer = nn.functional.one_hot(answer, options.shape[1]).bool()
+        negation = torch.tensor([self.negation[c] for c in conditions[:, 0].tolist()])
+        shown = is_answer ^ negation[:, None]
+        targets = torch.where(shown, self.yes, self.no).masked_fill(options < 0, -100)
+        return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
+
+
 def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> torch.Tensor:
     """Each image (the probe's grey view, `N x 1 x H x W`) as the probe's decoder receives it: the tokens its
     vision tower and connector make (`N x tokens x width`), standardised feature by feature. An
@@ -370,11 +450,19 @@ def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> to
 
 
 def answer_net(
-    settings: argparse.Namespace, conditions: int, options: int, image_shape: tuple[int, ...] = (), letters: int = 0
+    settings: argparse.Namespace,
+    conditions: int,
+    options: int,
+    image_shape: tuple[int, ...] = (),
+    letters: int = 0,
+    names: tuple[list[str], list[str]] = ([], []),
 ) -> nn.Module:
     """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's and the tokens'
     hidden units / 16; the attention learners' width is the tokens'); `image_shape`: one image's input;
-    `letters`: the most options a question offers."""
+    `letters`: the most options a question offers; `names`: the condition and option texts by id (the verdict
+    learner spells them)."""
+    if settings.learner == "verdicts":
+        return VerdictNet(settings.probe_model, *names, settings.text_between, settings.seed)
     if settings.learner in ("matching", "pointer"):
         net = MatchingNet if settings.learner == "matching" else PointerNet
         return net(image_shape[-1], conditions, options, letters)
@@ -430,6 +518,13 @@ def option_scores(net: nn.Module, images: torch.Tensor, batch: Batches, rows: to
         masks = region_masks(batch.box[rows], *pictures.shape[2:]) if net.region_mask else None
         picked = net(pictures, batch.conditions[rows], masks).gather(1, options.clamp(min=0))
     return picked.masked_fill(options < 0, -1e4)
+
+
+def answer_loss(net: nn.Module, images: torch.Tensor, batch: Batches, rows: torch.Tensor) -> torch.Tensor:
+    """The cross-entropy of each question's answer among its offered options; the verdict learner's own LM loss."""
+    if isinstance(net, VerdictNet):
+        return net.loss(images[batch.image[rows]], batch.conditions[rows], batch.options[rows], batch.answer[rows])
+    return nn.functional.cross_entropy(option_scores(net, images, batch, rows), batch.answer[rows])
 
 
 def predict(net: nn.Module, images: torch.Tensor, batch: Batches, size: int = 256) -> torch.Tensor:
@@ -490,7 +585,8 @@ def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int,
     train_batch = tensors(train, image_index, vocab, option_vocab)
     test_batch = tensors(test, image_index, vocab, option_vocab)
     letters = train_batch.options.shape[1]
-    net = answer_net(settings, len(vocab) + 1, len(option_vocab), tuple(images.shape[1:]), letters)
+    names = (sorted(vocab, key=vocab.get), sorted(option_vocab, key=option_vocab.get))
+    net = answer_net(settings, len(vocab) + 1, len(option_vocab), tuple(images.shape[1:]), letters, names)
     optimizer = torch.optim.AdamW(net.parameters(), lr=settings.learning_rate, weight_decay=1e-4)
     steps = settings.epochs * -(-len(train) // settings.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.learning_rate, total_steps=steps)
@@ -499,7 +595,7 @@ def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int,
     for _ in range(settings.epochs):
         net.train()
         for rows in torch.randperm(len(train), generator=generator).split(settings.batch_size):
-            loss = nn.functional.cross_entropy(option_scores(net, images, train_batch, rows), train_batch.answer[rows])
+            loss = answer_loss(net, images, train_batch, rows)
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
@@ -575,13 +671,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "cells; tokens: a perceptron over the image tokens --probe-model's frozen vision tower and connector make; "
         "attention: two causal attention layers over the same tokens and what the question names; matching: the "
         "same with the offered options as tokens, answering a letter; pointer: the same, each option scored from "
-        "its own token",
+        "its own token; verdicts: the probe's own decoder, a yes/no token after each option's name (ReXVQA)",
     )
     p.add_argument(
         "--probe-model",
         type=Path,
-        help="the Idefics3 probe whose image tokens `--learner tokens|attention|matching|pointer` reads (python -m training_recipes.tiny_model "
-        "--size probe, or a probe trained by sft.py)",
+        help="the Idefics3 probe whose image tokens `--learner tokens|attention|matching|pointer|verdicts` reads, and "
+        "whose decoder `verdicts` trains (python -m training_recipes.tiny_model --size probe, or a probe trained by "
+        "sft.py)",
+    )
+    p.add_argument(
+        "--text-between",
+        type=int,
+        default=0,
+        help="--learner verdicts: this many fixed tokens between the image and the question, where a prompt's "
+        "words stand (a ReXVQA row's question and options: about 150 of the probe's tokens)",
     )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32)
@@ -613,6 +717,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         p.error(f"--learner {a.learner} reads a probe's image tokens: give --probe-model MODEL")
     if a.learner in PROBE_LEARNERS and a.region_mask:
         p.error(f"--region-mask is a channel of the image: --learner {a.learner} reads tokens, not pixels")
+    if a.learner == "verdicts" and a.gemex:
+        p.error("--learner verdicts checks ReXVQA's offered options one by one: give --rexvqa BUILD, not --gemex")
+    if a.text_between and a.learner != "verdicts":
+        p.error(f"--text-between is text before the verdict learner's question: --learner {a.learner} reads no text")
+    if a.text_between < 0:
+        p.error(f"--text-between {a.text_between}: a number of tokens, 0 or more")
     unknown = set(a.arms.split(",")) - set(ARMS)
     if unknown:
         p.error(f"--arms: unknown {', '.join(sorted(unknown))}; one or more of {', '.join(ARMS)}")

@@ -162,7 +162,56 @@ def test_probe_tokens_are_one_vector_an_image_and_blank_images_are_not_taken_for
         probe_tokens(torch.zeros(2, 1, 56, 56), probe)
 
 
-@pytest.mark.parametrize("learner", ["tokens", "attention", "matching", "pointer"])
+def test_the_verdict_learner_trains_the_probe_s_decoder_in_every_arm(builds, probe, tmp_path, capsys):
+    out = tmp_path / "verdicts"
+    args = ["--rexvqa", str(builds["rexvqa"]), "--out", str(out), "--learner", "verdicts", "--probe-model", str(probe)]
+    assert main([*args, "--epochs", "1", "--held-out-share", "0.4", "--text-between", "5"]) == 0
+    result = json.loads((out / "result.json").read_text())
+    assert [(r["arm"], r["learner"]) for r in result["runs"]] == [("images", "verdicts"), ("blank", "verdicts")]
+    assert all(r["held_out_questions"] > 0 and 0 <= r["accuracy"] <= 100 for r in result["runs"])
+    assert result["settings"]["text_between"] == 5
+    assert "| rexvqa | images | verdicts | 112 |" in capsys.readouterr().out
+
+
+def test_the_verdict_learner_spells_each_option_before_its_verdict_and_turns_negation_around(probe):
+    """Each option's verdict is read at the token just before " yes" / " no" would follow its name; the LM's
+    targets say which options the image shows, so a negation question's answer is the one option not shown."""
+    from transformers import AutoTokenizer
+
+    from benchmarks.pixel_signal import VerdictNet
+
+    tasks = ["task:Negation Assessment", "task:Presence Assessment"]
+    names = ["Chest tube", "Hiatal hernia", "Rib fracture", "Pneumothorax"]
+    net = VerdictNet(probe, tasks, names, between=3, seed=0)
+    conditions, options = torch.tensor([[1], [2]]), torch.tensor([[0, 1, 2, 3], [3, 2, -1, 0]])
+    ids, slots = net.spelt(conditions, options)
+    text = AutoTokenizer.from_pretrained(probe).decode
+    assert ids[0, :3].tolist() == ids[1, :3].tolist() == net.between
+    first = text(ids[0, 3 : slots[0][0] + 1].tolist())
+    assert first.startswith(" Negation Assessment: A: Chest tube") and first.endswith(text(net.before_verdict))
+    assert text(ids[1, slots[1][1] + 1 : slots[1][2] + 1].tolist()).startswith(" C: unknown")
+    tokens = torch.randn(2, 49, 128)
+    logits = net.verdict_logits(tokens, conditions, options)
+    shown = logits[..., net.yes] - logits[..., net.no]
+    assert torch.allclose(net(tokens, conditions, options), torch.stack([-shown[0], shown[1]]))
+    answer = torch.tensor([1, 0])  # negation: B is not shown, so A, C and D are; presence: A is shown
+    targets = torch.tensor([[net.yes, net.no, net.yes, net.yes], [net.yes, net.no, net.no, net.no]])
+    kept = options.flatten() >= 0
+    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1)[kept], targets.flatten()[kept])
+    assert torch.allclose(net.loss(tokens, conditions, options, answer), expected)
+
+
+def test_the_verdict_learner_is_refused_on_gemex_and_text_between_on_other_learners(builds, probe, tmp_path, capsys):
+    gemex = ["--gemex", str(builds["gemex"]), "--out", str(tmp_path), "--probe-model", str(probe)]
+    with pytest.raises(SystemExit):
+        main([*gemex, "--learner", "verdicts"])
+    assert "--learner verdicts checks ReXVQA's offered options one by one" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["--rexvqa", str(builds["rexvqa"]), "--out", str(tmp_path), "--learner", "grid", "--text-between", "9"])
+    assert "--text-between is text before the verdict learner's question: --learner grid" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("learner", ["tokens", "attention", "matching", "pointer", "verdicts"])
 def test_the_probe_learners_are_refused_without_a_probe(builds, tmp_path, capsys, learner):
     with pytest.raises(SystemExit):
         main(["--gemex", str(builds["gemex"]), "--out", str(tmp_path), "--learner", learner])
