@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
+from benchmarks.pixel_learners import GridNet
 from benchmarks.pixel_signal import (
-    GridNet,
     Question,
     finding_named,
     gemex_questions,
@@ -178,7 +178,7 @@ def test_the_verdict_learner_spells_each_option_before_its_verdict_and_turns_neg
     targets say which options the image shows, so a negation question's answer is the one option not shown."""
     from transformers import AutoTokenizer
 
-    from benchmarks.pixel_signal import VerdictNet
+    from benchmarks.pixel_learners import VerdictNet
 
     tasks = ["task:Negation Assessment", "task:Presence Assessment"]
     names = ["Chest tube", "Hiatal hernia", "Rib fracture", "Pneumothorax"]
@@ -222,7 +222,7 @@ def named_token_accuracy(named: bool, steps: int = 800) -> float:
     """`AttentionNet` trained to answer whether the first feature of the image token the condition names is
     positive (four random tokens of 16 features), scored on 2,000 fresh questions; `named=False` gives every
     question the same condition."""
-    from benchmarks.pixel_signal import AttentionNet
+    from benchmarks.pixel_learners import AttentionNet
 
     torch.manual_seed(0)
     net = AttentionNet(width=16, conditions=5, options=2)
@@ -259,7 +259,7 @@ def matched_letter_accuracy(texts_known: bool, steps: int = 500, learner: str = 
     tokens) and one of them drawn (its first feature 1, the others' -1): four of the six findings are offered in a
     random order and the answer is the letter of the drawn one. `texts_known=False` hides which finding each option names (every option an unknown
     text). Scored on 2,000 fresh questions."""
-    from benchmarks.pixel_signal import MatchingNet, PointerNet
+    from benchmarks.pixel_learners import MatchingNet, PointerNet
 
     torch.manual_seed(0)
     net = (MatchingNet if learner == "matching" else PointerNet)(width=16, conditions=2, options=6, letters=4)
