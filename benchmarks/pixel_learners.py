@@ -217,14 +217,16 @@ class VerdictNet(nn.Module):
     def forward(self, tokens: torch.Tensor, conditions: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
         logits = self.verdict_logits(tokens, conditions, options)
         shown = logits[..., self.yes] - logits[..., self.no]
-        negation = torch.tensor([self.negation[c] for c in conditions[:, 0].tolist()])
-        return torch.where(negation[:, None], -shown, shown)
+        return torch.where(self.negated(conditions), -shown, shown)
+
+    def negated(self, conditions: torch.Tensor) -> torch.Tensor:
+        """Whether each question asks for the option its image does not show (`batch x 1`)."""
+        return torch.tensor([self.negation[c] for c in conditions[:, 0].tolist()])[:, None]
 
     def loss(self, tokens: torch.Tensor, conditions: torch.Tensor, options: torch.Tensor, answer: torch.Tensor):
         """The LM's cross-entropy on the verdict tokens of the offered options."""
         logits = self.verdict_logits(tokens, conditions, options)
         is_answer = nn.functional.one_hot(answer, options.shape[1]).bool()
-        negation = torch.tensor([self.negation[c] for c in conditions[:, 0].tolist()])
-        shown = is_answer ^ negation[:, None]
+        shown = is_answer ^ self.negated(conditions)
         targets = torch.where(shown, self.yes, self.no).masked_fill(options < 0, -100)
         return nn.functional.cross_entropy(logits.flatten(0, 1), targets.flatten(), ignore_index=-100)
