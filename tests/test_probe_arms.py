@@ -18,7 +18,7 @@ import pytest
 from datasets import load_dataset
 from PIL import Image
 
-from benchmarks.learning_signal import Settings, command, handles_sigterm, headline
+from benchmarks.learning_signal import Settings, command, handles_sigterm, headline, sft_args
 from benchmarks.probe_arms import ARMS, SEEN, image_column, make_arm, parquet_files, permutation
 from benchmarks.probe_rows import asked_both_ways, balanced, conversations_of
 from tests.tiny_builds import synthetic_embed_builds
@@ -102,6 +102,18 @@ def test_the_marked_arm_blanks_the_images_and_writes_the_answer_into_the_words(b
 def test_a_run_trains_the_three_controls_unless_the_marked_arm_is_asked_for():
     assert Settings(seed=0, out=Path("x")).arms == ("images", "blank", "shuffled")
     assert "marked" in ARMS
+
+
+@pytest.mark.parametrize("frozen", [False, True])
+def test_every_arms_training_command_says_whether_the_tower_is_frozen(frozen, tmp_path):
+    pytest.importorskip("trl")
+    from training_recipes import sft
+
+    settings = Settings(seed=0, out=tmp_path, freeze_vision_tower=frozen)
+    args = sft_args(settings, tmp_path / "probe", "gemex", tmp_path / "build", tmp_path / "run", "per_question")
+    assert args[:3] == ["python", "-m", "training_recipes.sft"]
+    _, _, model_args = sft.make_parser().parse_args_and_config(args=args[3:])
+    assert model_args.freeze_vision_tower is frozen
 
 
 def test_an_arm_past_its_time_is_stopped_only_once_it_can_save(tmp_path):

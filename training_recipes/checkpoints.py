@@ -72,6 +72,7 @@ MODEL_FIELDS = (
     "lora_alpha",
     "lora_dropout",
     "lora_target_modules",
+    "freeze_vision_tower",
 )
 DATA_FIELDS = (
     "gemex_config",

@@ -26,7 +26,8 @@ Trainer's own flags (Liger 0.8.5's Qwen2.5-VL patch does not load with transform
 Checkpoints `--resume_from_checkpoint auto` can trust: `training_recipes/checkpoints.py`; SIGTERM:
 `training_recipes/preemption.py`; the trainer: `training_recipes/trainer.py`; the data arguments and
 splits: `training_recipes/splits.py`; the vision tower's attention: `training_recipes/vision_attention.py`;
-which attention kernel runs: `training_recipes/attention_kernels.py`.
+which attention kernel runs: `training_recipes/attention_kernels.py`; `--freeze_vision_tower` (LLaMA-Factory's and
+ms-swift's default, off here as in TRL): `training_recipes/vision_tower.py`.
 """
 
 from __future__ import annotations
@@ -47,6 +48,7 @@ from training_recipes.processors import RecipeError, bf16_available, default_dty
 from training_recipes.splits import DataArguments, TrainingSplits
 from training_recipes.trainer import LengthGroupedSFTTrainer
 from training_recipes.vision_attention import use_chunked_vision_attention
+from training_recipes.vision_tower import RecipeModelConfig, freeze_vision_tower
 
 
 def recipe_defaults(training_args: SFTConfig) -> SFTConfig:
@@ -92,6 +94,9 @@ def train(
             dtype=dtype,
         )
     use_chunked_vision_attention(model)
+    peft_config = get_peft_config(model_args)
+    if getattr(model_args, "freeze_vision_tower", False):  # TRL's own ModelConfig has no such option
+        freeze_vision_tower(model, peft_config)
     budget = data_args.pixel_budget
     settings = settings_for(
         model.config.model_type, processor, data_args.box_convention, data_args.fold_system_prompt, budget
@@ -106,7 +111,7 @@ def train(
         train_dataset=splits.train,
         eval_dataset=splits.eval,
         processing_class=processor,
-        peft_config=get_peft_config(model_args),
+        peft_config=peft_config,
     )
     with preemption.listening():
         trainer.train(resume_from_checkpoint=resume)
@@ -124,7 +129,7 @@ def train(
 
 
 def make_parser() -> TrlParser:
-    parser = TrlParser((DataArguments, SFTConfig, ModelConfig))
+    parser = TrlParser((DataArguments, SFTConfig, RecipeModelConfig))
     # Recipe defaults; a --config file or the command line still overrides them.
     parser.set_defaults(
         bf16=bf16_available(),  # a CPU (or a GPU without bf16) trains in float32 with no extra flag

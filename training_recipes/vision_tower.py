@@ -1,0 +1,59 @@
+"""The vision tower held as it is while the rest of the model trains (`--freeze_vision_tower`).
+
+LLaMA-Factory (`freeze_vision_tower`) and ms-swift (`freeze_vit`) freeze a fine-tuned model's vision tower by
+default; TRL's VLM example trains all of it, and so does the recipe unless asked. Frozen, the tower keeps
+what its pretraining learnt and takes no backward pass: on the CPU probe a GEMeX step is about a fifth
+shorter and it reads the images as well (docs/benchmarks.md). The connector between the tower and the language
+model still trains, as in LLaVA's fine-tuning stage. Under LoRA the tower's layers get no adapters.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from torch import nn
+from trl import ModelConfig
+
+from training_recipes.processors import RecipeError
+
+
+@dataclass
+class RecipeModelConfig(ModelConfig):
+    """TRL's model arguments and what the recipe adds to them."""
+
+    freeze_vision_tower: bool = field(
+        default=False,
+        metadata={
+            "help": "Train the model without its vision tower: full fine-tuning leaves the tower's weights as "
+            "loaded, LoRA puts no adapters on it (LLaMA-Factory's and ms-swift's default); the connector trains."
+        },
+    )
+
+
+def vision_tower(model: nn.Module) -> tuple[str, nn.Module]:
+    """The model's vision tower and its qualified name, as transformers finds it (`get_encoder("image")`)."""
+    tower = model.get_encoder(modality="image")
+    for name, module in model.named_modules():
+        if module is tower and name:
+            return name, module
+    raise RecipeError(
+        f"--freeze_vision_tower: {type(model).__name__} has no vision tower under a name transformers knows "
+        "(vision_tower, visual, vision_model, vision_encoder, image_tower)"
+    )
+
+
+def freeze_vision_tower(model: nn.Module, peft_config=None) -> int:
+    """Stop the vision tower's weights from training, and keep LoRA's adapters (`peft_config`, changed in
+    place) off its layers; returns how many parameters the tower holds."""
+    name, tower = vision_tower(model)
+    tower.requires_grad_(False)
+    if peft_config is not None:
+        inside = rf"{re.escape(name)}\..*"
+        excluded = peft_config.exclude_modules
+        if isinstance(excluded, str):
+            peft_config.exclude_modules = rf"(?:{excluded})|{inside}"
+        else:
+            names = {module for module, _ in tower.named_modules(prefix=name) if module != name}
+            peft_config.exclude_modules = set(excluded) | names if excluded else inside
+    return sum(p.numel() for p in tower.parameters())
