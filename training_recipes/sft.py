@@ -26,8 +26,8 @@ Trainer's own flags (Liger 0.8.5's Qwen2.5-VL patch does not load with transform
 Checkpoints `--resume_from_checkpoint auto` can trust: `training_recipes/checkpoints.py`; SIGTERM:
 `training_recipes/preemption.py`; the trainer: `training_recipes/trainer.py`; the data arguments and
 splits: `training_recipes/splits.py`; the vision tower's attention: `training_recipes/vision_attention.py`;
-which attention kernel runs: `training_recipes/attention_kernels.py`; `--freeze_vision_tower` (LLaMA-Factory's and
-ms-swift's default, off here as in TRL): `training_recipes/vision_tower.py`.
+which attention kernel runs: `training_recipes/attention_kernels.py`; `--freeze_vision_tower` (on by default in LLaMA-Factory
+and ms-swift, off here as in TRL): `training_recipes/vision_tower.py`.
 """
 
 from __future__ import annotations

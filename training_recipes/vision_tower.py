@@ -1,10 +1,11 @@
 """The vision tower held as it is while the rest of the model trains (`--freeze_vision_tower`).
 
-LLaMA-Factory (`freeze_vision_tower`) and ms-swift (`freeze_vit`) freeze a fine-tuned model's vision tower by
-default; TRL's VLM example trains all of it, and so does the recipe unless asked. Frozen, the tower keeps
-what its pretraining learnt and takes no backward pass: on the CPU probe a GEMeX step is about a fifth
-shorter and it reads the images as well (docs/benchmarks.md). The connector between the tower and the language
-model still trains, as in LLaVA's fine-tuning stage. Under LoRA the tower's layers get no adapters.
+LLaMA-Factory (`freeze_vision_tower`, 0.9.5) and ms-swift (`freeze_vit`, 4.6) freeze a fine-tuned model's vision
+tower by default, and its connector to the language model too (`freeze_multi_modal_projector`,
+`freeze_aligner`); TRL's VLM example trains all of it, and so does the recipe unless asked. Frozen, the tower
+keeps what its pretraining learnt and takes no backward pass. The connector still trains, as in LLaVA's
+fine-tuning stage: the recipe's probe (`tiny_model --size probe`) starts from random weights and reads its
+images only through a connector that learns (docs/benchmarks.md). Under LoRA the tower's layers get no adapters.
 """
 
 from __future__ import annotations
@@ -26,7 +27,8 @@ class RecipeModelConfig(ModelConfig):
         default=False,
         metadata={
             "help": "Train the model without its vision tower: full fine-tuning leaves the tower's weights as "
-            "loaded, LoRA puts no adapters on it (LLaMA-Factory's and ms-swift's default); the connector trains."
+            "loaded, LoRA puts no adapters on it (as LLaMA-Factory and ms-swift do by default); the connector "
+            "between tower and language model still trains."
         },
     )
 
