@@ -12,12 +12,14 @@ pytest.importorskip("transformers")
 pytest.importorskip("trl")
 pytest.importorskip("peft")
 
-from trl import SFTConfig  # noqa: E402
+from peft import get_peft_model  # noqa: E402
+from trl import SFTConfig, get_peft_config  # noqa: E402
 
 from training_recipes import sft  # noqa: E402
 from training_recipes.checkpoints import RunIdentity  # noqa: E402
 from training_recipes.processors import RecipeError  # noqa: E402
-from training_recipes.vision_tower import RecipeModelConfig, vision_tower  # noqa: E402
+from training_recipes.tiny_model import TINY_DECODER  # noqa: E402
+from training_recipes.vision_tower import RecipeModelConfig, freeze_vision_tower, vision_tower  # noqa: E402
 
 from . import tiny_builds, tiny_models  # noqa: E402
 
@@ -77,6 +79,26 @@ def test_lora_puts_no_adapter_on_a_frozen_tower(gemex_dir, tmp_path):
     frozen = sft.train(data_args, short_run(tmp_path / "b"), model_args, model=vlm.model, processor=vlm.processor)
     adapted = {n for n, p in frozen.model.named_parameters() if "lora_" in n and p.requires_grad}
     assert adapted and not any(f"{name}." in n for n in adapted)
+
+
+def test_qwens_connector_inside_its_tower_still_trains():
+    from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
+
+    rope = {"rope_type": "default", "rope_theta": 10000.0, "mrope_section": [2, 3, 3]}
+    vision = dict(depth=1, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=32, patch_size=14)
+    config = Qwen2_5_VLConfig(
+        text_config=dict(**TINY_DECODER, vocab_size=128, rope_parameters=rope), vision_config=vision
+    )
+    model = Qwen2_5_VLForConditionalGeneration(config)
+    lora = get_peft_config(RecipeModelConfig(use_peft=True, lora_target_modules=["all-linear"]))
+    frozen = freeze_vision_tower(model, lora)
+    name, tower = vision_tower(model)
+    assert name == "model.visual"
+    assert all(p.requires_grad for p in tower.merger.parameters())
+    assert frozen == sum(p.numel() for n, p in tower.named_parameters() if not n.startswith("merger."))
+    adapted = {n for n, _ in get_peft_model(model, lora).named_parameters() if "lora_" in n}
+    assert any(".visual.merger." in n for n in adapted)
+    assert not any(".visual." in n and ".visual.merger." not in n for n in adapted)
 
 
 def test_the_command_line_takes_the_option():

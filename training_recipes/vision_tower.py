@@ -45,17 +45,25 @@ def vision_tower(model: nn.Module) -> tuple[str, nn.Module]:
     )
 
 
+CONNECTOR_INSIDE_TOWER = "merger"
+"""Qwen2-VL's, Qwen2.5-VL's and Qwen3-VL's connector (`visual.merger`) sits inside the module transformers calls
+the tower; it trains as the other families' connectors do."""
+
+
 def freeze_vision_tower(model: nn.Module, peft_config=None) -> int:
     """Stop the vision tower's weights from training, and keep LoRA's adapters (`peft_config`, changed in
-    place) off its layers; returns how many parameters the tower holds."""
+    place) off its layers; returns how many parameters were frozen."""
     name, tower = vision_tower(model)
     tower.requires_grad_(False)
+    connector = getattr(tower, CONNECTOR_INSIDE_TOWER, None)
+    if connector is not None:
+        connector.requires_grad_(True)
     if peft_config is not None:
-        inside = rf"{re.escape(name)}\..*"
+        inside = rf"{re.escape(name)}\.(?!{CONNECTOR_INSIDE_TOWER}(?:\.|$)).*"
         excluded = peft_config.exclude_modules
         if isinstance(excluded, str):
             peft_config.exclude_modules = rf"(?:{excluded})|{inside}"
         else:
-            names = {module for module, _ in tower.named_modules(prefix=name) if module != name}
+            names = {module for module, _ in tower.named_modules(prefix=name) if re.fullmatch(inside, module)}
             peft_config.exclude_modules = set(excluded) | names if excluded else inside
-    return sum(p.numel() for p in tower.parameters())
+    return sum(p.numel() for p in tower.parameters() if not p.requires_grad)
