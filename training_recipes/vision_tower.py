@@ -51,19 +51,14 @@ the tower; it trains as the other families' connectors do."""
 
 
 def freeze_vision_tower(model: nn.Module, peft_config=None) -> int:
-    """Stop the vision tower's weights from training, and keep LoRA's adapters (`peft_config`, changed in
-    place) off its layers; returns how many parameters were frozen."""
+    """Stop the vision tower's weights from training, and keep LoRA's adapters (`peft_config`, TRL's
+    `get_peft_config`, which excludes no module of its own; changed in place) off its layers; returns how many
+    parameters were frozen."""
     name, tower = vision_tower(model)
     tower.requires_grad_(False)
     connector = getattr(tower, CONNECTOR_INSIDE_TOWER, None)
     if connector is not None:
         connector.requires_grad_(True)
     if peft_config is not None:
-        inside = rf"{re.escape(name)}\.(?!{CONNECTOR_INSIDE_TOWER}(?:\.|$)).*"
-        excluded = peft_config.exclude_modules
-        if isinstance(excluded, str):
-            peft_config.exclude_modules = rf"(?:{excluded})|{inside}"
-        else:
-            names = {module for module, _ in tower.named_modules(prefix=name) if re.fullmatch(inside, module)}
-            peft_config.exclude_modules = set(excluded) | names if excluded else inside
+        peft_config.exclude_modules = rf"{re.escape(name)}\.(?!{CONNECTOR_INSIDE_TOWER}(?:\.|$)).*"
     return sum(p.numel() for p in tower.parameters() if not p.requires_grad)
