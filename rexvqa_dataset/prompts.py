@@ -16,6 +16,7 @@ import pyarrow.compute as pc
 
 from builders.assembly.sft import ConversationFormat, chat_messages_array, format_choices, format_choices_array
 from builders.pixel_budget import PixelBudget
+from rexvqa_dataset.scoring import task_of
 
 INSTRUCTION = (
     "Input a chest X-ray study and a multiple-choice question, and the assistant will output the letter of "
@@ -41,6 +42,27 @@ def target_text(row: dict, box_convention: str = "pixels", budget: PixelBudget |
     return f"<answer> {answer_letter(row)} <reason> {row.get('explanation') or ''}".rstrip()
 
 
+NEGATION = "Negation Assessment"
+"""The task whose answer is the one option the study does not show."""
+
+
+def shows(row: dict, letter: str) -> bool:
+    """Whether the study shows option `letter`'s finding: the answer does, except in a negation question, where
+    every other option does."""
+    return (letter == answer_letter(row)) != (task_of(row) == NEGATION)
+
+
+def checklist_text(row: dict, box_convention: str = "pixels", budget: PixelBudget | None = None) -> str:
+    """``<reason> A: Chest tube no, B: Pleural effusion yes, C: ... no, D: ... no <answer> B``: a verdict on each
+    option (whether the study shows it) before the letter those verdicts give, so that every option is read
+    against the image in turn; scored by likelihood (`generate.py --choose_by likelihood`)."""
+    letters = string.ascii_uppercase[: len(row["options"])]
+    verdicts = ", ".join(
+        f"{letter}: {option} {'yes' if shows(row, letter) else 'no'}" for letter, option in zip(letters, row["options"])
+    )
+    return f"<reason> {verdicts} <answer> {answer_letter(row)}"
+
+
 def image_count(row: dict) -> int:
     """How many images the study has: `images`, or `image_paths` in a build without images."""
     images = row.get("images")
@@ -56,6 +78,8 @@ def instruction(row: dict) -> str:
 CONVERSATION = ConversationFormat(instruction, question_text, image_count, target_text)
 to_messages = CONVERSATION.messages
 """A ReXVQA row as TRL's conversational vision format, one image part per study image."""
+CHECKLIST = ConversationFormat(instruction, question_text, image_count, checklist_text)
+"""The same conversation with a checklist reply (`checklist_text`) in place of the letter and explanation."""
 
 
 def messages_array(rows: pa.Table, image_counts: np.ndarray) -> pa.Array:

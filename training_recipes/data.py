@@ -22,7 +22,7 @@ from datasets import Dataset, Features, Image, IterableDataset, List, Value, int
 from PIL import Image as PILImage
 from PIL import ImageOps
 
-from builders.assembly.sft import conversation
+from builders.assembly.sft import ConversationFormat, conversation
 from builders.pixel_budget import PixelBudget
 from gemex_dataset import prompts as gemex_prompts
 from gemex_dataset.features import PER_IMAGE_CONFIG
@@ -59,12 +59,14 @@ BOX_CONVENTION_BY_MODEL_TYPE: dict[str, str] = {
 """Model families that write boxes in their own convention; every other family gets image pixels."""
 
 
-REPLIES = ("full", "answer", "answer_boxes")
+REPLIES = ("full", "answer", "answer_boxes", "checklist")
 """What a trained reply holds. `full`: the answer, the reason (ReXVQA: explanation) and GEMeX's boxes.
 `answer`: the reason emptied and no boxes (``<answer> Yes. <reason>  <location> []``, ReXVQA
 ``<answer> C <reason>``), so the loss falls on the answer, the one part only the image gives: the reason's
 wording, drawn from templates, otherwise swamps the answer's gradient in a small model's first hundreds of
-steps. `answer_boxes`: the reason emptied, GEMeX's boxes kept. The prompt, and so generation, is the same."""
+steps. `answer_boxes`: the reason emptied, GEMeX's boxes kept. `checklist` (ReXVQA): a yes/no verdict on every option, then
+the letter (`rexvqa_dataset.prompts.checklist_text`), for `generate.py --choose_by likelihood`. The prompt, and so
+generation, is the same."""
 
 
 @dataclass
@@ -161,7 +163,7 @@ def to_messages(row: dict, kind: str, settings: ConversationSettings, with_answe
         shared = {k: v for k, v in row.items() if k not in ("turns", "question_ids", "messages")}
         turns = [to_messages({**shared, **turn}, kind, settings, with_answer) for turn in row["turns"]]
         return conversation(turns, shown_images(row, kind))
-    return PROMPTS[kind].to_messages(
+    return conversation_format(kind, settings.reply).messages(
         replied(row, settings.reply) if with_answer else row,
         box_convention=settings.box_convention,
         with_answer=with_answer,
@@ -170,11 +172,20 @@ def to_messages(row: dict, kind: str, settings: ConversationSettings, with_answe
     )
 
 
+def conversation_format(kind: str, reply: str) -> ConversationFormat:
+    """How `kind`'s rows read as chats with `reply`'s replies."""
+    if reply != "checklist":
+        return PROMPTS[kind].CONVERSATION
+    if kind != "rexvqa":
+        raise ValueError(f"reply 'checklist' is for ReXVQA's four-option questions, not {kind}")
+    return rexvqa_prompts.CHECKLIST
+
+
 def replied(row: dict, reply: str) -> dict:
     """The row with what `reply` leaves out of the trained reply emptied (`REPLIES`)."""
     if reply not in REPLIES:
         raise ValueError(f"reply {reply!r}: expected one of {', '.join(REPLIES)}")
-    if reply == "full":
+    if reply in ("full", "checklist"):
         return row
     emptied = {column: "" for column in ("reason", "explanation") if column in row}
     if reply == "answer" and "boxes" in row:

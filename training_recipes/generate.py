@@ -19,9 +19,10 @@ A LoRA output directory works as `--model_name_or_path` (its base model is read 
 from __future__ import annotations
 
 import json
+import string
 import sys
 import warnings
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import torch
@@ -34,6 +35,7 @@ from builders.local_images import LocalImagesError, with_local_images
 from builders.pixel_budget import PixelBudgetOptions
 from training_recipes.attention_kernels import flash_first
 from training_recipes.data import (
+    REPLIES,
     ConversationSettings,
     dataset_kind,
     missing_size_columns,
@@ -45,6 +47,11 @@ from training_recipes.data import (
 )
 from training_recipes.processors import RecipeError, default_dtype, load_processor
 from training_recipes.vision_attention import use_chunked_vision_attention
+
+CHOICES = ("greedy", "likelihood")
+"""How a reply is chosen: written greedily, or the likeliest of each offered option's reply."""
+LIKELIHOOD_REPLIES = ("answer", "checklist")
+"""Replies whose whole text follows from the answer, so every offered option's can be written and scored."""
 
 
 @dataclass
@@ -77,6 +84,24 @@ class GenerateArguments(PixelBudgetOptions):
     cache_implementation: str | None = field(
         default=None,
         metadata={"help": "generate's KV cache: default dynamic; 'static' preallocates it (for torch.compile)."},
+    )
+    choose_by: str = field(
+        default="greedy",
+        metadata={
+            "help": "greedy: the reply the model writes. likelihood (ReXVQA): the reply, written as trained "
+            "(--reply), of the offered option whose reply the model finds likeliest, as lmms-eval scores "
+            "multiple choice by log-likelihood.",
+            "choices": list(CHOICES),
+        },
+    )
+    reply: str = field(
+        default="full",
+        metadata={
+            "help": "What the model was trained to reply (sft.py --reply): the candidates --choose_by likelihood "
+            "scores are written so; answer or checklist (a full reply's explanation is written for the true answer "
+            "only).",
+            "choices": list(REPLIES),
+        },
     )
 
 
@@ -133,6 +158,16 @@ def longest_first(dataset: Dataset, todo: list[int], kind: str, settings: Conver
     return [todo[k] for k in sorted(range(len(todo)), key=lambda k: -lengths[k])]
 
 
+def with_images(messages: list[dict], images) -> list[dict]:
+    """`messages` with each image part holding its image, as TRL's collator fills them."""
+    images = iter(images)
+    for message in messages:
+        message["content"] = [
+            {"type": "image", "image": next(images)} if part["type"] == "image" else part for part in message["content"]
+        ]
+    return messages
+
+
 @torch.inference_mode()
 def generate_batch(
     model,
@@ -144,16 +179,10 @@ def generate_batch(
     cache_implementation: str | None = None,
 ):
     """Raw model text for each row: greedy, left-padded, the prompt's tokens cut off."""
-    conversations = []
-    for row in rows:
-        images = iter(row_images(row, kind, settings))
-        messages = to_messages(row, kind, settings, with_answer=False)
-        for message in messages:  # put each image into its placeholder, as TRL's collator does
-            message["content"] = [
-                {"type": "image", "image": next(images)} if part["type"] == "image" else part
-                for part in message["content"]
-            ]
-        conversations.append(messages)
+    conversations = [
+        with_images(to_messages(row, kind, settings, with_answer=False), row_images(row, kind, settings))
+        for row in rows
+    ]
     inputs = processor.apply_chat_template(
         conversations,
         add_generation_prompt=True,
@@ -176,6 +205,60 @@ def generate_batch(
     return [text.strip() for text in processor.batch_decode(new_tokens, skip_special_tokens=True)]
 
 
+def candidate_rows(row: dict) -> list[dict]:
+    """The row once for each offered option, that option as its answer."""
+    return [
+        {**row, "answer": letter, "answer_index": index}
+        for index, letter in enumerate(string.ascii_uppercase[: len(row["options"])])
+    ]
+
+
+@torch.inference_mode()
+def reply_log_likelihoods(model, processor, conversations: list[list[dict]], prompt_lengths: list[int]) -> torch.Tensor:
+    """The summed log-probability of each conversation's reply: its tokens after the first `prompt_lengths[i]`
+    (the prompt with the generation prompt), the conversations left-padded into one batch."""
+    inputs = processor.apply_chat_template(
+        conversations,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+        processor_kwargs={"padding": True, "padding_side": "left"},
+    ).to(model.device)
+    if "pixel_values" in inputs:
+        inputs["pixel_values"] = inputs["pixel_values"].to(model.dtype)
+    reply_lengths = inputs["attention_mask"].sum(1).cpu() - torch.tensor(prompt_lengths)
+    longest = int(reply_lengths.max())
+    logits = model(**inputs, logits_to_keep=longest + 1).logits[:, :-1].float()
+    targets = inputs["input_ids"][:, -longest:]
+    token_scores = logits.log_softmax(-1).gather(-1, targets[..., None])[..., 0].cpu()
+    in_reply = torch.arange(longest)[None, :] >= (longest - reply_lengths)[:, None]
+    return (token_scores * in_reply).sum(1)
+
+
+def likeliest_replies(model, processor, rows: list[dict], kind: str, settings: ConversationSettings) -> list[str]:
+    """For each row, the reply (`settings.reply`) of the offered option whose reply the model finds likeliest."""
+    if kind != "rexvqa" or settings.reply not in LIKELIHOOD_REPLIES:
+        raise RecipeError(
+            f"--choose_by likelihood scores ReXVQA's offered options with --reply {' or '.join(LIKELIHOOD_REPLIES)}, "
+            f"not {kind} with --reply {settings.reply}"
+        )
+    conversations, prompt_lengths, owners = [], [], []
+    for index, row in enumerate(rows):
+        images = row_images(row, kind, settings)
+        prompt = with_images(to_messages(row, kind, settings, with_answer=False), images)
+        tokens = processor.apply_chat_template([prompt], add_generation_prompt=True, tokenize=True, return_dict=True)
+        for candidate in candidate_rows(row):
+            conversations.append(with_images(to_messages(candidate, kind, settings), images))
+            prompt_lengths.append(len(tokens["input_ids"][0]))
+            owners.append(index)
+    scores = reply_log_likelihoods(model, processor, conversations, prompt_lengths).tolist()
+    best: dict[int, tuple[float, str]] = {}
+    for owner, score, conversation in zip(owners, scores, conversations):
+        if owner not in best or score > best[owner][0]:
+            best[owner] = (score, conversation[-1]["content"][0]["text"])
+    return [best[index][1] for index in range(len(rows))]
+
+
 def generate_predictions(
     model,
     processor,
@@ -186,6 +269,7 @@ def generate_predictions(
     settings: ConversationSettings | None = None,
     sort_by_length: bool = True,
     cache_implementation: str | None = None,
+    choose_by: str = "greedy",
 ) -> int:
     """Append a prediction for every question of `dataset` not yet in `output_file`; returns how many."""
     output_file = Path(output_file)
@@ -201,7 +285,10 @@ def generate_predictions(
     with output_file.open("a") as out, flash_first():
         for start in range(0, len(todo), batch_size):
             rows = list(dataset.select(todo[start : start + batch_size]))  # reads this batch's images only
-            texts = generate_batch(model, processor, rows, kind, settings, max_new_tokens, cache_implementation)
+            if choose_by == "likelihood":
+                texts = likeliest_replies(model, processor, rows, kind, settings)
+            else:
+                texts = generate_batch(model, processor, rows, kind, settings, max_new_tokens, cache_implementation)
             for row, text in zip(rows, texts):
                 out.write(json.dumps({"question_id": row["question_id"], "prediction": text}) + "\n")
             out.flush()
@@ -219,6 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         dataset = dataset.select(range(min(args.max_samples, len(dataset))))
     budget = args.pixel_budget
     settings = settings_for(model.config.model_type, processor, args.box_convention, args.fold_system_prompt, budget)
+    settings = replace(settings, reply=args.reply)
     written = generate_predictions(
         model,
         processor,
@@ -229,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
         settings,
         args.sort_by_length,
         args.cache_implementation,
+        args.choose_by,
     )
     print(f"wrote {written} predictions to {args.output_file}")
     return written

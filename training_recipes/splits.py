@@ -63,7 +63,8 @@ class DataArguments(PixelBudgetOptions):
         metadata={
             "help": "What a trained reply holds: full (answer, reason or explanation, boxes), answer (the answer "
             "alone: the loss on what only the image gives; a small model from scratch learns the images this "
-            "way) or answer_boxes (GEMeX: the reason left out).",
+            "way), answer_boxes (GEMeX: the reason left out) or checklist (ReXVQA: a yes/no verdict on every "
+            "option, then the letter; answer with generate.py --choose_by likelihood).",
             "choices": list(REPLIES),
         },
     )
