@@ -10,13 +10,16 @@ template need. The chat templates are the families' released ones as TRL ships t
 `{% generation %}` markers exactly as for the Hub models. The folder it writes loads with
 `AutoModelForImageTextToText` / `AutoProcessor.from_pretrained`, as a Hub checkpoint does, so
 `sft.py` and `generate.py` take it as `--model_name_or_path`. It learns the answer format in a few
-steps; it says nothing about any real model.
+steps; it says nothing about any real model. `--fit-to BUILD` fits a probe to the build it will train on
+(its words whole in the tokenizer, its tower's output standardised on the build's images:
+`training_recipes/probe_fitting.py`), what the learning-signal benchmark's probes start from.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -127,8 +130,13 @@ def corpus() -> list[str]:
     return lines * 4
 
 
-def train_tokenizer(special_tokens: list[str], vocab_size: int = 400, **kwargs) -> PreTrainedTokenizerFast:
-    """A byte-level BPE (any text encodes, no unknown token) with `special_tokens` as whole tokens."""
+def train_tokenizer(
+    special_tokens: list[str], vocab_size: int = 400, texts: Sequence[str] = (), **kwargs
+) -> PreTrainedTokenizerFast:
+    """A byte-level BPE (any text encodes, no unknown token) with `special_tokens` as whole tokens, its merges
+    learnt from the recipes' prompts; with `texts` as well, learnt from them until every word is whole."""
+    if texts:
+        vocab_size = WHOLE_WORDS_VOCAB
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
@@ -138,8 +146,12 @@ def train_tokenizer(special_tokens: list[str], vocab_size: int = 400, **kwargs) 
         initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
         show_progress=False,
     )
-    tokenizer.train_from_iterator(corpus(), trainer=trainer)
+    tokenizer.train_from_iterator(corpus() + list(texts), trainer=trainer)
     return PreTrainedTokenizerFast(tokenizer_object=tokenizer, **kwargs)
+
+
+WHOLE_WORDS_VOCAB = 16_384
+"""A cap a build's words never reach: its BPE merges run until each word is one token."""
 
 
 def padded_vocab(tokenizer) -> int:
@@ -258,7 +270,7 @@ def idefics3_image_processor(image_size: int):
     )
 
 
-def tiny_idefics3(size: ModelSize = SMOKE) -> TinyVLM:
+def tiny_idefics3(size: ModelSize = SMOKE, texts: Sequence[str] = ()) -> TinyVLM:
     from transformers import (
         Idefics3Config,
         Idefics3ForConditionalGeneration,
@@ -276,7 +288,7 @@ def tiny_idefics3(size: ModelSize = SMOKE) -> TinyVLM:
     ]
     specials += [f"<row_{i}_col_{j}>" for i in range(1, 7) for j in range(1, 7)]
     tokenizer = train_tokenizer(
-        specials, bos_token="<|begin_of_text|>", eos_token="<end_of_utterance>", pad_token="<pad>"
+        specials, texts=texts, bos_token="<|begin_of_text|>", eos_token="<end_of_utterance>", pad_token="<pad>"
     )
     processor = Idefics3Processor(
         image_processor=idefics3_image_processor(size.image_size),
@@ -302,7 +314,7 @@ def tiny_idefics3(size: ModelSize = SMOKE) -> TinyVLM:
     return TinyVLM("idefics3", Idefics3ForConditionalGeneration(config), processor)
 
 
-def tiny_gemma3(size: ModelSize = SMOKE) -> TinyVLM:
+def tiny_gemma3(size: ModelSize = SMOKE, texts: Sequence[str] = ()) -> TinyVLM:
     from transformers import Gemma3Config, Gemma3ForConditionalGeneration, Gemma3ImageProcessorPil, Gemma3Processor
 
     specials = [
@@ -317,6 +329,7 @@ def tiny_gemma3(size: ModelSize = SMOKE) -> TinyVLM:
     ]
     tokenizer = train_tokenizer(
         specials,
+        texts=texts,
         bos_token="<bos>",
         eos_token="<eos>",
         pad_token="<pad>",
@@ -361,19 +374,38 @@ SIZED_FAMILIES = ("idefics3", "gemma3")
 """The families `--size` other than smoke applies to (Qwen2.5-VL's tower is not SigLIP)."""
 
 
-def tiny_vlm(family: str, seed: int = 0, builders: dict = BUILDERS, size: str = "smoke") -> TinyVLM:
-    """A fresh tiny model (seeded random weights) and its processor, made by `builders[family]` at `size`."""
+def tiny_vlm(
+    family: str, seed: int = 0, builders: dict = BUILDERS, size: str = "smoke", fit_to: Path | None = None
+) -> TinyVLM:
+    """A fresh tiny model (seeded random weights) and its processor, made by `builders[family]` at `size`; with
+    `fit_to`, fitted to that build's training split (`training_recipes.probe_fitting`)."""
     import torch
 
     if size != "smoke" and family not in SIZED_FAMILIES:
         raise RecipeError(f"--size {size} is made for {' and '.join(SIZED_FAMILIES)} only, not {family}")
+    if fit_to is not None and family not in SIZED_FAMILIES:
+        raise RecipeError(f"--fit-to is made for {' and '.join(SIZED_FAMILIES)} only, not {family}")
     torch.manual_seed(seed)
-    return builders[family]() if size == "smoke" else builders[family](SIZES[size])
+    if fit_to is None:
+        return builders[family]() if size == "smoke" else builders[family](SIZES[size])
+    from training_recipes.probe_fitting import conversation_texts, fitting_images, standardise_tower, training_rows
+
+    rows = training_rows(fit_to)
+    vlm = builders[family](SIZES[size], texts=conversation_texts(rows))
+    standardise_tower(vlm.model, vlm.processor, fitting_images(rows))
+    return vlm
 
 
-def save_tiny_vlm(family: str, directory: Path, seed: int = 0, builders: dict = BUILDERS, size: str = "smoke") -> Path:
+def save_tiny_vlm(
+    family: str,
+    directory: Path,
+    seed: int = 0,
+    builders: dict = BUILDERS,
+    size: str = "smoke",
+    fit_to: Path | None = None,
+) -> Path:
     """Write a tiny model and processor to `directory`, the way a Hub checkpoint looks on disk."""
-    vlm = tiny_vlm(family, seed, builders, size)
+    vlm = tiny_vlm(family, seed, builders, size, fit_to)
     vlm.model.save_pretrained(directory)
     vlm.processor.save_pretrained(directory)
     return directory
@@ -395,14 +427,22 @@ def main(argv: list[str] | None = None) -> int:
         help="smoke: a few MB, learns the reply format; probe: learns what a synthetic image shows, in minutes; wide: "
         f"a larger probe, for a GPU's steps (probe and wide: {', '.join(SIZED_FAMILIES)})",
     )
+    parser.add_argument(
+        "--fit-to",
+        type=Path,
+        help="a built folder whose training split the probe is fitted to: its tokenizer learns the build's words "
+        "whole and its vision tower's output is standardised on the build's images (then train it with "
+        "--freeze_vision_tower true; training_recipes/probe_fitting.py)",
+    )
     args = parser.parse_args(argv)
     try:
-        save_tiny_vlm(args.family, args.out, args.seed, size=args.size)
+        save_tiny_vlm(args.family, args.out, args.seed, size=args.size, fit_to=args.fit_to)
     except RecipeError as error:
         print(f"tiny_model: error: {error}", file=sys.stderr)
         return 1
+    fitted = f", fitted to {args.fit_to}" if args.fit_to else ""
     print(
-        f"{args.out}: a tiny random-weight {args.family} model ({args.size} size) and its processor "
+        f"{args.out}: a tiny random-weight {args.family} model ({args.size} size{fitted}) and its processor "
         "(offline; for smoke runs and probes only)"
     )
     return 0
