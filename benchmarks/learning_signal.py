@@ -28,9 +28,12 @@ and scores it on held-out questions cut alike, so a probe that answers one answe
 images teach) scores 50 and the images arm's lead over them is what it read in the pixels;
 `--reply answer` trains replies without the reason (ReXVQA's explanation) and boxes (`sft.py --reply answer`), so the
 loss falls on the answer; `--reply answer_boxes` keeps GEMeX's boxes, so the V-score of each arm shows what the image
-adds to the grounding. `--freeze-vision-tower` trains every arm with `sft.py --freeze_vision_tower` (the probe's
-random tower kept as made, its connector and decoder trained): as well read on GEMeX, each step a fifth to a
-quarter shorter.
+adds to the grounding. By default each dataset's probe is fitted to its training build (`tiny_model --fit-to`: the build's words
+whole in its tokenizer, its random tower's output standardised on the build's images) and trained with the tower
+frozen (`sft.py --freeze_vision_tower`, `--no-freeze-vision-tower` trains it); ReXVQA's arms train a checklist
+reply (`sft.py --reply checklist`: a yes/no verdict on every option, then the letter) and answer each held-out
+question with the offered option whose reply the probe finds likeliest (`generate.py --choose_by likelihood`), the
+way lmms-eval scores multiple choice. Without these the probe reads ReXVQA at chance on a CPU (docs/benchmarks.md).
 
 GEMeX's yes/no arms are also scored on the held-out images asked both ways (the `both ways` column,
 `asked_both_ways`: each image asked "Yes." as often as "No."), where what an image says of the answer whatever
@@ -120,9 +123,25 @@ class Settings:
         "boxes) or answer_boxes (GEMeX: reason emptied)",
         choices=("full", "answer", "answer_boxes"),
     )
+    rexvqa_reply: str = option(
+        "checklist",
+        "ReXVQA's replies: checklist (a yes/no verdict on every option, then the letter), or '' for --reply's",
+        choices=("checklist", "full", "answer", ""),
+    )
+    choose_by: str = option(
+        "likelihood",
+        "how ReXVQA's held-out answers are chosen (`generate.py --choose_by`): likelihood (the likeliest offered "
+        "option's reply; with a checklist or answer reply) or greedy (what the probe writes)",
+        choices=("likelihood", "greedy"),
+    )
+    fit_probe: bool = option(
+        True,
+        "fit each dataset's probe to its training build (`tiny_model --fit-to`: its words whole in the tokenizer, "
+        "the tower's output standardised on its images)",
+    )
     freeze_vision_tower: bool = option(
-        False,
-        "train every arm with `sft.py --freeze_vision_tower`: the probe's tower keeps its random weights, its "
+        True,
+        "train every arm with `sft.py --freeze_vision_tower`: the probe's tower keeps its weights as made, its "
         "connector and decoder train (about a fifth less time a GEMeX step on a CPU)",
     )
     max_new_tokens: int = option(16, "GEMeX reply length (boxes included)")
@@ -238,22 +257,35 @@ def release_and_build(settings: Settings, dataset: str, name: str, count: int, s
     return build
 
 
-def probe_model(settings: Settings) -> Path:
-    model = settings.out / f"probe-{settings.size}"
+def probe_model(settings: Settings, dataset: str, train_build: Path) -> Path:
+    """The probe every arm of `dataset` starts from: fitted to the training build (`--fit-probe`), else one for all."""
+    name = f"probe-{settings.size}-{dataset}" if settings.fit_probe else f"probe-{settings.size}"
+    model = settings.out / name
     if not model.is_dir():
+        fit = ["--fit-to", str(train_build)] if settings.fit_probe else []
         command(
             settings,
             ["python", "-m", "training_recipes.tiny_model", "--size", settings.size, "--seed", str(settings.seed)]
+            + fit
             + ["--out", str(model)],
             settings.out / "logs" / "model.log",
         )
     return model
 
 
+def reply_of(settings: Settings, dataset: str) -> str:
+    """What `dataset`'s arms train to reply (`sft.py --reply`)."""
+    return settings.rexvqa_reply if dataset == "rexvqa" and settings.rexvqa_reply else settings.reply
+
+
+def chosen_by_likelihood(settings: Settings, dataset: str) -> bool:
+    return dataset == "rexvqa" and settings.choose_by == "likelihood"
+
+
 def sft_args(settings: Settings, model: Path, dataset: str, build: Path, run_dir: Path, layout: str) -> list[str]:
     args = ["python", "-m", "training_recipes.sft", "--model_name_or_path", str(model)]
     args += [f"--{dataset}_path", str(build), "--output_dir", str(run_dir), "--layout", layout]
-    args += ["--reply", settings.reply]
+    args += ["--reply", reply_of(settings, dataset)]
     if settings.freeze_vision_tower:
         args += ["--freeze_vision_tower", "true"]
     if dataset == "gemex" and layout == "per_question" and settings.gemex_config:
@@ -334,6 +366,8 @@ def generate(settings: Settings, model: Path, dataset: str, build: Path, predict
         args += ["--batch_size", "32", "--max_new_tokens", str(settings.max_new_tokens if dataset == "gemex" else 12)]
         if config:
             args += ["--dataset_config", config]
+        if chosen_by_likelihood(settings, dataset):
+            args += ["--choose_by", "likelihood", "--reply", reply_of(settings, dataset), "--batch_size", "8"]
         command(settings, args, log)
 
 
@@ -468,12 +502,19 @@ def release_note(settings: Settings) -> str:
     rows = "GEMeX's answers balanced, trained and scored" if balancing else "every row"
     if settings.train_both_ways and settings.gemex_config == "closed_ended" and "gemex" in settings.datasets:
         rows += "; GEMeX trained on images asked both ways"
-    replies = {
+    words = {
         "answer": "the answer alone (no reason, no boxes)",
         "answer_boxes": "the answer and boxes (no reason)",
-    }.get(settings.reply, "answer, reason and boxes")
+        "checklist": "a verdict on every option, then the letter",
+    }
+    replies = ", ".join(
+        f"{dataset} {words.get(reply_of(settings, dataset), 'answer, reason and boxes')}"
+        + (" (chosen by likelihood)" if chosen_by_likelihood(settings, dataset) else "")
+        for dataset in settings.datasets
+    )
+    probe = "; probe fitted to each training build" if settings.fit_probe else ""
     tower = "; vision tower frozen" if settings.freeze_vision_tower else ""
-    return f"Images: {drawn}; training rows: {rows}; replies trained: {replies}{tower}"
+    return f"Images: {drawn}; training rows: {rows}; replies trained: {replies}{probe}{tower}"
 
 
 def margins(runs: list[Run], majorities: list[dict]) -> list[str]:
@@ -526,7 +567,6 @@ def main(argv: list[str] | None = None) -> int:
     settings = options_from_command_line(Settings, argv, __doc__)
     (settings.out / "logs").mkdir(parents=True, exist_ok=True)
     start = time.monotonic()
-    model = probe_model(settings)
     runs: list[Run] = []
     majorities = []
     arms: dict[Future, tuple[str, str]] = {}
@@ -534,6 +574,7 @@ def main(argv: list[str] | None = None) -> int:
         for dataset in settings.datasets:
             builds = prepared_builds(settings, dataset)
             train_build, held_out, _ = builds
+            model = probe_model(settings, dataset, train_build)
             majorities.append(majority(settings, dataset, held_out))
             if settings.layout == "per_image":
                 runs += layout_runs(settings, dataset, train_build, held_out, model)

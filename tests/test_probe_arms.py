@@ -116,6 +116,30 @@ def test_every_arms_training_command_says_whether_the_tower_is_frozen(frozen, tm
     assert model_args.freeze_vision_tower is frozen
 
 
+def test_rexvqa_arms_train_a_checklist_and_answer_by_likelihood_and_gemex_arms_as_asked(tmp_path, monkeypatch):
+    pytest.importorskip("trl")
+    from benchmarks import learning_signal
+    from training_recipes import generate, sft
+
+    settings = Settings(seed=0, out=tmp_path)
+    for dataset, reply in (("rexvqa", "checklist"), ("gemex", "answer")):
+        args = sft_args(settings, tmp_path / "probe", dataset, tmp_path / "build", tmp_path / "run", "per_question")
+        data_args = sft.make_parser().parse_args_and_config(args=args[3:])[0]
+        assert data_args.reply == reply
+    assert learning_signal.reply_of(Settings(seed=0, out=tmp_path, rexvqa_reply=""), "rexvqa") == "answer"
+
+    commands = []
+    monkeypatch.setattr(learning_signal, "command", lambda settings, args, log, stop_after=None: commands.append(args))
+    for dataset in ("rexvqa", "gemex"):
+        learning_signal.generate(
+            settings, tmp_path / "m", dataset, tmp_path / "b", tmp_path / "p.jsonl", tmp_path / "l"
+        )
+    parsed = [
+        generate.HfArgumentParser(generate.GenerateArguments).parse_args_into_dataclasses(c[3:])[0] for c in commands
+    ]
+    assert [(p.choose_by, p.reply) for p in parsed] == [("likelihood", "checklist"), ("greedy", "full")]
+
+
 def test_an_arm_past_its_time_is_stopped_only_once_it_can_save(tmp_path):
     """`--train-seconds` ends an arm by SIGTERM, which sft.py answers with a checkpoint once its imports are done;
     a command still starting when its time is up gets the signal once it has a handler, not before."""
@@ -144,7 +168,7 @@ def test_an_arm_that_fails_leaves_the_others_results(tmp_path, monkeypatch):
             raise SystemExit(f"python -m training_recipes.sft ... exited 1; its output: run-{dataset}-{arm}.log")
         return learning_signal.Run(dataset, arm, "per_question", "b", "train", "p.jsonl", 1.0, 5, accuracy=40.0)
 
-    monkeypatch.setattr(learning_signal, "probe_model", lambda settings: tmp_path / "probe")
+    monkeypatch.setattr(learning_signal, "probe_model", lambda settings, dataset, build: tmp_path / "probe")
     monkeypatch.setattr(learning_signal, "prepared_builds", lambda settings, dataset: (tmp_path, tmp_path, None))
     monkeypatch.setattr(
         learning_signal,
