@@ -91,6 +91,11 @@ class Settings:
     image_size: int = option(224, "the build's --image-size")
     size: str = option("probe", "tiny_model --size of the probe")
     steps: int = option(1200, "training steps of every arm")
+    rexvqa_steps: int = option(
+        800,
+        "training steps of every ReXVQA arm (a step of its studies and checklists takes about twice a GEMeX one; 0: "
+        "--steps)",
+    )
     batch_size: int = option(16, "per-device batch of every arm")
     learning_rate: float = option(2e-3, "learning rate of every arm")
     warmup_steps: int = option(0, "linear warm-up steps of every arm")
@@ -278,6 +283,10 @@ def reply_of(settings: Settings, dataset: str) -> str:
     return settings.rexvqa_reply if dataset == "rexvqa" and settings.rexvqa_reply else settings.reply
 
 
+def steps_of(settings: Settings, dataset: str) -> int:
+    return settings.rexvqa_steps if dataset == "rexvqa" and settings.rexvqa_steps else settings.steps
+
+
 def chosen_by_likelihood(settings: Settings, dataset: str) -> bool:
     return dataset == "rexvqa" and settings.choose_by == "likelihood"
 
@@ -317,7 +326,7 @@ def train(settings: Settings, model: Path, dataset: str, build: Path, run_dir: P
     folder of the model it trained (the checkpoint SIGTERM left, else the run's own) and that model's steps."""
     shutil.rmtree(run_dir, ignore_errors=True)
     args = sft_args(settings, model, dataset, build, run_dir, "per_question")
-    args += ["--max_steps", str(settings.steps), "--save_strategy", "no"]
+    args += ["--max_steps", str(steps_of(settings, dataset)), "--save_strategy", "no"]
     log = settings.out / "logs" / f"{run_dir.name}.log"
     elapsed = command(settings, args, log, settings.train_seconds or None)
     stopped = max(run_dir.glob("checkpoint-*"), key=checkpoint_step, default=None)
@@ -325,7 +334,7 @@ def train(settings: Settings, model: Path, dataset: str, build: Path, run_dir: P
         return elapsed, stopped, checkpoint_step(stopped)
     if not (run_dir / "config.json").is_file():
         raise SystemExit(f"{run_dir}: stopped at {elapsed:.0f} s before its first step; its output: {log}")
-    return elapsed, run_dir, settings.steps
+    return elapsed, run_dir, steps_of(settings, dataset)
 
 
 def checkpoint_step(checkpoint: Path) -> int:
@@ -338,8 +347,8 @@ def train_with_checkpoints(
     """Train saving a checkpoint every tenth of the steps; with `seconds`, stop by SIGTERM once that wall time
     is spent (`sft.py` saves where it stopped). Returns the wall seconds and each checkpoint with its time."""
     shutil.rmtree(run_dir, ignore_errors=True)
-    every = max(1, settings.steps // 10)
-    steps = settings.steps * 20 if seconds else settings.steps
+    every = max(1, steps_of(settings, dataset) // 10)
+    steps = steps_of(settings, dataset) * 20 if seconds else steps_of(settings, dataset)
     args = sft_args(settings, model, dataset, build, run_dir, layout)
     args += ["--max_steps", str(steps), "--save_strategy", "steps", "--save_steps", str(every)]
     args += ["--save_only_model", "true"]
