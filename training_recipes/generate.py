@@ -168,6 +168,21 @@ def with_images(messages: list[dict], images) -> list[dict]:
     return messages
 
 
+def left_padded(model, processor, conversations: list[list[dict]], add_generation_prompt: bool = False):
+    """The conversations tokenized into one left-padded batch on the model's device, pixels in its dtype."""
+    inputs = processor.apply_chat_template(
+        conversations,
+        add_generation_prompt=add_generation_prompt,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+        processor_kwargs={"padding": True, "padding_side": "left"},
+    ).to(model.device)
+    if "pixel_values" in inputs:
+        inputs["pixel_values"] = inputs["pixel_values"].to(model.dtype)
+    return inputs
+
+
 @torch.inference_mode()
 def generate_batch(
     model,
@@ -183,16 +198,7 @@ def generate_batch(
         with_images(to_messages(row, kind, settings, with_answer=False), row_images(row, kind, settings))
         for row in rows
     ]
-    inputs = processor.apply_chat_template(
-        conversations,
-        add_generation_prompt=True,
-        tokenize=True,
-        return_dict=True,
-        return_tensors="pt",
-        processor_kwargs={"padding": True, "padding_side": "left"},
-    ).to(model.device)
-    if "pixel_values" in inputs:
-        inputs["pixel_values"] = inputs["pixel_values"].to(model.dtype)
+    inputs = left_padded(model, processor, conversations, add_generation_prompt=True)
     tokenizer = processor.tokenizer
     output = model.generate(
         **inputs,
@@ -217,15 +223,7 @@ def candidate_rows(row: dict) -> list[dict]:
 def reply_log_likelihoods(model, processor, conversations: list[list[dict]], prompt_lengths: list[int]) -> torch.Tensor:
     """The summed log-probability of each conversation's reply: its tokens after the first `prompt_lengths[i]`
     (the prompt with the generation prompt), the conversations left-padded into one batch."""
-    inputs = processor.apply_chat_template(
-        conversations,
-        tokenize=True,
-        return_dict=True,
-        return_tensors="pt",
-        processor_kwargs={"padding": True, "padding_side": "left"},
-    ).to(model.device)
-    if "pixel_values" in inputs:
-        inputs["pixel_values"] = inputs["pixel_values"].to(model.dtype)
+    inputs = left_padded(model, processor, conversations)
     reply_lengths = inputs["attention_mask"].sum(1).cpu() - torch.tensor(prompt_lengths)
     longest = int(reply_lengths.max())
     logits = model(**inputs, logits_to_keep=longest + 1).logits[:, :-1].float()
