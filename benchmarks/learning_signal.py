@@ -372,11 +372,13 @@ def generate(settings: Settings, model: Path, dataset: str, build: Path, predict
     for config in configs:
         args = ["python", "-m", "training_recipes.generate", "--model_name_or_path", str(model)]
         args += ["--dataset_path", str(build), "--split", "train", "--output_file", str(predictions)]
-        args += ["--batch_size", "32", "--max_new_tokens", str(settings.max_new_tokens if dataset == "gemex" else 12)]
+        by_likelihood = chosen_by_likelihood(settings, dataset)
+        batch = "8" if by_likelihood else "32"
+        args += ["--batch_size", batch, "--max_new_tokens", str(settings.max_new_tokens if dataset == "gemex" else 12)]
         if config:
             args += ["--dataset_config", config]
-        if chosen_by_likelihood(settings, dataset):
-            args += ["--choose_by", "likelihood", "--reply", reply_of(settings, dataset), "--batch_size", "8"]
+        if by_likelihood:
+            args += ["--choose_by", "likelihood", "--reply", reply_of(settings, dataset)]
         command(settings, args, log)
 
 
