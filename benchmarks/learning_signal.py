@@ -67,6 +67,8 @@ GEMEX_SCORED = ("closed_ended", "single_choice", "multi_choice")
 HELD_OUT_SEED = 1_000_003
 """Added to `--seed` for the held-out releases: other images, other questions."""
 TIME_FRACTIONS = (0.25, 0.5, 1.0)
+STEPS = {"gemex": 1200, "rexvqa": 800}
+"""Each dataset's training steps by default: a ReXVQA step (a study's images, a checklist) takes about twice a GEMeX one."""
 
 
 def option(default, help: str, **metadata):
@@ -90,12 +92,8 @@ class Settings:
     held_out_studies: int = option(180, "ReXVQA held-out release")
     image_size: int = option(224, "the build's --image-size")
     size: str = option("probe", "tiny_model --size of the probe")
-    steps: int = option(1200, "training steps of every arm")
-    rexvqa_steps: int = option(
-        800,
-        "training steps of every ReXVQA arm (a step of its studies and checklists takes about twice a GEMeX one; 0: "
-        "--steps)",
-    )
+    steps: int = option(0, "training steps of every arm (0: each dataset's own, GEMeX 1,200 and ReXVQA 800)")
+    rexvqa_steps: int = option(0, "training steps of every ReXVQA arm, over --steps (0: --steps's)")
     batch_size: int = option(16, "per-device batch of every arm")
     learning_rate: float = option(2e-3, "learning rate of every arm")
     warmup_steps: int = option(0, "linear warm-up steps of every arm")
@@ -284,7 +282,10 @@ def reply_of(settings: Settings, dataset: str) -> str:
 
 
 def steps_of(settings: Settings, dataset: str) -> int:
-    return settings.rexvqa_steps if dataset == "rexvqa" and settings.rexvqa_steps else settings.steps
+    """`--rexvqa-steps` for ReXVQA where given, else `--steps` where given, else the dataset's own `STEPS`."""
+    if dataset == "rexvqa" and settings.rexvqa_steps:
+        return settings.rexvqa_steps
+    return settings.steps or STEPS[dataset]
 
 
 def chosen_by_likelihood(settings: Settings, dataset: str) -> bool:

@@ -18,7 +18,7 @@ import pytest
 from datasets import load_dataset
 from PIL import Image
 
-from benchmarks.learning_signal import Settings, command, handles_sigterm, headline, sft_args
+from benchmarks.learning_signal import Settings, command, handles_sigterm, headline, sft_args, steps_of
 from benchmarks.probe_arms import ARMS, SEEN, image_column, make_arm, parquet_files, permutation
 from benchmarks.probe_rows import asked_both_ways, balanced, conversations_of
 from tests.tiny_builds import synthetic_embed_builds
@@ -138,6 +138,22 @@ def test_rexvqa_arms_train_a_checklist_and_answer_by_likelihood_and_gemex_arms_a
         generate.HfArgumentParser(generate.GenerateArguments).parse_args_into_dataclasses(c[3:])[0] for c in commands
     ]
     assert [(p.choose_by, p.reply) for p in parsed] == [("likelihood", "checklist"), ("greedy", "full")]
+
+    assert [p.batch_size for p in parsed] == [8, 32]
+
+
+@pytest.mark.parametrize(
+    ("given", "gemex", "rexvqa"),
+    [
+        ({}, 1200, 800),
+        ({"steps": 300}, 300, 300),
+        ({"rexvqa_steps": 50}, 1200, 50),
+        ({"steps": 9, "rexvqa_steps": 5}, 9, 5),
+    ],
+)
+def test_steps_are_each_datasets_own_unless_given(given, gemex, rexvqa, tmp_path):
+    settings = Settings(seed=0, out=tmp_path, **given)
+    assert (steps_of(settings, "gemex"), steps_of(settings, "rexvqa")) == (gemex, rexvqa)
 
 
 def test_an_arm_past_its_time_is_stopped_only_once_it_can_save(tmp_path):
