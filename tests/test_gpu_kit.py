@@ -69,7 +69,7 @@ def test_run_sh_tiny_writes_every_row_log_and_the_scores_table(tmp_path):
         if row["status"] == "ok":
             assert row["samples_per_s"] > 0 and row["tokens_per_sample"] > 0 and 0 <= row["data_wait_share"] <= 1
             assert "-m benchmarks.train_throughput" in row["command"]
-        else:  # a layout whose config the build lacks (sft_per_image before branch h23c)
+        else:  # a layout whose config the build lacks (one built with --no-conversations)
             assert row["config"] in row["error"]
     assert sum(r["status"] == "ok" for r in bench["B.1"]) >= 2
     # the throughput benchmark's compiled row (regional compile, aot_eager on CPU): its blocks and graphs counted
