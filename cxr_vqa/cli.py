@@ -66,6 +66,7 @@ def _print_report(report, out: Path) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
+    from builders.assembly.lifecycle import renamed_into_place
     from builders.assembly.settings import BuildSettings
     from cxr_vqa.options import parsed_options
 
@@ -73,8 +74,11 @@ def run_build(args: argparse.Namespace) -> int:
         from gemex_dataset.build import build_gemex as build
     else:
         from rexvqa_dataset.build import build_rexvqa as build
-    report = build(parsed_options(BuildSettings, args))
-    args.written = args.out
+    try:
+        report = build(parsed_options(BuildSettings, args))
+    finally:
+        if renamed_into_place(args.out):
+            args.written = args.out
     _print_report(report, args.out)
     return 0
 
@@ -418,7 +422,8 @@ def main(argv: list[str] | None = None) -> int:
 
 def _output_state(signal_: BaseException, args: argparse.Namespace | None) -> str:
     """What a signal left on disk: a build whose output was already renamed into place (`written`: as the
-    signal arrived, `builders.assembly.lifecycle.staged_output`, or once the build had returned) had completed."""
+    signal arrived, `builders.assembly.lifecycle.staged_output`, or by the time Python raised it,
+    `run_build`) had completed."""
     written = getattr(signal_, "written", None) or getattr(args, "written", None)
     if written:
         return f"it came after the build had completed: {written} is written whole (its report: {Path(written) / 'build_report.json'})"

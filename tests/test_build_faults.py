@@ -6,6 +6,7 @@ the test then kills or signals the stopped process, so each fault lands where it
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -393,6 +394,53 @@ def test_a_script_without_a_main_guard_still_builds_reading_headers_on_threads(r
     )
     assert report["records_read"] == report["rows_written"] + report["rejected"] and report["rejected"] == 0
     assert sorted(p.name for p in tmp_path.iterdir()) == ["build_it.py", "gemex"]
+
+
+def test_a_signal_raised_once_the_output_is_in_place_says_the_build_completed(
+    gemex_release, tmp_path, monkeypatch, cxr_vqa
+):
+    """Ctrl-C sent just after the rename but raised by Python a few steps later (its flag set on another
+    thread), as the output's lock is released: the build had completed, and the line says so."""
+    from builders.assembly import lifecycle
+
+    lock = lifecycle.output_lock
+
+    @contextlib.contextmanager
+    def interrupted_on_release(out):
+        with lock(out):
+            yield
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(lifecycle, "output_lock", interrupted_on_release)
+    out = tmp_path / "gemex"
+    status, stderr = cxr_vqa(build_args(gemex_release, out, "--image-mode", "none"))
+    assert status == 130
+    assert messages(stderr) == [
+        f"cxr-vqa: interrupted (Ctrl-C); it came after the build had completed: {out} is "
+        f"written whole (its report: {out / 'build_report.json'})"
+    ]
+    assert (out / "build_report.json").is_file()
+
+
+@pytest.mark.parametrize("removed_first", [True, False], ids=["after-unlink", "at-unlink"])
+def test_a_signal_raised_as_the_lock_is_released_leaves_no_lock_file(tmp_path, monkeypatch, removed_first):
+    """Python raises a late Ctrl-C just after, or instead of, the lock file's removal: it is removed still."""
+    from builders.assembly import lifecycle
+
+    unlink = os.unlink
+    raised = []
+
+    def interrupted_unlink(path, *args, **kwargs):
+        if removed_first or raised:
+            unlink(path, *args, **kwargs)
+        if not raised:
+            raised.append(path)
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt), lifecycle.output_lock(tmp_path / "gemex"):
+        monkeypatch.setattr(lifecycle.os, "unlink", interrupted_unlink)
+    monkeypatch.undo()
+    assert raised and list(tmp_path.iterdir()) == []
 
 
 @pytest.mark.parametrize("signum, status", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])

@@ -85,8 +85,15 @@ def output_lock(out: Path) -> Iterator[None]:
         os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         yield
     finally:
-        with suppress(FileNotFoundError):
+        try:
             os.unlink(path)
+        except FileNotFoundError:
+            pass
+        except BaseException:  # a signal Python raised as the lock is released: remove it still, then go on
+            with suppress(FileNotFoundError):
+                os.unlink(path)
+            os.close(fd)
+            raise
         os.close(fd)
 
 
@@ -183,6 +190,19 @@ def check_replaceable(
         raise BuildError(f"{rule}, and {out} is not one ({why}): nothing was changed; choose another --out")
 
 
+_renamed_into_place: set[Path] = set()
+
+
+def renamed_into_place(out: Path) -> bool:
+    """Whether this process's latest `staged_output` of `out` renamed it into place.
+
+    Python handles a signal at its next check, not where the kernel delivered it (on another thread, say
+    tqdm's monitor, it may be a few steps later), so a Ctrl-C sent just after the rename can be raised
+    once the block has finished; this still tells that the output was whole by then.
+    """
+    return Path(out).absolute() in _renamed_into_place
+
+
 @contextmanager
 def staged_output(
     out: Path,
@@ -197,6 +217,7 @@ def staged_output(
     is replaced only as `check_replaceable` allows (`owned`: a build's folder unless told otherwise).
     """
     out = Path(out).absolute()
+    _renamed_into_place.discard(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     with output_lock(out):
         cleaned = clean_dead_builds(out)
@@ -214,6 +235,7 @@ def staged_output(
             out.rename(previous)
         stop_point("renaming")
         partial.rename(out)
+        _renamed_into_place.add(out)
         try:
             remove(previous)
             stop_point("written")
