@@ -92,9 +92,9 @@ def output_lock(out: Path) -> Iterator[None]:
         except BaseException:  # a signal Python raised as the lock is released: remove it still, then go on
             with suppress(FileNotFoundError):
                 os.unlink(path)
-            os.close(fd)
             raise
-        os.close(fd)
+        finally:
+            os.close(fd)
 
 
 def _pid_of(folder: Path) -> int | None:
