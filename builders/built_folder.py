@@ -78,6 +78,17 @@ def card_configs(folder: Path) -> tuple[dict[str, dict], DatasetInfosDict]:
     return dict(configs), DatasetInfosDict.from_dataset_card_data(data)
 
 
+class UnknownConfig(ValueError):
+    """A config name the card does not declare: a mistake in the command line, as argparse's are (exit 2)."""
+
+
+def named_config(folder: Path, configs: dict[str, dict], name: str) -> dict:
+    """The card's config `name`; UnknownConfig naming the folder and the configs it has otherwise."""
+    if name not in configs:
+        raise UnknownConfig(f"{folder}: no config {name!r} in the card (configs: {', '.join(configs)})")
+    return configs[name]
+
+
 def default_config(configs: dict[str, dict]) -> str:
     """The config `load_dataset(folder)` reads: the one marked default, else `default`, else the first."""
     return next(

@@ -61,10 +61,14 @@ class SyntheticRelease:
         return self.root / self.kind.image_root
 
     def build_command(self) -> str:
-        """The `cxr-vqa build` command that makes a dataset of this release, beside it (`<root>-dataset`)."""
-        out = self.root.with_name(self.root.name + "-dataset")
+        """The `cxr-vqa build` command that makes a dataset of this release from its first layout, beside
+        it: named for the dataset (`raw-gemex` -> `gemex`), or `<root>-dataset` where the root has that name."""
+        source = self.root / self.kind.annotations[0] if len(self.kind.annotations) > 1 else self.root
+        out = self.root.with_name(self.kind.dataset)
+        if out == self.root:
+            out = self.root.with_name(self.root.name + "-dataset")
         return shlex.join(
-            ["cxr-vqa", "build", self.kind.dataset, "--source", str(self.root), "--images", str(self.image_root)]
+            ["cxr-vqa", "build", self.kind.dataset, "--source", str(source), "--images", str(self.image_root)]
             + ["--out", str(out)]
         )
 

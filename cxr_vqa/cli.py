@@ -199,7 +199,8 @@ def run_preview(args: argparse.Namespace) -> int:
     if not args.out and not args.add_config:
         raise ValueError("give --out FILE.png|FILE.html, or --add-config")
     if args.out:
-        print(f"{write_preview(args.dataset, args.out, n=args.n, config=args.config, split=args.split)}: {args.n} rows")
+        written, shown = write_preview(args.dataset, args.out, n=args.n, config=args.config, split=args.split)
+        print(f"{written}: {shown} rows")
     if args.add_config:
         target = add_preview_config(args.dataset, n=min(args.n, 16), split=args.split)
         print(f"{target}: the preview config (boxes drawn in); {args.dataset / PREVIEW_IMAGE} shown in the card")
@@ -413,7 +414,9 @@ def main(argv: list[str] | None = None) -> int:
             print(mask_secrets("".join(traceback.format_exception(err))), file=sys.stderr, end="")
             return 1
         print(mask_secrets(f"cxr-vqa: error: {line}"), file=sys.stderr)
-        return 1
+        from builders.built_folder import UnknownConfig
+
+        return 2 if isinstance(err, UnknownConfig) else 1
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         if argv is None:  # this process is the command: its outcome is told, a Ctrl-C while it exits changes nothing

@@ -11,6 +11,7 @@ release is written beside its place and renamed into it, so a killed run leaves 
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
@@ -53,7 +54,15 @@ def run_demo(out: Path, num_images: int = 24) -> int:
     )
     print(f"Load it: datasets.load_dataset({str(out / 'gemex')!r}, 'multi_choice')")
     run_rexvqa_demo(out)
+    print("Next:")
+    print(f"  {next_command(out)}    # score a baseline: the table a model's predictions get")
+    print("  then fine-tune a model and score its replies: the quickstart in README.md")
     return 0
+
+
+def next_command(out: Path) -> str:
+    """The command the demo suggests next: `evaluate` on its GEMeX build, with the majority baseline."""
+    return shlex.join(["cxr-vqa", "evaluate", str(out / "gemex"), "--baseline", "majority"])
 
 
 def run_rexvqa_demo(out: Path, num_studies: int = 20, task_shares: dict[str, float] | None = None) -> None:

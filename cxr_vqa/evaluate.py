@@ -23,7 +23,14 @@ from pathlib import Path
 
 from builders import local_images, pixel_budget
 from builders.box_frame import BOX_CONVENTIONS
-from builders.built_folder import built_dataset, card_configs, config_shards, default_shards
+from builders.built_folder import (
+    UnknownConfig,
+    built_dataset,
+    card_configs,
+    config_shards,
+    default_shards,
+    named_config,
+)
 from builders.files import write_text
 from builders.scoring.judge import JudgeError
 from builders.scoring.predictions import (
@@ -122,9 +129,7 @@ def split_shards(dataset_dir: Path, split: str, config: str | None = None) -> li
         raise EvaluationError(f"{dataset_dir / 'README.md'}: {error}") from None
     if config is None:
         return default_shards(dataset_dir, configs).get(split, [])
-    if config not in configs:
-        raise EvaluationError(f"{dataset_dir}: no config {config!r} (its configs: {', '.join(configs)})")
-    return config_shards(dataset_dir, configs[config]).get(split, [])
+    return config_shards(dataset_dir, named_config(dataset_dir, configs, config)).get(split, [])
 
 
 def load_split(
@@ -444,7 +449,7 @@ def run(args: argparse.Namespace) -> int:
             args.benchmark = folder_benchmark(args.dataset)
         check_benchmark(args)
         report, text = (evaluate_gemex if args.benchmark == "gemex" else evaluate_rexvqa)(args)
-    except (EvaluationError, PredictionsError, MissingExtraError, JudgeError) as error:
+    except (EvaluationError, UnknownConfig, PredictionsError, MissingExtraError, JudgeError) as error:
         print(mask_secrets(f"cxr-vqa evaluate: error: {error}"), file=sys.stderr)
         return 2
     check: PredictionsCheck | None = report.pop("check")

@@ -13,10 +13,34 @@ from cxr_vqa.cli import main, parser
 from cxr_vqa.options import options_from_command_line, parsed_options
 
 
-def test_demo_builds_a_loadable_dataset(tmp_path, capsys):
+def test_demo_builds_a_loadable_dataset_and_names_a_next_step_that_runs(tmp_path, capsys):
     assert main(["demo", "--out", str(tmp_path / "demo"), "--num-images", "8"]) == 0
-    assert "rows written" in capsys.readouterr().out
+    printed = capsys.readouterr().out
+    assert "rows written" in printed
     assert len(load_dataset(str(tmp_path / "demo" / "gemex"), "open_ended", split="train")) > 0
+    suggested = printed.split("Next:\n", 1)[1].splitlines()[0].split("#")[0]
+    args = shlex.split(suggested)
+    assert args[:2] == ["cxr-vqa", "evaluate"] and main(args[1:]) == 0
+    assert "majority" in capsys.readouterr().out.lower()
+
+
+def test_preview_counts_the_rows_it_drew_and_a_config_error_exits_2_as_in_evaluate(tmp_path, capsys):
+    from rexvqa_dataset.synthetic.release import generate
+
+    release = generate(tmp_path / "raw", num_studies=6)
+    out = tmp_path / "rexvqa"
+    assert main(["build", "rexvqa", "--source", str(release.root), "--out", str(out)]) == 0
+    test_rows = load_dataset(str(out), split="test").num_rows
+    assert 0 < test_rows < 16
+    capsys.readouterr()
+    assert main(["preview", str(out), "--out", str(tmp_path / "p.png"), "--n", "16"]) == 0
+    assert capsys.readouterr().out.strip().endswith(f"p.png: {test_rows} rows")
+    for command in (
+        ["preview", str(out), "--out", str(tmp_path / "q.png")],
+        ["evaluate", str(out), "--baseline", "majority"],
+    ):
+        assert main([*command, "--config", "nosuch"]) == 2
+        assert "no config 'nosuch'" in capsys.readouterr().err
 
 
 def files_under(folder: Path) -> dict[str, bytes]:

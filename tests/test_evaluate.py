@@ -462,4 +462,4 @@ def test_a_config_scores_its_questions_alone(gemex_build, tmp_path, capsys):
     assert set(report["scores"]) == {"closed_ended", "all"} and report["settings"]["config"] == "closed_ended"
     assert report["scores"]["all"]["questions"] == len(closed) and report["scores"]["all"]["missing"] == 0
     assert _run([str(gemex_build), "--config", "yes_no", "--baseline", "majority"]) == 2
-    assert "no config 'yes_no' (its configs: closed_ended, default" in capsys.readouterr().err
+    assert "no config 'yes_no' in the card (configs: closed_ended, default" in capsys.readouterr().err

@@ -78,6 +78,22 @@ def test_rexrank_record_without_model_prediction_is_an_error(tmp_path):
         read_predictions(path, layout="rexrank")
 
 
+def test_a_record_with_other_keys_names_the_keys_it_found(tmp_path):
+    path = tmp_path / "p.jsonl"
+    path.write_text('{"id": "q1", "answer": "Yes."}\n')
+    with pytest.raises(PredictionsError, match=r"p\.jsonl:1: expected .*; its keys: 'id', 'answer'$"):
+        read_predictions(path)
+    path.write_text('["q1", "Yes."]\n')
+    with pytest.raises(PredictionsError, match=r"found a JSON list$"):
+        read_predictions(path)
+    path = tmp_path / "sub.json"
+    path.write_text(json.dumps({"r1": {"question": "x", "prediction": "B"}}))
+    with pytest.raises(
+        PredictionsError, match=r"record 'r1' has no 'model_prediction'; its keys: 'question', 'prediction'$"
+    ):
+        read_predictions(path, layout="rexrank")
+
+
 def test_missing_file_is_a_clear_error(tmp_path):
     with pytest.raises(PredictionsError, match="no such predictions file"):
         read_predictions(tmp_path / "nope.jsonl")

@@ -54,7 +54,8 @@ def test_draw_boxes_in_image_pixels():
 
 
 def test_png_grid_draws_the_boxes(root, tmp_path):
-    out = write_preview(built("synthetic-embed", root), tmp_path / "preview.png", n=8)
+    out, shown = write_preview(built("synthetic-embed", root), tmp_path / "preview.png", n=8)
+    assert shown == 8
     image = Image.open(out)
     assert image.width > 4 * 400 and image.height > 2 * 400
     assert red_pixels(image) > 200
@@ -99,7 +100,7 @@ def test_rexvqa_rows_show_a_study_side_by_side(tmp_path):
 
 
 def test_html_is_self_contained(root, tmp_path):
-    out = write_preview(built("synthetic-embed", root), tmp_path / "preview.html", n=4)
+    out, _ = write_preview(built("synthetic-embed", root), tmp_path / "preview.html", n=4)
     page = out.read_text()
     assert page.count("data:image/png;base64,") == 4
     assert "http://" not in page and "https://" not in page and "<script" not in page
@@ -110,7 +111,7 @@ def test_html_is_self_contained(root, tmp_path):
     CHROMIUM is None, reason="chromium not installed (run .ci/install-system-deps): HTML preview not rendered"
 )
 def test_html_preview_in_headless_chromium(root, tmp_path):
-    page = write_preview(built("synthetic-embed", root), tmp_path / "preview.html", n=4)
+    page, _ = write_preview(built("synthetic-embed", root), tmp_path / "preview.html", n=4)
     shot = tmp_path / "shot.png"
     with tempfile.TemporaryDirectory() as profile:
         subprocess.run(

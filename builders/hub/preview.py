@@ -38,6 +38,7 @@ from builders.built_folder import (
     card_configs,
     config_shards,
     default_config,
+    named_config,
     read_report,
     split_patterns,
 )
@@ -168,9 +169,7 @@ def read_rows(folder: Path, n: int = 16, config: str | None = None, split: str |
     the card's configs select rows by a column (a shared shard set), from each value of it: every type shows."""
     configs, _ = card_configs(Path(folder))
     name = config or default_config(configs)
-    if name not in configs:
-        raise ValueError(f"{folder}: no config {name!r} in the card (configs: {', '.join(configs)})")
-    shards = config_shards(Path(folder), configs[name])
+    shards = config_shards(Path(folder), named_config(folder, configs, name))
     split = split or ("test" if "test" in shards else next(iter(shards)))
     if not shards.get(split):
         raise ValueError(
@@ -292,15 +291,18 @@ def render_html(rows: list[PreviewRow], out: Path, source: str = "") -> Path:
     return out
 
 
-def write_preview(folder: Path, out: Path, n: int = 16, config: str | None = None, split: str | None = None) -> Path:
-    """Render `n` rows of a built folder to `out` (.png or .html)."""
+def write_preview(
+    folder: Path, out: Path, n: int = 16, config: str | None = None, split: str | None = None
+) -> tuple[Path, int]:
+    """Render up to `n` rows of a built folder to `out` (.png or .html); the file and the rows it shows
+    (fewer than `n` where the split holds fewer)."""
     out = Path(out)
     if out.suffix.lower() not in (".png", ".html", ".htm"):
         raise ValueError(f"{out}: the preview is written as .png or .html")
     rows = [preview_row(r) for r in read_rows(Path(folder), n, config, split)]
     if out.suffix.lower() == ".png":
-        return render_png(rows, out)
-    return render_html(rows, out, source=Path(folder).name)
+        return render_png(rows, out), len(rows)
+    return render_html(rows, out, source=Path(folder).name), len(rows)
 
 
 def boxed_image_cell(row: dict) -> dict:

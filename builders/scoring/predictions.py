@@ -120,7 +120,9 @@ def read_jsonl(path: str | Path) -> list[Prediction]:
                 continue
             record = _parsed(path, number, line)
             if not isinstance(record, dict) or "question_id" not in record or "prediction" not in record:
-                raise PredictionsError(f"{path}:{number}: expected an object with 'question_id' and 'prediction'")
+                raise PredictionsError(
+                    f"{path}:{number}: expected an object with 'question_id' and 'prediction'; {_found(record)}"
+                )
             records.append(
                 Prediction(
                     _text(path, number, "question_id", str(record["question_id"])),
@@ -129,6 +131,14 @@ def read_jsonl(path: str | Path) -> list[Prediction]:
                 )
             )
     return records
+
+
+def _found(record: object) -> str:
+    """What a record that lacks a needed key holds instead, for the error that names it."""
+    if not isinstance(record, dict):
+        return f"found a JSON {type(record).__name__}"
+    keys = ", ".join(repr(key) for key in list(record)[:10]) + (", ..." if len(record) > 10 else "")
+    return f"its keys: {keys or 'none'}"
 
 
 def _reply_text(value) -> str:
@@ -145,7 +155,7 @@ def read_rexrank(path: str | Path) -> list[Prediction]:
     records = []
     for question_id, record in document.items():
         if not isinstance(record, dict) or "model_prediction" not in record:
-            raise PredictionsError(f"{path}: record {question_id!r} has no 'model_prediction'")
+            raise PredictionsError(f"{path}: record {question_id!r} has no 'model_prediction'; {_found(record)}")
         records.append(
             Prediction(
                 _text(path, 0, "question_id", str(question_id)),
