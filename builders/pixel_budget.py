@@ -34,7 +34,8 @@ MIN_PIXELS = 56 * 56
 MAX_ASPECT_RATIO = 200
 """The most an image's long side may be times its short side. Qwen's resize (`smart_resize`) refuses a wider
 ratio; below it, a side rounded up to one patch cannot carry the area past `max_pixels` at the default budget.
-The build refuses a wider image (`builders.images`), and `PixelBudget.resized_size` does as Qwen's does."""
+The build refuses a wider image (`builders.images`), `PixelBudget.resized_size` refuses one as Qwen's does, and
+keeps every image it resizes under this ratio, so that Qwen's processor takes it."""
 RESIZE_FACTORS = {"qwen2_vl": 28, "qwen2_5_vl": 28, "qwen3_vl": 32, "qwen3_vl_moe": 32}
 """Each Qwen family's side multiple by `model_type` (patch x merge size): one image token per factor x factor pixels.
 The recipes read their processor's own (`training_recipes.data.apply_pixel_budget`); `PixelBudget`'s default is
@@ -71,7 +72,9 @@ class PixelBudget:
         boxes follow one resize.
 
         The area never passes `max_pixels`: where rounding a side up to `factor` would carry it past
-        (a narrow image under a small budget), the other side gives way. An image whose aspect ratio
+        (a narrow image under a small budget), the other side gives way. The resized image's aspect ratio
+        stays below `MAX_ASPECT_RATIO` (`within_aspect_limit`), so Qwen's processor, which resizes it again
+        and refuses a ratio above that, takes it and leaves its size as it is. An image whose aspect ratio
         is above `MAX_ASPECT_RATIO` raises `AspectRatioError`, as Qwen's own resize does."""
         factor, max_pixels = self.factor, self.max_pixels
         if problem := aspect_ratio_problem(width, height):
@@ -89,8 +92,18 @@ class PixelBudget:
             h_bar = math.ceil(height * beta / factor) * factor
             w_bar = math.ceil(width * beta / factor) * factor
         if width >= height:
-            return self.within_budget(w_bar, h_bar)
-        return self.within_budget(h_bar, w_bar)[::-1]
+            return self.within_aspect_limit(*self.within_budget(w_bar, h_bar))
+        return self.within_aspect_limit(*self.within_budget(h_bar, w_bar))[::-1]
+
+    def within_aspect_limit(self, long_side: int, short_side: int) -> tuple[int, int]:
+        """The sides with the long one cut, by whole `factor`s, to below `MAX_ASPECT_RATIO` times the short one.
+
+        Rounding the short side of an image of aspect 160:1 to 200:1 to one `factor` (a 41-pixel side to 28)
+        can carry the ratio past the limit. Cutting the long side, not padding the short one, keeps the
+        image whole, with no padding for a box to land in: as the image's own ratio is at most the limit, the
+        long side ends at most one `factor` short of the short side's scale, and a box follows, each axis of
+        the ``qwen2.5-vl`` frame scaled by its own side (`builders.box_frame`). The area only goes down."""
+        return min(long_side, MAX_ASPECT_RATIO * short_side - self.factor), short_side
 
     def within_budget(self, long_side: int, short_side: int) -> tuple[int, int]:
         """Sides that are multiples of `factor` (`factor` at least), cut by whole `factor`s, the one along the

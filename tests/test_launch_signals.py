@@ -2,7 +2,8 @@
 docs name: `python -m training_recipes.launch accelerate launch ...` (one process),
 `python -m training_recipes.launch torchrun ...` (two processes, gloo on CPU), and the recipe as the
 tasks of an `srun` step (two processes with the variables `srun` gives its tasks, each signalled as
-SLURM signals a step's tasks; `srun` itself is not installed here). A SIGTERM during the final
+SLURM signals a step's tasks; `srun` itself is not installed here). So does a SIGTERM to `launch` over
+`torchrun` before the recipe has imported anything (`tests/sigterm_at_start.py`). A SIGTERM during the final
 `save_model` lets it finish (exit 0). A checkpoint written by two processes stops a one-process
 resume. All signalled runs start at once; tiny Gemma 3, float32 on CPU."""
 
@@ -30,6 +31,7 @@ from .test_checkpoint_trust import command  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORDER = str(ROOT / "tests" / "row_recorder.py")
+AT_START = str(ROOT / "tests" / "sigterm_at_start.py")
 
 
 def environment(log_dir: Path, **extra: str) -> dict[str, str]:
@@ -62,8 +64,9 @@ SIGNALLED = ("accelerate launch", "torchrun", "srun tasks", "final save")
 
 @pytest.fixture(scope="module")
 def signalled(gemex_embed_112, tmp_path_factory) -> dict[str, dict]:
-    """Each launcher's run, sent SIGTERM once it has trained two micro-batches; and a one-process run
-    that sends itself SIGTERM as its final `save_model` starts."""
+    """Each launcher's run, sent SIGTERM once it has trained two micro-batches; a `torchrun` run whose
+    `launch` is sent SIGTERM as the recipe starts; and a one-process run that sends itself SIGTERM as its
+    final `save_model` starts."""
     root = tmp_path_factory.mktemp("signals")
     model = tiny_models.save_tiny_vlm("gemma3", root / "model")
 
@@ -93,6 +96,9 @@ def signalled(gemex_embed_112, tmp_path_factory) -> dict[str, dict]:
             started([*supervisor, *accelerate, RECORDER, *recipe("accelerate launch")], root / "accelerate launch-log")
         ],
         "torchrun": [started([*supervisor, *torchrun, RECORDER, *recipe("torchrun")], root / "torchrun-log")],
+        "torchrun at start": [
+            started([*supervisor, *torchrun, AT_START, *recipe("torchrun at start")], root / "torchrun at start-log")
+        ],
         "srun tasks": tasks,
         "final save": [
             started(
@@ -134,6 +140,15 @@ def test_sigterm_through_the_launcher_ends_in_a_complete_checkpoint_and_exit_0(s
     assert not (run["output_dir"] / "model.safetensors").exists()  # stopped, not finished
     if name != "srun tasks":
         assert "launch: SIGTERM: SIGTERM to the recipe's processes, waiting for their checkpoint" in run["err"]
+
+
+def test_sigterm_before_the_recipe_listens_ends_in_a_checkpoint_at_its_first_step_and_exit_0(signalled):
+    run = signalled["torchrun at start"]
+    assert run["codes"] == [0], run["err"][-4000:]
+    folder, marker = marked_checkpoint(run["output_dir"])
+    assert marker["world_size"] == 2 and marker["global_step"] == 1
+    assert f"SIGTERM: saved {folder} at step 1; run the same command with --resume_from_checkpoint auto" in run["out"]
+    assert "launch: SIGTERM: SIGTERM to the recipe's processes, waiting for their checkpoint" in run["err"]
 
 
 def test_sigterm_during_the_final_save_lets_it_finish(signalled):

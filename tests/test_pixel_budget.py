@@ -11,7 +11,8 @@ import pytest
 from PIL import Image
 
 from builders import pixel_budget
-from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
+from builders.box_frame import to_model_frame
+from builders.pixel_budget import MAX_ASPECT_RATIO, MAX_PIXELS, MIN_PIXELS, PixelBudget, aspect_ratio_problem
 from cxr_vqa import cli
 from training_recipes.data import decode_image
 from training_recipes.lmms_eval_tasks import harness
@@ -41,6 +42,34 @@ def test_the_default_budget_is_for_chest_x_rays():
 def test_qwen_resize_is_a_multiple_of_28_and_within_budget():
     w, h = PixelBudget().resized_size(2544, 3056)
     assert w % 28 == 0 and h % 28 == 0 and w * h <= 28 * 28 * 1280
+
+
+@pytest.mark.parametrize("factor", [28, 32])
+def test_every_image_the_build_accepts_resizes_to_a_size_qwens_processor_takes_as_it_is(factor):
+    """Qwen's processor resizes each image again (`smart_resize`, refusing an aspect ratio above 200); the
+    budget's size for any image the build accepts, up to 200:1, must be one it takes and leaves alone. The
+    PIL image processor's `smart_resize` is Qwen2-VL's rule (Qwen2.5-VL's and Qwen3-VL's too) and imports
+    without torchvision."""
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import smart_resize
+
+    budget = PixelBudget(factor=factor)
+    assert aspect_ratio_problem(MAX_ASPECT_RATIO * 41 + 1, 41) is not None  # the build's limit
+    for short in range(1, 400):
+        for long in {160 * short, 180 * short + short // 2, 199 * short + 7, MAX_ASPECT_RATIO * short}:
+            long = min(long, MAX_ASPECT_RATIO * short)
+            assert aspect_ratio_problem(long, short) is None
+            for width, height in ((long, short), (short, long)):
+                w, h = budget.resized_size(width, height)
+                assert max(w, h) < MAX_ASPECT_RATIO * min(w, h), (width, height, w, h)
+                assert smart_resize(h, w, factor, budget.min_pixels, budget.max_pixels) == (h, w), (width, height)
+
+
+def test_an_image_at_the_aspect_limit_decodes_to_the_frame_its_boxes_are_written_in(tmp_path):
+    path = tmp_path / "strip.png"
+    Image.new("L", (8159, 41), 128).save(path)  # 199:1: its 41 rows round to one 28-pixel patch
+    decoded = decode_image({"bytes": path.read_bytes(), "path": None}, PixelBudget())
+    assert decoded.size == PixelBudget().resized_size(8159, 41) == (5572, 28)
+    assert to_model_frame([0, 0, 8159, 41], 8159, 41, "qwen2.5-vl") == [0, 0, 5572, 28]
 
 
 def test_a_full_size_jpeg_decodes_at_the_budget_as_a_full_decode_resized_would():

@@ -5,6 +5,7 @@ mixing, the plain-Trainer path, and a predictions file the scorer can read."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,7 @@ from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noq
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget  # noqa: E402
 from cxr_vqa import cli  # noqa: E402
 from gemex_dataset.prompts import type_prompt  # noqa: E402
-from training_recipes import data, generate, sft  # noqa: E402
+from training_recipes import data, generate, processors, sft  # noqa: E402
 
 from . import tiny_builds, tiny_models  # noqa: E402
 
@@ -244,6 +245,31 @@ def test_generation_resumes_where_it_stopped(gemex_dir, rexvqa_dir, tmp_path):
         assert generate.generate_predictions(vlm.model, vlm.processor, split, predictions, 2, 4) == len(split) - 3
         assert generate.generate_predictions(vlm.model, vlm.processor, split, predictions, 2, 4) == 0
         assert_scorer_accepts(predictions, split)
+
+
+def test_generation_resumes_only_a_file_its_own_run_wrote(gemex_dir, tmp_path):
+    """Another reply setting, or the model trained again (its weights rewritten at the same size), and the
+    same command stops, naming the file and what differs, rather than leave the old predictions for
+    `cxr-vqa evaluate` to score; `--overwrite_output_file` starts the file over."""
+    model_dir = tiny_models.save_tiny_vlm("gemma3", tmp_path / "model")
+    predictions = tmp_path / "predictions.jsonl"
+    argv = ["--model_name_or_path", str(model_dir), "--dataset_path", str(gemex_dir), "--split", "train"]
+    argv += ["--output_file", str(predictions), "--batch_size", "4", "--max_new_tokens", "2", "--dtype", "float32"]
+    refused = rf"{re.escape(str(predictions))}: written by another run \({{}}\); pass --overwrite_output_file"
+    assert generate.main([*argv, "--max_samples", "3"]) == 3
+    assert generate.main([*argv, "--batch_size", "3"]) == 5  # the same run resumes, whatever its questions or batch
+    with pytest.raises(processors.RecipeError, match=refused.format("max_new_tokens 2 -> 3")):
+        generate.main([*argv, "--max_new_tokens", "3"])
+    tiny_models.save_tiny_vlm("gemma3", model_dir, seed=1)  # trained again
+    weights = rf"{re.escape(str(model_dir / 'model.safetensors'))} '(\d+) bytes, modified [^']+' -> '\1 bytes, [^']+'"
+    with pytest.raises(processors.RecipeError, match=refused.format(f".*{weights}")):
+        generate.main(argv)
+    assert generate.main([*argv, "--overwrite_output_file"]) == 8
+    assert generate.main(argv) == 0
+    assert_scorer_accepts(predictions, tiny_builds.load_built(gemex_dir, "train"))
+    generate.run_record_file(predictions).unlink()
+    with pytest.raises(processors.RecipeError, match="holds predictions but no record of what wrote them"):
+        generate.main(argv)
 
 
 def test_generation_asks_longest_prompts_first_and_pads_less(tmp_path, monkeypatch):

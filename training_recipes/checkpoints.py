@@ -139,7 +139,7 @@ class RunIdentity:
         data = picked(data_args, DATA_FIELDS)
         for name in ("gemex", "rexvqa"):
             path = getattr(data_args, f"{name}_path")
-            data[f"{name}_path"] = None if path is None else os.path.abspath(path) if Path(path).exists() else path
+            data[f"{name}_path"] = None if path is None else source(path)
             data[f"{name}_files"] = None if path is None else folder_contents(path)
         run = {
             "model": picked(model_args, MODEL_FIELDS),
@@ -148,15 +148,22 @@ class RunIdentity:
         }
         return cls(run=json.loads(json.dumps(run, default=str)), world_size=training_args.world_size)
 
-    def differences(self, other: dict) -> list[str]:
-        """`name: theirs -> ours` for each value `other` (a marker's `run`) holds otherwise."""
-        found = []
-        for group, ours in self.run.items():
-            theirs = other.get(group, {})
-            for name in sorted(set(ours) | set(theirs)):
-                if ours.get(name) != theirs.get(name):
-                    found.append(f"{name} {theirs.get(name)!r} -> {ours.get(name)!r}")
-        return found
+
+def source(path: str) -> str:
+    """A local path made absolute (the same folder from any working directory); a Hub id as given."""
+    return os.path.abspath(path) if Path(path).exists() else path
+
+
+def differences(ours: dict, theirs: dict) -> str | None:
+    """`name theirs -> ours` for each value of `ours`'s groups (``{group: {name: value}}``, a marker's `run`)
+    that `theirs` holds otherwise, the first three in one line; None when they agree."""
+    found = []
+    for group, values in ours.items():
+        other = theirs.get(group, {})
+        for name in sorted(set(values) | set(other)):
+            if values.get(name) != other.get(name):
+                found.append(f"{name} {other.get(name)!r} -> {values.get(name)!r}")
+    return "; ".join(found[:3]) + ("; ..." if len(found) > 3 else "") if found else None
 
 
 def sha256(path: Path) -> str:
@@ -235,10 +242,8 @@ def distrust(folder: Path, identity: RunIdentity) -> str | None:
     marker = read_marker(folder)
     if marker is None or marker.get("format") != MARKER_FORMAT or not isinstance(marker.get("files"), dict):
         return "its marker does not say which run wrote it (an older recipe's, or damaged)"
-    differences = identity.differences(marker.get("run", {}))
-    if differences:
-        shown = "; ".join(differences[:3]) + ("; ..." if len(differences) > 3 else "")
-        return f"written by another run ({shown})"
+    if changed := differences(identity.run, marker.get("run", {})):
+        return f"written by another run ({changed})"
     files = marker["files"]
     missing = missing_for_resume(list(files), marker.get("world_size", 0), bool(marker.get("stream")))
     if missing:

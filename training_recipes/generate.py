@@ -1,7 +1,11 @@
 """Greedy predictions over a built split, written as the JSON Lines `cxr-vqa evaluate` reads.
 
 Each line is ``{"question_id": ..., "prediction": "<raw model text>"}``. The file is appended to
-batch by batch, and a rerun skips the questions already in it, so an interrupted run resumes.
+batch by batch, and a rerun skips the questions already in it, so an interrupted run resumes. What
+wrote it (the model and its weights files' sizes and times, the built folder and split, the settings
+that change a reply) is recorded beside it, in ``<output_file>.run.json``: a rerun resumes only a
+file its own run wrote and otherwise stops, naming what differs (`--overwrite_output_file` starts
+it over).
 The prompt is `to_messages(row, with_answer=False)`: the training prompt without the reply.
 Questions are asked longest prompt first (`--sort_by_length`, counted from the chat template and
 the stored image sizes): a batch is left-padded to its longest prompt, and a ReXVQA study has 1-4
@@ -22,7 +26,8 @@ import json
 import string
 import sys
 import warnings
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime
 from pathlib import Path
 
 import torch
@@ -34,6 +39,7 @@ from builders.local_images import HELP as LOCAL_IMAGES_HELP
 from builders.local_images import LocalImagesError, with_local_images
 from builders.pixel_budget import PixelBudgetOptions
 from training_recipes.attention_kernels import flash_first
+from training_recipes.checkpoints import differences, folder_contents, source
 from training_recipes.data import (
     REPLIES,
     ConversationSettings,
@@ -52,13 +58,23 @@ CHOICES = ("greedy", "likelihood")
 """How a reply is chosen: written greedily, or the likeliest of each offered option's reply."""
 LIKELIHOOD_REPLIES = ("answer", "checklist")
 """Replies whose whole text follows from the answer, so every offered option's can be written and scored."""
+RUN_RECORD = ".run.json"
+"""The suffix of the record of what wrote a predictions file, beside it (`cxr-vqa evaluate` reads the file alone)."""
+MODEL_FILES = ("*.safetensors", "*.bin", "config.json", "adapter_config.json")
+"""The files of a model folder that say which weights it holds."""
 
 
 @dataclass
 class GenerateArguments(PixelBudgetOptions):
     model_name_or_path: str = field(metadata={"help": "Fine-tuned model folder, LoRA output folder or Hub id."})
     dataset_path: str = field(metadata={"help": "Built GEMeX or ReXVQA folder (or Hub repo id)."})
-    output_file: str = field(metadata={"help": "Predictions JSON Lines; appended to, and resumed from."})
+    output_file: str = field(
+        metadata={"help": "Predictions JSON Lines; appended to, and resumed from when the same run wrote it."}
+    )
+    overwrite_output_file: bool = field(
+        default=False,
+        metadata={"help": "Start --output_file over, whatever wrote it (default: resume it only when this run did)."},
+    )
     dataset_config: str | None = field(
         default=None, metadata={"help": "Config to read (default: the card's default, every question)."}
     )
@@ -126,16 +142,83 @@ def drop_torn_last_line(output_file: Path) -> None:
             write_text(output_file, text[: text.rfind("\n") + 1])
 
 
+def run_record_file(output_file: Path) -> Path:
+    return output_file.with_name(output_file.name + RUN_RECORD)
+
+
+def read_run_record(output_file: Path) -> dict | None:
+    """The record of what wrote `output_file`; None when there is none, or it cannot be read."""
+    try:
+        record = json.loads(run_record_file(output_file).read_text())
+    except (OSError, ValueError):
+        return None
+    return record if isinstance(record, dict) else None
+
+
+def start_or_resume(output_file: Path, record: dict, overwrite: bool) -> None:
+    """Resume `output_file` when its record is `record`; start it over when `overwrite` or it holds no
+    prediction yet; otherwise stop with a `RecipeError` naming the file and what differs. A start removes
+    the predictions before it writes the record, so old predictions never stand under a new record."""
+    if not overwrite and done_question_ids(output_file):
+        written_by = read_run_record(output_file)
+        if written_by is None:
+            why = f"holds predictions but no record of what wrote them ({run_record_file(output_file).name})"
+        elif changed := differences(record, written_by):
+            why = f"written by another run ({changed})"
+        else:
+            return
+        raise RecipeError(
+            f"{output_file}: {why}; pass --overwrite_output_file to start it over, or give another --output_file"
+        )
+    output_file.unlink(missing_ok=True)
+    write_text(run_record_file(output_file), json.dumps(record, indent=1) + "\n")
+
+
+def adapter_base(model_name_or_path: str) -> str | None:
+    """The base model of a LoRA output folder (its `adapter_config.json`); None for a whole model."""
+    adapter_config = Path(model_name_or_path) / "adapter_config.json"
+    return json.loads(adapter_config.read_text())["base_model_name_or_path"] if adapter_config.exists() else None
+
+
+def model_files(folder: Path) -> dict[str, str]:
+    """Each `MODEL_FILES` file of a local model folder as ``SIZE bytes, modified TIME``: training again
+    rewrites the weights at the same size, so their time tells one training's from another's."""
+    found = {}
+    for pattern in MODEL_FILES:
+        for path in folder.glob(pattern):
+            stat = path.stat()
+            found[path.name] = f"{stat.st_size} bytes, modified {datetime.fromtimestamp(stat.st_mtime).isoformat()}"
+    return dict(sorted(found.items()))
+
+
+def model_identity(model_name_or_path: str, model) -> dict:
+    """Which weights answer: the model folder or Hub id, its Hub commit (None for a local folder), and the
+    files (`model_files`) of the local folder and of a LoRA folder's base, each by its absolute path."""
+    identity = {"model_name_or_path": source(model_name_or_path)}
+    identity["hub_commit"] = getattr(model.config, "_commit_hash", None)
+    for path in (model_name_or_path, adapter_base(model_name_or_path)):
+        if path and Path(path).is_dir():
+            identity |= {str(Path(source(path)) / name): about for name, about in model_files(Path(path)).items()}
+    return identity
+
+
+def run_identity(args: GenerateArguments, model) -> dict:
+    """The model and data of a command line's run; `generate_predictions` adds the reply settings. Not
+    `--dataset_config` or `--max_samples`: they choose which of the split's questions are asked (one file
+    may gather a split's configs, one run each), not what a question's reply is."""
+    data = {"dataset_path": source(args.dataset_path), "dataset_files": folder_contents(args.dataset_path)}
+    return {"model": model_identity(args.model_name_or_path, model), "data": data | {"split": args.split}}
+
+
 def load_model(model_name_or_path: str, dtype: str, device: str):
     """A model folder or a LoRA adapter folder (base model from its `adapter_config.json`); the
     processor first, so one that cannot be built stops the run before any weights load."""
     processor = load_processor(model_name_or_path)
     torch_dtype = dtype if dtype == "auto" else getattr(torch, dtype)
-    adapter_config = Path(model_name_or_path) / "adapter_config.json"
-    if adapter_config.exists():
+    base = adapter_base(model_name_or_path)
+    if base is not None:
         from peft import PeftModel
 
-        base = json.loads(adapter_config.read_text())["base_model_name_or_path"]
         model = AutoModelForImageTextToText.from_pretrained(base, dtype=torch_dtype)
         model = PeftModel.from_pretrained(model, model_name_or_path).merge_and_unload()
     else:
@@ -268,12 +351,19 @@ def generate_predictions(
     sort_by_length: bool = True,
     cache_implementation: str | None = None,
     choose_by: str = "greedy",
+    run: dict | None = None,
+    overwrite_output_file: bool = False,
 ) -> int:
-    """Append a prediction for every question of `dataset` not yet in `output_file`; returns how many."""
+    """Append a prediction for every question of `dataset` not yet in `output_file`; returns how many.
+    `run` (`run_identity`) and the reply settings are the run's record: a file another run wrote is
+    refused unless `overwrite_output_file` (`start_or_resume`)."""
     output_file = Path(output_file)
     output_file.parent.mkdir(parents=True, exist_ok=True)
     kind = dataset_kind(dataset.column_names)
     settings = settings or settings_for(model.config.model_type, processor)
+    replies = {**asdict(settings), "choose_by": choose_by, "max_new_tokens": max_new_tokens, "dtype": model.dtype}
+    record = json.loads(json.dumps({**(run or {}), "replies": replies}, default=str))
+    start_or_resume(output_file, record, overwrite_output_file)
     dataset = undecoded(dataset, kind)  # `row_images` decodes each image at the pixel budget
     drop_torn_last_line(output_file)
     done = done_question_ids(output_file)
@@ -316,6 +406,8 @@ def main(argv: list[str] | None = None) -> int:
         args.sort_by_length,
         args.cache_implementation,
         args.choose_by,
+        run_identity(args, model),
+        args.overwrite_output_file,
     )
     print(f"wrote {written} predictions to {args.output_file}")
     return written

@@ -14,6 +14,10 @@ the signal and it:
 session of its own (a terminal's Ctrl-C, `timeout` or a container stop reach this process, not the
 launcher) and passes SIGTERM, SIGINT or SIGHUP on as SIGTERM to the launcher's own children, the
 recipe's processes, only; they save, exit 0, and the launcher with them. Its exit status is the launcher's.
+The launcher starts with SIGTERM blocked, and its processes inherit the mask: a SIGTERM passed on
+before the recipe has installed its handler (while it still imports torch) stays pending until
+`Preemption.listening` installs the handler and unblocks it, so a stop at any moment ends in a
+checkpoint (a command that never unblocks SIGTERM never receives it).
 """
 
 from __future__ import annotations
@@ -77,13 +81,28 @@ def check_world_size(trainer_world_size: int, environ: os._Environ | dict = os.e
         )
 
 
+@contextlib.contextmanager
+def sigterm_blocked():
+    """SIGTERM blocked in this thread while the block runs; a process started in it inherits the mask."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 class Supervisor:
-    """A launcher run in its own session; stop signals go to its children, the recipe's processes."""
+    """A launcher run in its own session; stop signals go to its children, the recipe's processes. The
+    handlers are in place before the launcher starts, and the launcher starts with SIGTERM blocked."""
 
     def __init__(self, command: list[str]):
-        self.launcher = subprocess.Popen(command, start_new_session=True)
+        self.launcher: subprocess.Popen | None = None
         self.stopping = False
         self.signalled: set[int] = set()
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, self.stop)
+        with sigterm_blocked():
+            self.launcher = subprocess.Popen(command, start_new_session=True)
 
     def stop(self, signum, frame) -> None:
         if not self.stopping:
@@ -98,6 +117,8 @@ class Supervisor:
 
     def pass_on(self) -> None:
         """SIGTERM to each child of the launcher not yet sent one (a process may start after the signal)."""
+        if self.launcher is None:  # signalled before it started: `wait` passes the signal on
+            return
         try:
             children = psutil.Process(self.launcher.pid).children()
         except psutil.NoSuchProcess:
@@ -127,10 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     command = parser.parse_args(argv).command
     if not command:
         parser.error("give the launcher command (accelerate launch ... or torchrun ...)")
-    supervisor = Supervisor(command)
-    for signum in STOP_SIGNALS:
-        signal.signal(signum, supervisor.stop)
-    return supervisor.wait()
+    return Supervisor(command).wait()
 
 
 if __name__ == "__main__":
