@@ -34,7 +34,8 @@ def parse_args(argv):
 
 def first_step(argv: list[str]) -> dict:
     """Run `sft.main(argv)` until its first step ends; seconds to it, rows read and images decoded by then."""
-    from training_recipes import data, preemption, sft
+    from training_recipes import data, sft
+    from training_recipes.runtime import preemption
 
     counts = {"read": 0, "decoded": 0}
     started = time.perf_counter()

@@ -21,7 +21,7 @@ Qwen2.5-VL: RMSNorm, SwiGLU and RoPE, the loss left to TRL's head as the trainer
 `liger-kernel` and a GPU) and `--compile` (regional compilation: `torch.compile` on each decoder
 layer and vision block, so one compiled graph serves the identical layers and compile time is that
 of one layer), `--chunked_vision_attention` and `--flash_first` (the recipes' own:
-`training_recipes/vision_attention.py`, `training_recipes/attention_kernels.py`).
+`training_recipes/runtime/vision_attention.py`, `training_recipes/runtime/attention_kernels.py`).
 
     python -m benchmarks.train_throughput --model qwen2.5-vl-3b --batch_size 8 --steps 30
     python -m benchmarks.train_throughput --dataset ./gemex --dataset_config sft --lora   # a given build
@@ -54,9 +54,9 @@ import torch
 from benchmarks import step_profile
 from builders import pixel_budget
 from builders.pixel_budget import PixelBudget
-from training_recipes.attention_kernels import flash_first
-from training_recipes.processors import default_dtype
-from training_recipes.vision_attention import use_chunked_vision_attention
+from training_recipes.runtime.attention_kernels import flash_first
+from training_recipes.runtime.processors import default_dtype
+from training_recipes.runtime.vision_attention import use_chunked_vision_attention
 
 # datasets, transformers, trl and the recipe's data path are imported where they are used, so `--help` is quick
 
@@ -286,12 +286,12 @@ def parse_args(argv):
         "--chunked_vision_attention",
         action="store_true",
         help="The vision tower's windows attended a few sdpa calls a layer, as the recipes do "
-        "(training_recipes/vision_attention.py); without it, one call per window.",
+        "(training_recipes/runtime/vision_attention.py); without it, one call per window.",
     )
     parser.add_argument(
         "--flash_first",
         action="store_true",
-        help="Attention tries FlashAttention before cuDNN, as the recipes do (training_recipes/attention_kernels.py); "
+        help="Attention tries FlashAttention before cuDNN, as the recipes do (training_recipes/runtime/attention_kernels.py); "
         "without it, torch's own order (cuDNN first on Hopper and Blackwell).",
     )
     parser.add_argument("--liger", action="store_true", help="Liger's Triton kernels (liger-kernel; GPU only).")

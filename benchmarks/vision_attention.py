@@ -7,7 +7,7 @@ On one H100, Qwen2.5-VL-3B at batch 8 within the recipes' pixel budget made ~19,
 step, the GPU busy 1.4 s of a 4.1 s step (benchmarks/README.md, "On a GPU"): launches, not
 arithmetic. This counts those calls and times a forward and backward pass of the tower under
 transformers' per-window sdpa and under the recipes' `chunked_sdpa`
-(training_recipes/vision_attention.py), on radiographs of real size (2,500 x 3,000 px, resized to
+(training_recipes/runtime/vision_attention.py), on radiographs of real size (2,500 x 3,000 px, resized to
 the budget as the recipes do), through a tower of Qwen2.5-VL-3B's depth, heads, windows and
 full-attention blocks, narrowed (`--width`) so that a CPU runs it: the calls are the 3B tower's,
 the seconds are a CPU's launch overhead plus a narrow tower's arithmetic, both measured in the same run.
@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget
-from training_recipes.vision_attention import use_chunked_vision_attention
+from training_recipes.runtime.vision_attention import use_chunked_vision_attention
 
 TOWER = json.loads((Path(__file__).parent / "models" / "qwen2.5-vl-3b.json").read_text())["vision_config"]
 RADIOGRAPH = (2500, 3000)

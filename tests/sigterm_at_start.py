@@ -1,4 +1,4 @@
-"""`python tests/sigterm_at_start.py <sft.py arguments>`, run under `python -m training_recipes.launch`:
+"""`python tests/sigterm_at_start.py <sft.py arguments>`, run under `python -m training_recipes.runtime.launch`:
 before anything of the recipe is imported, rank 0 sends SIGTERM to `launch`, and each process waits
 until the SIGTERM `launch` passes on to it is pending (held by the blocked mask it started with; a
 process that does not block it dies of it here), then runs `tests/row_recorder.py` with the arguments."""
@@ -18,7 +18,7 @@ RECORDER = str(Path(__file__).with_name("row_recorder.py"))
 
 
 def supervisor() -> psutil.Process:
-    return next(p for p in psutil.Process().parents() if "training_recipes.launch" in p.cmdline())
+    return next(p for p in psutil.Process().parents() if "training_recipes.runtime.launch" in p.cmdline())
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ pytest.importorskip("trl")
 from trl import ModelConfig  # noqa: E402
 
 from training_recipes import data, generate, sft  # noqa: E402
-from training_recipes.attention_kernels import FLASH_FIRST, flash_first  # noqa: E402
+from training_recipes.runtime.attention_kernels import FLASH_FIRST, flash_first  # noqa: E402
 
 from . import tiny_builds, tiny_models  # noqa: E402
 from .test_recipes import sft_config  # noqa: E402

@@ -22,7 +22,8 @@ pytestmark = pytest.mark.slow
 
 from safetensors.torch import load_file  # noqa: E402
 
-from training_recipes import checkpoints, sft  # noqa: E402
+from training_recipes import sft  # noqa: E402
+from training_recipes.runtime import checkpoints  # noqa: E402
 
 from . import tiny_models  # noqa: E402
 from .row_recorder import recorded_process as process  # noqa: E402

@@ -1,6 +1,6 @@
 """A SIGTERM ends a recipe run in a complete checkpoint and exit status 0 through each launcher the
-docs name: `python -m training_recipes.launch accelerate launch ...` (one process),
-`python -m training_recipes.launch torchrun ...` (two processes, gloo on CPU), and the recipe as the
+docs name: `python -m training_recipes.runtime.launch accelerate launch ...` (one process),
+`python -m training_recipes.runtime.launch torchrun ...` (two processes, gloo on CPU), and the recipe as the
 tasks of an `srun` step (two processes with the variables `srun` gives its tasks, each signalled as
 SLURM signals a step's tasks; `srun` itself is not installed here). So does a SIGTERM to `launch` over
 `torchrun` before the recipe has imported anything (`tests/sigterm_at_start.py`). A SIGTERM during the final
@@ -24,7 +24,8 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("trl")
 pytestmark = pytest.mark.slow
 
-from training_recipes import checkpoints, launch, sft  # noqa: E402
+from training_recipes import sft  # noqa: E402
+from training_recipes.runtime import checkpoints, launch  # noqa: E402
 
 from . import row_recorder, tiny_models  # noqa: E402
 from .test_checkpoint_trust import command  # noqa: E402
@@ -73,7 +74,7 @@ def signalled(gemex_embed_112, tmp_path_factory) -> dict[str, dict]:
     def recipe(name: str, max_steps: int = 200, *extra: str) -> list[str]:
         return command(gemex_embed_112, model, root / name, "1e-2", max_steps, "--save_steps", "1000", *extra)
 
-    supervisor = [sys.executable, "-m", "training_recipes.launch"]
+    supervisor = [sys.executable, "-m", "training_recipes.runtime.launch"]
     accelerate = [sys.executable, "-m", "accelerate.commands.launch", "--num_processes", "1", "--num_machines", "1"]
     accelerate += ["--mixed_precision", "no", "--dynamo_backend", "no"]
     torchrun = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]

@@ -17,7 +17,7 @@ from builders.scoring.extraction import extract_letter
 from rexvqa_dataset.prompts import checklist_text
 from training_recipes import generate, tiny_model
 from training_recipes.data import ConversationSettings, conversation_format, row_images, to_messages
-from training_recipes.processors import RecipeError
+from training_recipes.runtime.processors import RecipeError
 
 from . import tiny_builds
 

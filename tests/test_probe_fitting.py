@@ -17,7 +17,7 @@ from transformers import AutoModelForImageTextToText, AutoProcessor
 from tests.tiny_builds import synthetic_embed_builds
 from training_recipes import tiny_model
 from training_recipes.probe_fitting import conversation_texts, fitting_images, tower_outputs, training_rows
-from training_recipes.processors import RecipeError
+from training_recipes.runtime.processors import RecipeError
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -23,7 +23,8 @@ from trl.trainer.sft_trainer import DataCollatorForVisionLanguageModeling  # noq
 from builders.pixel_budget import MAX_PIXELS, MIN_PIXELS, PixelBudget  # noqa: E402
 from cxr_vqa import cli  # noqa: E402
 from gemex_dataset.prompts import type_prompt  # noqa: E402
-from training_recipes import data, generate, processors, sft  # noqa: E402
+from training_recipes import data, generate, sft  # noqa: E402
+from training_recipes.runtime import processors  # noqa: E402
 
 from . import tiny_builds, tiny_models  # noqa: E402
 
@@ -144,7 +145,7 @@ def test_short_sft_run_lowers_the_loss(family, gemex_dir, tmp_path):
 
 
 def test_a_run_with_reply_answer_trains_the_answer_alone(gemex_dir, tmp_path):
-    from training_recipes.checkpoints import RunIdentity
+    from training_recipes.runtime.checkpoints import RunIdentity
 
     vlm = tiny_models.tiny_vlm("idefics3")
     data_args = sft.DataArguments(gemex_path=str(gemex_dir), max_train_samples=4, reply="answer")

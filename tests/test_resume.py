@@ -34,7 +34,8 @@ from builders.assembly.settings import BuildSettings  # noqa: E402
 from gemex_dataset.build import build_gemex  # noqa: E402
 from rexvqa_dataset.build import build_rexvqa  # noqa: E402
 from rexvqa_dataset.synthetic.release import generate as generate_rexvqa  # noqa: E402
-from training_recipes import checkpoints, sft  # noqa: E402
+from training_recipes import sft  # noqa: E402
+from training_recipes.runtime import checkpoints  # noqa: E402
 
 from . import row_recorder, tiny_models  # noqa: E402
 

@@ -19,7 +19,7 @@ from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from training_recipes import generate, sft, tiny_model
-from training_recipes.processors import RecipeError, bf16_available, load_processor, torchvision_problem
+from training_recipes.runtime.processors import RecipeError, bf16_available, load_processor, torchvision_problem
 
 from . import tiny_builds, tiny_models
 from .module_runs import run_modules

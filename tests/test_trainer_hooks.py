@@ -1,5 +1,5 @@
 """The private Trainer methods the recipe's trainer overrides or calls still have the signatures it
-was written against (`training_recipes.trainer.PRIVATE_TRAINER_HOOKS`): an upgrade of transformers
+was written against (`training_recipes.runtime.trainer.PRIVATE_TRAINER_HOOKS`): an upgrade of transformers
 or TRL that changes one fails here, not in a run."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ pytest.importorskip("trl")
 
 from trl import SFTTrainer
 
-from training_recipes.trainer import PRIVATE_TRAINER_HOOKS, LengthGroupedSFTTrainer
+from training_recipes.runtime.trainer import PRIVATE_TRAINER_HOOKS, LengthGroupedSFTTrainer
 
 
 @pytest.mark.parametrize("name", sorted(PRIVATE_TRAINER_HOOKS))
@@ -30,7 +30,7 @@ def test_a_stream_without_torchdata_stops_at_once_and_says_what_to_install(monke
     """accelerate's own error comes only from inside `prepare`, after the model is built and the run has started."""
     from datasets import IterableDataset
 
-    from training_recipes.trainer import vision_example
+    from training_recipes.runtime.trainer import vision_example
 
     monkeypatch.setitem(sys.modules, "torchdata", None)
     monkeypatch.setitem(sys.modules, "torchdata.stateful_dataloader", None)

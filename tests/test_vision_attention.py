@@ -8,7 +8,7 @@ import pytest
 import torch
 from transformers import Qwen2_5_VLConfig, Qwen2_5_VLForConditionalGeneration
 
-from training_recipes.vision_attention import CHUNKED_SDPA, chunked_sdpa, use_chunked_vision_attention
+from training_recipes.runtime.vision_attention import CHUNKED_SDPA, chunked_sdpa, use_chunked_vision_attention
 
 GRIDS = torch.tensor([[1, 36, 50], [1, 20, 28], [1, 36, 50]])
 """Three images, two sizes: 112-px windows that fit whole and windows cut at the images' edges."""

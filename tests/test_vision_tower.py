@@ -16,10 +16,10 @@ from peft import get_peft_model  # noqa: E402
 from trl import SFTConfig, get_peft_config  # noqa: E402
 
 from training_recipes import sft  # noqa: E402
-from training_recipes.checkpoints import RunIdentity  # noqa: E402
-from training_recipes.processors import RecipeError  # noqa: E402
+from training_recipes.runtime.checkpoints import RunIdentity  # noqa: E402
+from training_recipes.runtime.processors import RecipeError  # noqa: E402
+from training_recipes.runtime.vision_tower import RecipeModelConfig, freeze_vision_tower, vision_tower  # noqa: E402
 from training_recipes.tiny_model import TINY_DECODER  # noqa: E402
-from training_recipes.vision_tower import RecipeModelConfig, freeze_vision_tower, vision_tower  # noqa: E402
 
 from . import tiny_builds, tiny_models  # noqa: E402
 

@@ -38,8 +38,6 @@ from builders.files import write_text
 from builders.local_images import HELP as LOCAL_IMAGES_HELP
 from builders.local_images import LocalImagesError, with_local_images
 from builders.pixel_budget import PixelBudgetOptions
-from training_recipes.attention_kernels import flash_first
-from training_recipes.checkpoints import differences, folder_contents, source
 from training_recipes.data import (
     REPLIES,
     ConversationSettings,
@@ -51,8 +49,10 @@ from training_recipes.data import (
     to_messages,
     undecoded,
 )
-from training_recipes.processors import RecipeError, default_dtype, load_processor
-from training_recipes.vision_attention import use_chunked_vision_attention
+from training_recipes.runtime.attention_kernels import flash_first
+from training_recipes.runtime.checkpoints import differences, folder_contents, source
+from training_recipes.runtime.processors import RecipeError, default_dtype, load_processor
+from training_recipes.runtime.vision_attention import use_chunked_vision_attention
 
 CHOICES = ("greedy", "likelihood")
 """How a reply is chosen: written greedily, or the likeliest of each offered option's reply."""

@@ -22,7 +22,7 @@ from datasets import Dataset, load_dataset
 from torch import nn
 
 from training_recipes.data import REPLIES, ConversationSettings, dataset_kind, row_images, to_messages
-from training_recipes.vision_tower import vision_tower
+from training_recipes.runtime.vision_tower import vision_tower
 
 FIT_IMAGES = 256
 """Training images whose tower features set the standardisation."""

@@ -19,15 +19,15 @@ Trainer's own flags (Liger 0.8.5's Qwen2.5-VL patch does not load with transform
         --gemex_path ./gemex --output_dir runs/qwen25vl-gemex \\
         --per_device_train_batch_size 8 --gradient_accumulation_steps 2 --learning_rate 1e-5
 
-    # or every argument in a file, on 8 GPUs (a SIGTERM then still ends in a checkpoint: training_recipes/launch.py)
-    python -m training_recipes.launch torchrun --nproc_per_node 8 training_recipes/sft.py \\
+    # or every argument in a file, on 8 GPUs (a SIGTERM then still ends in a checkpoint: training_recipes/runtime/launch.py)
+    python -m training_recipes.runtime.launch torchrun --nproc_per_node 8 training_recipes/sft.py \\
         --config training_recipes/configs/qwen25vl_lora.yaml
 
-Checkpoints `--resume_from_checkpoint auto` can trust: `training_recipes/checkpoints.py`; SIGTERM:
-`training_recipes/preemption.py`; the trainer: `training_recipes/trainer.py`; the data arguments and
-splits: `training_recipes/splits.py`; the vision tower's attention: `training_recipes/vision_attention.py`;
-which attention kernel runs: `training_recipes/attention_kernels.py`; `--freeze_vision_tower` (on by default in LLaMA-Factory
-and ms-swift, off here as in TRL): `training_recipes/vision_tower.py`.
+Checkpoints `--resume_from_checkpoint auto` can trust: `training_recipes/runtime/checkpoints.py`; SIGTERM:
+`training_recipes/runtime/preemption.py`; the trainer: `training_recipes/runtime/trainer.py`; the data arguments and
+splits: `training_recipes/runtime/splits.py`; the vision tower's attention: `training_recipes/runtime/vision_attention.py`;
+which attention kernel runs: `training_recipes/runtime/attention_kernels.py`; `--freeze_vision_tower` (on by default in LLaMA-Factory
+and ms-swift, off here as in TRL): `training_recipes/runtime/vision_tower.py`.
 """
 
 from __future__ import annotations
@@ -40,15 +40,15 @@ from transformers import AutoModelForImageTextToText
 from trl import ModelConfig, SFTConfig, TrlParser, get_peft_config
 
 from builders.local_images import LocalImagesError
-from training_recipes.checkpoints import Checkpointing, RunIdentity, resume_checkpoint
 from training_recipes.data import settings_for
-from training_recipes.launch import adopt_slurm_environment, check_world_size
-from training_recipes.preemption import Preemption
-from training_recipes.processors import RecipeError, bf16_available, default_dtype, load_processor
-from training_recipes.splits import DataArguments, TrainingSplits
-from training_recipes.trainer import LengthGroupedSFTTrainer
-from training_recipes.vision_attention import use_chunked_vision_attention
-from training_recipes.vision_tower import RecipeModelConfig, freeze_vision_tower
+from training_recipes.runtime.checkpoints import Checkpointing, RunIdentity, resume_checkpoint
+from training_recipes.runtime.launch import adopt_slurm_environment, check_world_size
+from training_recipes.runtime.preemption import Preemption
+from training_recipes.runtime.processors import RecipeError, bf16_available, default_dtype, load_processor
+from training_recipes.runtime.splits import DataArguments, TrainingSplits
+from training_recipes.runtime.trainer import LengthGroupedSFTTrainer
+from training_recipes.runtime.vision_attention import use_chunked_vision_attention
+from training_recipes.runtime.vision_tower import RecipeModelConfig, freeze_vision_tower
 
 
 def recipe_defaults(training_args: SFTConfig) -> SFTConfig:

@@ -29,7 +29,7 @@ from transformers import PreTrainedTokenizerFast
 
 from gemex_dataset.prompts import TYPE_PROMPTS
 from rexvqa_dataset.prompts import INSTRUCTION
-from training_recipes.processors import TORCHVISION_INSTALL, RecipeError, torchvision_problem
+from training_recipes.runtime.processors import TORCHVISION_INSTALL, RecipeError, torchvision_problem
 
 FAMILIES = ("idefics3", "gemma3", "qwen2_5_vl")
 """What `--family` takes; idefics3 and gemma3 need nothing beyond the `train` extra, qwen2_5_vl torchvision."""

@@ -23,7 +23,7 @@ import torch
 
 from benchmarks.gpu.kit import load_plan
 from benchmarks.train_throughput import MODELS, TINY, build_model_and_processor, model_preset
-from training_recipes.vision_attention import use_chunked_vision_attention
+from training_recipes.runtime.vision_attention import use_chunked_vision_attention
 
 
 def budget(plan: dict):

@@ -1,6 +1,6 @@
 """Launch the recipe so that a SIGTERM ends in a complete checkpoint and exit status 0, whatever the launcher.
 
-The recipe saves and exits 0 on SIGTERM (`training_recipes.preemption`), but launchers stand between
+The recipe saves and exits 0 on SIGTERM (`training_recipes.runtime.preemption`), but launchers stand between
 the signal and it:
 
 - `accelerate launch` with one process dies at once (status 143) and leaves the trainer running
@@ -10,7 +10,7 @@ the signal and it:
   (`srun python training_recipes/sft.py ...`, one task a GPU); `adopt_slurm_environment` gives each
   task the rank, world size and address torch reads.
 
-`python -m training_recipes.launch LAUNCHER ARGS...` runs `accelerate launch` or `torchrun` in a
+`python -m training_recipes.runtime.launch LAUNCHER ARGS...` runs `accelerate launch` or `torchrun` in a
 session of its own (a terminal's Ctrl-C, `timeout` or a container stop reach this process, not the
 launcher) and passes SIGTERM, SIGINT or SIGHUP on as SIGTERM to the launcher's own children, the
 recipe's processes, only; they save, exit 0, and the launcher with them. Its exit status is the launcher's.
@@ -139,10 +139,10 @@ class Supervisor:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m training_recipes.launch",
+        prog="python -m training_recipes.runtime.launch",
         description="Run a launcher so that SIGTERM, SIGINT or SIGHUP ends the recipe in a complete "
         "checkpoint and exit status 0: the signal goes, as SIGTERM, to the launcher's children only.",
-        epilog="e.g. python -m training_recipes.launch torchrun --nproc_per_node 8 training_recipes/sft.py ...",
+        epilog="e.g. python -m training_recipes.runtime.launch torchrun --nproc_per_node 8 training_recipes/sft.py ...",
     )
     parser.add_argument("command", nargs=argparse.REMAINDER, help="accelerate launch ... or torchrun ..., as usual")
     command = parser.parse_args(argv).command

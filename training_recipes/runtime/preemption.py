@@ -5,7 +5,7 @@ ends a recipe run in a complete checkpoint and exit status 0.
 at the same step (`synchronised`). It listens from the start of training to the end of the final
 save: a SIGTERM once training is over lets the final save finish, and further SIGTERMs are noted
 and ignored, so a save always runs to its end. Python handles signals in the main thread; a process
-started by a launcher gets the signal only if the launcher passes it on: `training_recipes.launch`
+started by a launcher gets the signal only if the launcher passes it on: `training_recipes.runtime.launch`
 (which holds a SIGTERM sent before `listening` starts until it does).
 """
 
@@ -40,7 +40,7 @@ class Preemption(TrainerCallback):
     @contextlib.contextmanager
     def listening(self):
         """SIGTERM handled by this callback while the block runs (training and the final save). SIGTERM is
-        unblocked once the handler is in place: `training_recipes.launch` starts the recipe's processes with
+        unblocked once the handler is in place: `training_recipes.runtime.launch` starts the recipe's processes with
         it blocked, so one sent before this point has waited, pending, and is handled now."""
         previous = signal.signal(signal.SIGTERM, self.on_sigterm)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from torch import nn
 from trl import ModelConfig
 
-from training_recipes.processors import RecipeError
+from training_recipes.runtime.processors import RecipeError
 
 
 @dataclass

@@ -20,8 +20,8 @@ from transformers import PreTrainedModel
 from transformers.trainer_pt_utils import LengthGroupedSampler
 from trl import SFTTrainer
 
-from training_recipes.attention_kernels import flash_first
-from training_recipes.checkpoints import STREAM_STATE
+from training_recipes.runtime.attention_kernels import flash_first
+from training_recipes.runtime.checkpoints import STREAM_STATE
 
 PRIVATE_TRAINER_HOOKS: dict[str, str] = {
     "_build_accelerator_args": "(self, **kwargs) -> dict[str, typing.Any]",
