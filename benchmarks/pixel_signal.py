@@ -47,7 +47,7 @@ How many examples each needs before it answers held-out questions tells what a m
 learner's shape costs. `--image-only` withholds what the
 questions name: what the image alone says of the answer, before anything in it is tied to the question's words.
 
-Each image is what the probe's processor makes of it (`--image-sizes 112`: the `--size probe` Idefics3
+Each image is what the probe's processor makes of it (`--image-sizes 112`: the probe's Idefics3
 processor, `training_recipes.tiny_model.idefics3_image_processor`, a 112 x 112 square; larger sizes the same
 processor at that edge). Idefics3's processor has a fixed input size, so no `PixelBudget` applies to it
 (`training_recipes.data.apply_pixel_budget` returns None for it). The images of a build are split into
@@ -84,9 +84,10 @@ from benchmarks.pixel_learners import (
     VerdictNet,
 )
 from benchmarks.probe_arms import GREY
+from benchmarks.probe_model import SIZES
 from gemex_dataset.synthetic.distributions import FINDING_BY_NAME, SEVERITIES
 from training_recipes.data import to_rgb
-from training_recipes.tiny_model import SIZES, idefics3_image_processor
+from training_recipes.tiny_model import idefics3_image_processor
 
 ARMS = ("images", "blank")
 LEARNERS = ("cnn", "grid", "tokens", "attention", "matching", "pointer", "verdicts")
@@ -219,7 +220,7 @@ def held_out(key: str, share: float) -> bool:
 def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> torch.Tensor:
     """Each image (the probe's grey view, `N x 1 x H x W`) as the probe's decoder receives it: the tokens its
     vision tower and connector make (`N x tokens x width`), standardised feature by feature. An
-    Idefics3 probe (`tiny_model --size probe`); it takes an all-zero image for padding, so a blank arm's zeros are
+    Idefics3 probe (`benchmarks.probe_model`); it takes an all-zero image for padding, so a blank arm's zeros are
     encoded as the grey the learning-signal arms' blank images hold."""
     from transformers import AutoModelForImageTextToText
 
@@ -466,7 +467,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--probe-model",
         type=Path,
         help="the Idefics3 probe whose image tokens `--learner tokens|attention|matching|pointer|verdicts` reads, and "
-        "whose decoder `verdicts` trains (python -m training_recipes.tiny_model --size probe, or a probe trained by "
+        "whose decoder `verdicts` trains (python -m benchmarks.probe_model, or a probe trained by "
         "sft.py)",
     )
     p.add_argument(

@@ -128,9 +128,11 @@ def test_the_grid_learner_runs_every_arm_and_is_named_in_each_run(builds, tmp_pa
 
 @pytest.fixture(scope="module")
 def probe(tmp_path_factory) -> Path:
-    from training_recipes.tiny_model import save_tiny_vlm
+    from benchmarks.probe_model import main as probe_model
 
-    return save_tiny_vlm("idefics3", tmp_path_factory.mktemp("probe") / "probe", size="probe")
+    out = tmp_path_factory.mktemp("probe") / "probe"
+    assert probe_model(["--out", str(out)]) == 0
+    return out
 
 
 @pytest.mark.parametrize("learner", ["tokens", "attention", "matching", "pointer"])
