@@ -28,9 +28,10 @@ from torch import nn
 from training_recipes.data import REPLIES, ConversationSettings, dataset_kind, row_images, to_messages
 from training_recipes.runtime.processors import RecipeError
 from training_recipes.runtime.vision_tower import vision_tower
-from training_recipes.tiny_model import BUILDERS, ModelSize, TinyVLM
+from training_recipes.tiny_model import BUILDERS, SMOKE, ModelSize, TinyVLM
 
 SIZES = {
+    "smoke": SMOKE,
     "probe": ModelSize(
         width=128, layers=2, vision_width=96, vision_layers=2, image_size=112, patch_size=8, merge=2, init_std=0.08
     ),
@@ -38,7 +39,7 @@ SIZES = {
         width=256, layers=4, vision_width=192, vision_layers=4, image_size=112, patch_size=8, merge=2, init_std=0.06
     ),
 }
-"""What `--size` takes. `probe` (about 1 M parameters) sees a 112-pixel image in 8-pixel patches, 49 image tokens,
+"""What `--size` takes. `smoke` is `training_recipes.tiny_model`'s own shape (the GPU kit's CPU test). `probe` (about 1 M parameters) sees a 112-pixel image in 8-pixel patches, 49 image tokens,
 and trains in minutes on a CPU. Its weights start at a standard deviation of 0.08, about one over the square root
 of its width, as 0.02 is for the Hub's models a thousand wide: at 0.02 its attention starts near uniform and the
 image's part of the answer stays too small to find for hundreds of steps. `wide` (about 4 M: twice the width,
@@ -141,7 +142,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", choices=PROBE_FAMILIES, default="idefics3")
     parser.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    parser.add_argument("--size", choices=list(SIZES), default="probe", help="probe: for a CPU; wide: a GPU's steps")
+    parser.add_argument(
+        "--size",
+        choices=list(SIZES),
+        default="probe",
+        help="smoke: the smoke model's shape; probe: for a CPU; wide: a GPU's steps",
+    )
     parser.add_argument("--fit-to", type=Path, help="a built folder whose training split the probe is fitted to")
     args = parser.parse_args(argv)
     vlm = probe_vlm(args.family, args.size, args.seed, args.fit_to)
