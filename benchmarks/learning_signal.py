@@ -28,7 +28,7 @@ and scores it on held-out questions cut alike, so a probe that answers one answe
 images teach) scores 50 and the images arm's lead over them is what it read in the pixels;
 `--reply answer` trains replies without the reason (ReXVQA's explanation) and boxes (`sft.py --reply answer`), so the
 loss falls on the answer; `--reply answer_boxes` keeps GEMeX's boxes, so the V-score of each arm shows what the image
-adds to the grounding. By default each dataset's probe is fitted to its training build (`tiny_model --fit-to`: the build's words
+adds to the grounding. By default each dataset's probe is fitted to its training build (`probe_model --fit-to`: the build's words
 whole in its tokenizer, its random tower's output standardised on the build's images) and trained with the tower
 frozen (`sft.py --freeze_vision_tower`, `--no-freeze-vision-tower` trains it); ReXVQA's arms train a checklist
 reply (`sft.py --reply checklist`: a yes/no verdict on every option, then the letter) and answer each held-out
@@ -40,7 +40,7 @@ GEMeX's yes/no arms are also scored on the held-out images asked both ways (the 
 the question (how much is drawn on it) scores 50: above it, the probe reads the finding and region its question
 names. `--train-both-ways` trains on such images only.
 
-The probe is `python -m training_recipes.tiny_model --size probe`; every size and count is an option. Where the
+The probe is `python -m benchmarks.probe_model`; every size and count is an option. Where the
 machine's speed is not known (a GPU lease), `--train-seconds` stops every arm at the same wall time instead of
 after `--steps`, and each run records the steps it reached (`benchmarks/gpu/`, step `signal`).
 """
@@ -91,7 +91,7 @@ class Settings:
     held_out_images: int = option(560, "GEMeX held-out release")
     held_out_studies: int = option(180, "ReXVQA held-out release")
     image_size: int = option(224, "the build's --image-size")
-    size: str = option("probe", "tiny_model --size of the probe")
+    size: str = option("probe", "probe_model --size of the probe")
     steps: int = option(0, "training steps of every arm (0: each dataset's own, GEMeX 1,200 and ReXVQA 800)")
     rexvqa_steps: int = option(0, "training steps of every ReXVQA arm, over --steps (0: --steps's)")
     batch_size: int = option(16, "per-device batch of every arm")
@@ -139,7 +139,7 @@ class Settings:
     )
     fit_probe: bool = option(
         True,
-        "fit each dataset's probe to its training build (`tiny_model --fit-to`: its words whole in the tokenizer, "
+        "fit each dataset's probe to its training build (`probe_model --fit-to`: its words whole in the tokenizer, "
         "the tower's output standardised on its images)",
     )
     freeze_vision_tower: bool = option(
@@ -268,7 +268,7 @@ def probe_model(settings: Settings, dataset: str, train_build: Path) -> Path:
         fit = ["--fit-to", str(train_build)] if settings.fit_probe else []
         command(
             settings,
-            ["python", "-m", "training_recipes.tiny_model", "--size", settings.size, "--seed", str(settings.seed)]
+            ["python", "-m", "benchmarks.probe_model", "--size", settings.size, "--seed", str(settings.seed)]
             + fit
             + ["--out", str(model)],
             settings.out / "logs" / "model.log",

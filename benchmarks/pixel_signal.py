@@ -2,13 +2,7 @@
 
     python -m benchmarks.pixel_signal --gemex BUILD --rexvqa BUILD --out runs/pixel-signal
     python -m benchmarks.pixel_signal --gemex BUILD --out runs/ps --image-sizes 112,224 --epochs 12
-    python -m benchmarks.pixel_signal --gemex BUILD --out runs/pt --learner tokens --probe-model PROBE --epochs 10
-    python -m benchmarks.pixel_signal --gemex BUILD --out runs/pa --learner attention --probe-model PROBE --epochs 10
-    python -m benchmarks.pixel_signal --rexvqa BUILD --out runs/pm --learner matching --probe-model PROBE --epochs 30
-    python -m benchmarks.pixel_signal --rexvqa BUILD --out runs/pp --learner pointer --probe-model PROBE \
-        --question-kinds "Presence Assessment" --epochs 20
-    python -m benchmarks.pixel_signal --rexvqa BUILD --out runs/pv --learner verdicts --probe-model PROBE \
-        --question-kinds "Presence Assessment,Negation Assessment" --epochs 4 --text-between 250
+    python -m benchmarks.pixel_signal --rexvqa BUILD --out runs/pg --learner grid --epochs 3
 
 Before asking why a VLM probe (`benchmarks/learning_signal.py`) learns nothing from the pixels, ask
 whether there is anything to learn at the size it sees them. This trains a plain classifier (CPU, a
@@ -20,37 +14,14 @@ wording:
 - ReXVQA: the task (presence, negation, ...) -> one of the row's offered options (each option text one
   output of the net; the study's first image).
 
-`--learner` picks the classifier (`benchmarks/pixel_learners.py`):
-
-- `cnn` (`AnswerNet`): four conv layers; learns where a mark lies through two coordinate channels;
-- `grid` (`GridNet`): the image pooled to a coarse grid whose every cell is an input of its own, so where a
-  mark lies is given, not learnt;
-- `tokens` (`TokensNet`): the grid's perceptron over the image tokens a probe's decoder receives
-  (`--probe-model`'s vision tower and connector, frozen); above chance, those tokens carry the answer, and a
-  probe that stays at chance falls short in its decoder;
-- `attention` (`AttentionNet`): the probe's decoder less its text, two causal attention layers over the same
-  frozen tokens and one token for each thing the question names; it must learn, as the probe must, which image
-  tokens a question's words point to, and its examples are what that costs;
-- `matching` (`MatchingNet`): the attention learner with the offered options as tokens after the task (each
-  option's text and letter) and a letter as its answer, where the others score the option texts as outputs: it
-  must also tie each option's words to its mark and answer where the option stands, as a ReXVQA reply does;
-- `pointer` (`PointerNet`): the matching learner with each option scored from its own token's output: where
-  the matching learner falls short of it, the cost is the letter (a later token finding the option that fits
-  and copying where it stands), not the reading;
-- `verdicts` (`VerdictNet`, ReXVQA): the probe's own decoder and LM head, from `--probe-model`'s weights, over
-  the same frozen tokens, each offered option spelt in the probe's tokenizer and followed by its verdict token
-  (" yes" / " no"), as a reply that checks each option would be; `--text-between N` puts N fixed tokens between
-  the image and the question, as a prompt's words stand there: what the probe's decoder costs, and what the
-  prompt's length costs it.
-
-How many examples each needs before it answers held-out questions tells what a mark costs to read from what a
-learner's shape costs. `--image-only` withholds what the
+`--learner cnn` (`AnswerNet`) is four conv layers that learn where a mark lies through two coordinate channels;
+`--learner grid` (`GridNet`) pools the image to a coarse grid whose every cell is an input of its own, so where a
+mark lies is given, not learnt. `--image-only` withholds what the
 questions name: what the image alone says of the answer, before anything in it is tied to the question's words.
 
-Each image is what the probe's processor makes of it (`--image-sizes 112`: the `--size probe` Idefics3
+Each image is what the probe's processor makes of it (`--image-sizes 112`: the probe's Idefics3
 processor, `training_recipes.tiny_model.idefics3_image_processor`, a 112 x 112 square; larger sizes the same
-processor at that edge). Idefics3's processor has a fixed input size, so no `PixelBudget` applies to it
-(`training_recipes.data.apply_pixel_budget` returns None for it). The images of a build are split into
+processor at that edge). The images of a build are split into
 training and held-out ones (`--held-out-share`, by a hash of the image or study id); the same net is also
 trained with every image a constant grey (`blank`: what the named finding and region alone predict), and
 both are scored on the held-out questions next to the majority answer of the training questions.
@@ -74,28 +45,71 @@ import torch
 from PIL import Image
 from torch import nn
 
-from benchmarks.pixel_learners import (
-    AnswerNet,
-    AttentionNet,
-    GridNet,
-    MatchingNet,
-    PointerNet,
-    TokensNet,
-    VerdictNet,
-)
-from benchmarks.probe_arms import GREY
+from benchmarks.tables import markdown_table
 from gemex_dataset.synthetic.distributions import FINDING_BY_NAME, SEVERITIES
 from training_recipes.data import to_rgb
-from training_recipes.tiny_model import SIZES, idefics3_image_processor
+from training_recipes.tiny_model import idefics3_image_processor
 
 ARMS = ("images", "blank")
-LEARNERS = ("cnn", "grid", "tokens", "attention", "matching", "pointer", "verdicts")
-PROBE_LEARNERS = ("tokens", "attention", "matching", "pointer", "verdicts")
-"""The learners that read a probe's image tokens (`--probe-model`) rather than its pixels."""
+LEARNERS = ("cnn", "grid")
 GEMEX_OPTIONS = ("Yes.", "No.")
-PROBE_SIZE = SIZES["probe"].image_size
-GREY_VIEW = 2 * GREY / 255 - 1
-"""The learning-signal arms' blank grey as the probe's processor normalises it (its mean and spread 0.5)."""
+PROBE_SIZE = 112
+"""The probe's image edge (`benchmarks.probe_model.SIZES`)."""
+
+
+class AnswerNet(nn.Module):
+    """A small CNN over the grey image and two coordinate channels (so a region can be found by where it is),
+    modulated half-way (FiLM) by the sum of the embeddings of what the question names, max- and mean-pooled,
+    then one score per option text."""
+
+    def __init__(self, conditions: int, options: int, width: int = 16, region_mask: bool = False):
+        super().__init__()
+        self.region_mask = region_mask
+
+        def block(cin: int, cout: int, stride: int) -> nn.Sequential:
+            return nn.Sequential(nn.Conv2d(cin, cout, 3, stride, 1), nn.BatchNorm2d(cout), nn.ReLU())
+
+        self.stem = nn.Sequential(
+            block(4 if region_mask else 3, width, 2), block(width, 2 * width, 2), block(2 * width, 2 * width, 1)
+        )
+        self.film = nn.Embedding(conditions, 4 * width)
+        nn.init.zeros_(self.film.weight)
+        self.head = nn.Sequential(block(2 * width, 4 * width, 2), block(4 * width, 4 * width, 1))
+        self.condition = nn.Embedding(conditions, 8 * width)
+        self.out = nn.Sequential(nn.ReLU(), nn.Linear(8 * width, options))
+
+    def forward(
+        self, images: torch.Tensor, conditions: torch.Tensor, masks: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        b, _, h, w = images.shape
+        ys = torch.linspace(-1, 1, h).view(1, 1, h, 1).expand(b, 1, h, w)
+        xs = torch.linspace(-1, 1, w).view(1, 1, 1, w).expand(b, 1, h, w)
+        x = self.stem(torch.cat([images, ys, xs] + ([masks] if masks is not None else []), 1))
+        gamma, beta = self.film(conditions).sum(1).chunk(2, dim=1)
+        x = x * (1 + gamma[:, :, None, None]) + beta[:, :, None, None]
+        x = self.head(x)
+        pooled = torch.cat([x.amax((2, 3)), x.mean((2, 3))], 1)
+        return self.out(pooled + self.condition(conditions).sum(1))
+
+
+class GridNet(nn.Module):
+    """The image (and the named region's mask) averaged over a `grid` x `grid` grid of cells, every cell an input
+    of a two-layer perceptron, plus the sum of the embeddings of what the question names; one score per option
+    text. A mark's place is where it lands in the input, so nothing about position has to be learnt."""
+
+    def __init__(self, conditions: int, options: int, hidden: int = 256, region_mask: bool = False, grid: int = 28):
+        super().__init__()
+        self.region_mask, self.grid = region_mask, grid
+        self.cells = nn.Linear((2 if region_mask else 1) * grid * grid, hidden)
+        self.condition = nn.Embedding(conditions, hidden)
+        self.out = nn.Sequential(nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, options))
+
+    def forward(
+        self, images: torch.Tensor, conditions: torch.Tensor, masks: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        x = images if masks is None else torch.cat([images, masks], 1)
+        cells = nn.functional.adaptive_avg_pool2d(x, self.grid).flatten(1)
+        return self.out(self.cells(cells) + self.condition(conditions).sum(1))
 
 
 @dataclass
@@ -216,49 +230,8 @@ def held_out(key: str, share: float) -> bool:
     return int(hashlib.sha256(key.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF < share
 
 
-def probe_tokens(images: torch.Tensor, probe_model: Path, batch: int = 64) -> torch.Tensor:
-    """Each image (the probe's grey view, `N x 1 x H x W`) as the probe's decoder receives it: the tokens its
-    vision tower and connector make (`N x tokens x width`), standardised feature by feature. An
-    Idefics3 probe (`tiny_model --size probe`); it takes an all-zero image for padding, so a blank arm's zeros are
-    encoded as the grey the learning-signal arms' blank images hold."""
-    from transformers import AutoModelForImageTextToText
-
-    model = AutoModelForImageTextToText.from_pretrained(probe_model).eval()
-    edge = model.config.vision_config.image_size
-    if images.shape[-1] != edge:
-        raise SystemExit(f"--probe-model {probe_model} sees {edge} px images: give --image-sizes {edge}")
-    images = torch.where(images.flatten(1).eq(0).all(1)[:, None, None, None], GREY_VIEW, images)
-    encoded = []
-    with torch.no_grad():
-        for chunk in images.split(batch):
-            output = model.model.get_image_features(pixel_values=chunk.expand(-1, 3, -1, -1)[:, None])
-            tokens = getattr(output, "pooler_output", output)
-            encoded.append(torch.stack(list(tokens)))
-    tokens = torch.cat(encoded)
-    return (tokens - tokens.mean(0)) / (tokens.std(0) + 1e-6)
-
-
-def answer_net(
-    settings: argparse.Namespace,
-    conditions: int,
-    options: int,
-    image_shape: tuple[int, ...] = (),
-    letters: int = 0,
-    names: tuple[list[str], list[str]] = ([], []),
-) -> nn.Module:
-    """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's and the tokens'
-    hidden units / 16; the attention learners' width is the tokens'); `image_shape`: one image's input;
-    `letters`: the most options a question offers; `names`: the condition and option texts by id (the verdict
-    learner spells them)."""
-    if settings.learner == "verdicts":
-        return VerdictNet(settings.probe_model, *names, settings.text_between, settings.seed)
-    if settings.learner in ("matching", "pointer"):
-        net = MatchingNet if settings.learner == "matching" else PointerNet
-        return net(image_shape[-1], conditions, options, letters)
-    if settings.learner == "attention":
-        return AttentionNet(image_shape[-1], conditions, options)
-    if settings.learner == "tokens":
-        return TokensNet(int(np.prod(image_shape)), conditions, options, 16 * settings.width)
+def answer_net(settings: argparse.Namespace, conditions: int, options: int) -> nn.Module:
+    """The classifier `--learner` names, at `--width` (the CNN's first channels; the grid's hidden units / 16)."""
     if settings.learner == "grid":
         return GridNet(conditions, options, 16 * settings.width, settings.region_mask)
     return AnswerNet(conditions, options, settings.width, settings.region_mask)
@@ -301,18 +274,13 @@ def option_scores(net: nn.Module, images: torch.Tensor, batch: Batches, rows: to
     """Each question's score of each of its offered options (an option never seen in training scores lowest)."""
     pictures = images[batch.image[rows]]
     options = batch.options[rows]
-    if net.reads_options:
-        picked = net(pictures, batch.conditions[rows], options)
-    else:
-        masks = region_masks(batch.box[rows], *pictures.shape[2:]) if net.region_mask else None
-        picked = net(pictures, batch.conditions[rows], masks).gather(1, options.clamp(min=0))
+    masks = region_masks(batch.box[rows], *pictures.shape[2:]) if net.region_mask else None
+    picked = net(pictures, batch.conditions[rows], masks).gather(1, options.clamp(min=0))
     return picked.masked_fill(options < 0, -1e4)
 
 
 def answer_loss(net: nn.Module, images: torch.Tensor, batch: Batches, rows: torch.Tensor) -> torch.Tensor:
-    """The cross-entropy of each question's answer among its offered options; the verdict learner's own LM loss."""
-    if isinstance(net, VerdictNet):
-        return net.loss(images[batch.image[rows]], batch.conditions[rows], batch.options[rows], batch.answer[rows])
+    """The cross-entropy of each question's answer among its offered options."""
     return nn.functional.cross_entropy(option_scores(net, images, batch, rows), batch.answer[rows])
 
 
@@ -366,16 +334,12 @@ def train_and_score(dataset: str, examples: Examples, arm: str, image_size: int,
     keys = sorted(examples.images)
     stack = np.stack([examples.images[k] for k in keys])[:, None]
     images = torch.from_numpy(np.zeros_like(stack) if arm == "blank" else stack)
-    if settings.learner in PROBE_LEARNERS:
-        images = probe_tokens(images, settings.probe_model)
     image_index = {k: i for i, k in enumerate(keys)}
     vocab = {c: i + 1 for i, c in enumerate(sorted({c for q in train for c in q.condition}))}
     option_vocab = {o: i for i, o in enumerate(sorted({o for q in train for o in q.options}))}
     train_batch = tensors(train, image_index, vocab, option_vocab)
     test_batch = tensors(test, image_index, vocab, option_vocab)
-    letters = train_batch.options.shape[1]
-    names = (sorted(vocab, key=vocab.get), sorted(option_vocab, key=option_vocab.get))
-    net = answer_net(settings, len(vocab) + 1, len(option_vocab), tuple(images.shape[1:]), letters, names)
+    net = answer_net(settings, len(vocab) + 1, len(option_vocab))
     optimizer = torch.optim.AdamW(net.parameters(), lr=settings.learning_rate, weight_decay=1e-4)
     steps = settings.epochs * -(-len(train) // settings.batch_size)
     schedule = torch.optim.lr_scheduler.OneCycleLR(optimizer, settings.learning_rate, total_steps=steps)
@@ -426,18 +390,14 @@ def majority_key(dataset: str, question: Question) -> str:
 
 
 def table(runs: list[Run]) -> str:
-    lines = [
-        "| dataset | arm | learner | image px | train / held-out questions | train s | train acc | held-out acc "
-        "| balanced acc | majority |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+    head = ["dataset", "arm", "learner", "image px", "train / held-out questions", "train s", "train acc"]
+    rows = [
+        [r.dataset, r.arm, r.learner, str(r.image_size), f"{r.train_questions} / {r.held_out_questions}"]
+        + [f"{r.seconds:.0f}", f"{r.train_accuracy:.1f}", f"{r.accuracy:.1f}", f"{r.balanced_accuracy:.1f}"]
+        + [f"{r.majority:.1f} ({r.majority_answer})"]
+        for r in runs
     ]
-    for r in runs:
-        lines.append(
-            f"| {r.dataset} | {r.arm} | {r.learner} | {r.image_size} | {r.train_questions} / {r.held_out_questions} | {r.seconds:.0f} "
-            f"| {r.train_accuracy:.1f} | {r.accuracy:.1f} | {r.balanced_accuracy:.1f} "
-            f"| {r.majority:.1f} ({r.majority_answer}) |"
-        )
-    return "\n".join(lines)
+    return markdown_table([*head, "held-out acc", "balanced acc", "majority"], rows)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:
@@ -456,25 +416,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--learner",
         choices=LEARNERS,
         default="cnn",
-        help="cnn: conv layers, position learnt from coordinate channels; grid: a perceptron over a 28 x 28 grid of "
-        "cells; tokens: a perceptron over the image tokens --probe-model's frozen vision tower and connector make; "
-        "attention: two causal attention layers over the same tokens and what the question names; matching: the "
-        "same with the offered options as tokens, answering a letter; pointer: the same, each option scored from "
-        "its own token; verdicts: the probe's own decoder, a yes/no token after each option's name (ReXVQA)",
-    )
-    p.add_argument(
-        "--probe-model",
-        type=Path,
-        help="the Idefics3 probe whose image tokens `--learner tokens|attention|matching|pointer|verdicts` reads, and "
-        "whose decoder `verdicts` trains (python -m training_recipes.tiny_model --size probe, or a probe trained by "
-        "sft.py)",
-    )
-    p.add_argument(
-        "--text-between",
-        type=int,
-        default=0,
-        help="--learner verdicts: this many fixed tokens between the image and the question, where a prompt's "
-        "words stand (a ReXVQA row's question and options: about 150 of the probe's tokens)",
+        help="cnn: conv layers, position learnt from coordinate channels; grid: a perceptron over a 28 x 28 grid",
     )
     p.add_argument("--epochs", type=int, default=10)
     p.add_argument("--batch-size", type=int, default=32)
@@ -502,16 +444,6 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     a = p.parse_args(argv)
     if not (a.gemex or a.rexvqa):
         p.error("give --gemex BUILD, --rexvqa BUILD or both")
-    if a.learner in PROBE_LEARNERS and a.probe_model is None:
-        p.error(f"--learner {a.learner} reads a probe's image tokens: give --probe-model MODEL")
-    if a.learner in PROBE_LEARNERS and a.region_mask:
-        p.error(f"--region-mask is a channel of the image: --learner {a.learner} reads tokens, not pixels")
-    if a.learner == "verdicts" and a.gemex:
-        p.error("--learner verdicts checks ReXVQA's offered options one by one: give --rexvqa BUILD, not --gemex")
-    if a.text_between and a.learner != "verdicts":
-        p.error(f"--text-between is text before the verdict learner's question: --learner {a.learner} reads no text")
-    if a.text_between < 0:
-        p.error(f"--text-between {a.text_between}: a number of tokens, 0 or more")
     unknown = set(a.arms.split(",")) - set(ARMS)
     if unknown:
         p.error(f"--arms: unknown {', '.join(sorted(unknown))}; one or more of {', '.join(ARMS)}")

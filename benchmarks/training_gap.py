@@ -5,7 +5,7 @@
 A reduced learning-signal probe (`benchmarks/learning_signal.py`), in one process: a small GEMeX training
 release drawn with `--plain-findings answered`, built with embedded images, its closed-ended rows cut to
 as many "Yes." as "No." (`balanced`) and trained as the answer alone (`sft.py --reply answer`), then the probe
-model (`tiny_model --size probe`) trained by `training_recipes.sft` twice from the same weights, on the
+model (`benchmarks.probe_model`) trained by `training_recipes.sft` twice from the same weights, on the
 same rows in the same order with the same seed: once on the images (`images` arm), once with each image's
 pixels swapped for another image's (`shuffled` arm, `benchmarks/probe_arms.py`). The shuffled arm can
 memorise each row as well as the images arm (a permutation moves whole images), but only the images arm
@@ -47,7 +47,7 @@ class GapSettings:
     out: Path = field(metadata={"help": "the folder for the build, the model, the runs"})
     train_images: int = field(default=200, metadata={"help": "images of the training release"})
     image_size: int = field(default=112, metadata={"help": "the build's --image-size"})
-    size: str = field(default="probe", metadata={"help": "tiny_model --size of the probe"})
+    size: str = field(default="probe", metadata={"help": "probe_model --size of the probe"})
     steps: int = field(default=200, metadata={"help": "training steps of each arm"})
     batch_size: int = field(default=16, metadata={"help": "per-device batch of each arm"})
     learning_rate: float = field(default=3e-3, metadata={"help": "learning rate of each arm"})
@@ -105,11 +105,11 @@ def training_build(settings: GapSettings) -> Path:
 
 
 def probe_model(settings: GapSettings) -> Path:
-    from training_recipes.tiny_model import main as tiny_model
+    from benchmarks.probe_model import main as probe_maker
 
     model = settings.out / f"probe-{settings.size}"
     if not model.is_dir():
-        tiny_model(["--size", settings.size, "--seed", str(settings.seed), "--out", str(model)])
+        probe_maker(["--size", settings.size, "--seed", str(settings.seed), "--out", str(model)])
     return model
 
 

@@ -11,8 +11,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from benchmarks.pixel_learners import GridNet
 from benchmarks.pixel_signal import (
+    GridNet,
     Question,
     finding_named,
     gemex_questions,
@@ -20,7 +20,6 @@ from benchmarks.pixel_signal import (
     held_out,
     main,
     of_kinds,
-    probe_tokens,
     rexvqa_questions,
     unnamed,
 )
@@ -124,181 +123,6 @@ def test_the_grid_learner_runs_every_arm_and_is_named_in_each_run(builds, tmp_pa
     runs = json.loads((out / "result.json").read_text())["runs"]
     assert [(r["arm"], r["learner"]) for r in runs] == [("images", "grid"), ("blank", "grid")]
     assert "| rexvqa | images | grid | 32 |" in capsys.readouterr().out
-
-
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory) -> Path:
-    from training_recipes.tiny_model import save_tiny_vlm
-
-    return save_tiny_vlm("idefics3", tmp_path_factory.mktemp("probe") / "probe", size="probe")
-
-
-@pytest.mark.parametrize("learner", ["tokens", "attention", "matching", "pointer"])
-@pytest.mark.parametrize("dataset", ["gemex", "rexvqa"])
-def test_the_probe_learners_read_the_probe_s_image_tokens_in_every_arm(
-    builds, probe, tmp_path, capsys, learner, dataset
-):
-    out = tmp_path / learner
-    args = [f"--{dataset}", str(builds[dataset]), "--out", str(out), "--learner", learner, "--probe-model", str(probe)]
-    assert main([*args, "--epochs", "1", "--held-out-share", "0.4", "--width", "1"]) == 0
-    runs = json.loads((out / "result.json").read_text())["runs"]
-    assert [(r["arm"], r["learner"], r["image_size"]) for r in runs] == [
-        ("images", learner, 112),
-        ("blank", learner, 112),
-    ]
-    assert all(r["held_out_questions"] > 0 and 0 <= r["accuracy"] <= 100 for r in runs)
-    assert f"| {dataset} | images | {learner} | 112 |" in capsys.readouterr().out
-
-
-def test_probe_tokens_are_one_vector_an_image_and_blank_images_are_not_taken_for_padding(probe):
-    """Idefics3 drops an all-zero image as padding; the blank arm's zeros must still give one row each, all alike."""
-    torch.manual_seed(0)
-    pictures = torch.rand(3, 1, 112, 112) * 2 - 1
-    tokens = probe_tokens(pictures, probe)
-    assert tokens.shape == (3, 49, 128) and not torch.equal(tokens[0], tokens[1])
-    blank = probe_tokens(torch.zeros(4, 1, 112, 112), probe)
-    assert blank.shape == (4, 49, 128) and bool((blank == blank[0]).all())
-    with pytest.raises(SystemExit, match="sees 112 px images: give --image-sizes 112"):
-        probe_tokens(torch.zeros(2, 1, 56, 56), probe)
-
-
-def test_the_verdict_learner_trains_the_probe_s_decoder_in_every_arm(builds, probe, tmp_path, capsys):
-    out = tmp_path / "verdicts"
-    args = ["--rexvqa", str(builds["rexvqa"]), "--out", str(out), "--learner", "verdicts", "--probe-model", str(probe)]
-    assert main([*args, "--epochs", "1", "--held-out-share", "0.4", "--text-between", "5"]) == 0
-    result = json.loads((out / "result.json").read_text())
-    assert [(r["arm"], r["learner"]) for r in result["runs"]] == [("images", "verdicts"), ("blank", "verdicts")]
-    assert all(r["held_out_questions"] > 0 and 0 <= r["accuracy"] <= 100 for r in result["runs"])
-    assert result["settings"]["text_between"] == 5
-    assert "| rexvqa | images | verdicts | 112 |" in capsys.readouterr().out
-
-
-def test_the_verdict_learner_spells_each_option_before_its_verdict_and_turns_negation_around(probe):
-    """Each option's verdict is read at the token just before " yes" / " no" would follow its name; the LM's
-    targets say which options the image shows, so a negation question's answer is the one option not shown."""
-    from transformers import AutoTokenizer
-
-    from benchmarks.pixel_learners import VerdictNet
-
-    tasks = ["task:Negation Assessment", "task:Presence Assessment"]
-    names = ["Chest tube", "Hiatal hernia", "Rib fracture", "Pneumothorax"]
-    net = VerdictNet(probe, tasks, names, between=3, seed=0)
-    conditions, options = torch.tensor([[1], [2]]), torch.tensor([[0, 1, 2, 3], [3, 2, -1, 0]])
-    ids, slots = net.spelt(conditions, options)
-    text = AutoTokenizer.from_pretrained(probe).decode
-    assert ids[0, :3].tolist() == ids[1, :3].tolist() == net.between
-    first = text(ids[0, 3 : slots[0][0] + 1].tolist())
-    assert first.startswith(" Negation Assessment: A: Chest tube") and first.endswith(text(net.before_verdict))
-    assert text(ids[1, slots[1][1] + 1 : slots[1][2] + 1].tolist()).startswith(" C: unknown")
-    tokens = torch.randn(2, 49, 128)
-    logits = net.verdict_logits(tokens, conditions, options)
-    shown = logits[..., net.yes] - logits[..., net.no]
-    assert torch.allclose(net(tokens, conditions, options), torch.stack([-shown[0], shown[1]]))
-    answer = torch.tensor([1, 0])  # negation: B is not shown, so A, C and D are; presence: A is shown
-    targets = torch.tensor([[net.yes, net.no, net.yes, net.yes], [net.yes, net.no, net.no, net.no]])
-    kept = options.flatten() >= 0
-    expected = torch.nn.functional.cross_entropy(logits.flatten(0, 1)[kept], targets.flatten()[kept])
-    assert torch.allclose(net.loss(tokens, conditions, options, answer), expected)
-
-
-def test_the_verdict_learner_is_refused_on_gemex_and_text_between_on_other_learners(builds, probe, tmp_path, capsys):
-    gemex = ["--gemex", str(builds["gemex"]), "--out", str(tmp_path), "--probe-model", str(probe)]
-    with pytest.raises(SystemExit):
-        main([*gemex, "--learner", "verdicts"])
-    assert "--learner verdicts checks ReXVQA's offered options one by one" in capsys.readouterr().err
-    with pytest.raises(SystemExit):
-        main(["--rexvqa", str(builds["rexvqa"]), "--out", str(tmp_path), "--learner", "grid", "--text-between", "9"])
-    assert "--text-between is text before the verdict learner's question: --learner grid" in capsys.readouterr().err
-
-
-@pytest.mark.parametrize("learner", ["tokens", "attention", "matching", "pointer", "verdicts"])
-def test_the_probe_learners_are_refused_without_a_probe(builds, tmp_path, capsys, learner):
-    with pytest.raises(SystemExit):
-        main(["--gemex", str(builds["gemex"]), "--out", str(tmp_path), "--learner", learner])
-    assert f"--learner {learner} reads a probe's image tokens: give --probe-model MODEL" in capsys.readouterr().err
-
-
-def named_token_accuracy(named: bool, steps: int = 800) -> float:
-    """`AttentionNet` trained to answer whether the first feature of the image token the condition names is
-    positive (four random tokens of 16 features), scored on 2,000 fresh questions; `named=False` gives every
-    question the same condition."""
-    from benchmarks.pixel_learners import AttentionNet
-
-    torch.manual_seed(0)
-    net = AttentionNet(width=16, conditions=5, options=2)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=3e-3)
-    generator = torch.Generator().manual_seed(1)
-
-    def questions(n: int):
-        tokens = torch.randn(n, 4, 16, generator=generator)
-        which = torch.randint(0, 4, (n,), generator=generator)
-        answer = (tokens[torch.arange(n), which, 0] > 0).long()
-        return tokens, ((which + 1) if named else torch.ones(n, dtype=torch.long))[:, None], answer
-
-    for _ in range(steps):
-        tokens, conditions, answer = questions(64)
-        loss = torch.nn.functional.cross_entropy(net(tokens, conditions), answer)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    tokens, conditions, answer = questions(2000)
-    with torch.no_grad():
-        return float((net(tokens, conditions).argmax(1) == answer).float().mean())
-
-
-def test_the_attention_learner_learns_to_read_the_token_its_question_names():
-    """What the probe's answer must learn: which image token to read, from the question. Told which, the net
-    answers most questions; told nothing, it can only read all the tokens at once."""
-    named, unnamed_ = named_token_accuracy(True), named_token_accuracy(False)
-    assert named > 0.85 and named > unnamed_ + 0.15
-
-
-def matched_letter_accuracy(texts_known: bool, steps: int = 500, learner: str = "matching") -> float:
-    """The `learner` (`MatchingNet` or `PointerNet`) trained on questions like ReXVQA's over six image tokens, one
-    per finding, each carrying its place (a fixed code, as a vision tower's position embeddings give a probe's
-    tokens) and one of them drawn (its first feature 1, the others' -1): four of the six findings are offered in a
-    random order and the answer is the letter of the drawn one. `texts_known=False` hides which finding each option names (every option an unknown
-    text). Scored on 2,000 fresh questions."""
-    from benchmarks.pixel_learners import MatchingNet, PointerNet
-
-    torch.manual_seed(0)
-    net = (MatchingNet if learner == "matching" else PointerNet)(width=16, conditions=2, options=6, letters=4)
-    optimizer = torch.optim.AdamW(net.parameters(), lr=1e-2)
-    generator = torch.Generator().manual_seed(1)
-    places = torch.randn(6, 16, generator=generator)
-
-    def questions(n: int):
-        offered = torch.stack([torch.randperm(6, generator=generator)[:4] for _ in range(n)])
-        answer = torch.randint(0, 4, (n,), generator=generator)
-        tokens = places + 0.1 * torch.randn(n, 6, 16, generator=generator)
-        tokens[:, :, 0] = -1
-        tokens[torch.arange(n), offered[torch.arange(n), answer], 0] = 1
-        options = offered if texts_known else torch.full_like(offered, -1)
-        return tokens, torch.ones(n, 1, dtype=torch.long), options, answer
-
-    for _ in range(steps):
-        tokens, conditions, options, answer = questions(64)
-        loss = torch.nn.functional.cross_entropy(net(tokens, conditions, options), answer)
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
-    tokens, conditions, options, answer = questions(2000)
-    with torch.no_grad():
-        return float((net(tokens, conditions, options).argmax(1) == answer).float().mean())
-
-
-def test_the_matching_learner_answers_the_letter_of_the_option_its_image_shows():
-    """What a ReXVQA reply must learn: which offered option's finding the image shows, and the letter it stands
-    at. Told the options' texts, the net answers most questions; with them hidden, no better than a letter."""
-    known, hidden = matched_letter_accuracy(True), matched_letter_accuracy(False)
-    assert known > 0.8 and hidden < 0.35
-
-
-def test_the_pointer_learner_scores_each_option_by_what_its_own_token_reads():
-    """The same questions answered by each option's own token: told the options' texts it answers them, and with
-    them hidden every option reads alike, no better than a letter."""
-    known, hidden = matched_letter_accuracy(True, learner="pointer"), matched_letter_accuracy(False, learner="pointer")
-    assert known > 0.8 and hidden < 0.35
 
 
 def test_question_kinds_keep_only_those_questions_and_an_unknown_kind_is_refused_with_the_kinds_held(builds, tmp_path):

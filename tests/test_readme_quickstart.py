@@ -31,9 +31,7 @@ def test_the_quickstart_is_a_handful_of_commands_from_synthesize_to_evaluate():
     commands = quickstart_commands()
     assert 4 <= len(commands) <= 8
     assert commands[0].startswith("cxr-vqa synthesize ") and commands[-1].startswith("cxr-vqa evaluate ")
-    assert any("training_recipes.tiny_model" in c for c in commands) and any(
-        "training_recipes.sft" in c for c in commands
-    )
+    assert any("benchmarks.probe_model" in c for c in commands) and any("training_recipes.sft" in c for c in commands)
 
 
 @pytest.mark.slow

@@ -4,7 +4,6 @@ without torchvision) stops a recipe at once with one line naming what to install
 
 from __future__ import annotations
 
-import io
 import json
 import subprocess
 import sys
@@ -15,7 +14,6 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("trl")
 
-from PIL import Image
 from transformers import AutoModelForImageTextToText, AutoProcessor
 
 from training_recipes import generate, sft, tiny_model
@@ -127,31 +125,3 @@ def test_a_processor_that_comes_back_as_a_bare_tokenizer_is_refused(tmp_path, mo
         load_processor(str(model_dir))
     with pytest.raises(RecipeError, match="no image processor"):
         generate.load_model(str(model_dir), "float32", "cpu")
-
-
-@pytest.mark.parametrize(("name", "parameters"), [("probe", (200_000, 3_000_000)), ("wide", (3_000_000, 8_000_000))])
-@pytest.mark.parametrize("family", tiny_model.SIZED_FAMILIES)
-def test_the_probe_sizes_see_a_larger_image_in_more_tokens(family, name, parameters):
-    """`--size probe` and `wide`: the image the processor hands the tower and the tokens that reach the decoder
-    agree with the size, and one image's tokens are as many as the size says."""
-    size = tiny_model.SIZES[name]
-    vlm = tiny_model.tiny_vlm(family, size=name)
-    vision = vlm.model.config.vision_config
-    assert (vision.image_size, vision.patch_size, vision.hidden_size) == (112, 8, size.vision_width)
-    assert size.image_tokens == 49
-    pil = Image.open(io.BytesIO(tiny_builds.png_bytes(150, 180, seed=1))).convert("RGB")
-    text = vlm.processor.apply_chat_template(
-        [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Is there an effusion?"}]}],
-        add_generation_prompt=True,
-    )
-    inputs = vlm.processor(text=[text], images=[[pil]], return_tensors="pt")
-    image_token = vlm.model.config.image_token_id if family == "idefics3" else vlm.model.config.image_token_index
-    assert int((inputs["input_ids"] == image_token).sum()) == 49
-    assert parameters[0] < sum(p.numel() for p in vlm.model.parameters()) < parameters[1]
-    layers = (vlm.model.config.text_config.num_hidden_layers, vision.num_hidden_layers)
-    assert layers == (size.layers, size.vision_layers)
-
-
-def test_a_size_the_family_does_not_have_is_refused_in_one_line():
-    with pytest.raises(RecipeError, match="--size probe is made for idefics3 and gemma3 only"):
-        tiny_model.tiny_vlm("qwen2_5_vl", size="probe")

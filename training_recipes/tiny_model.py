@@ -2,17 +2,15 @@
 
     python -m training_recipes.tiny_model --family idefics3 --out tiny-idefics3
 
-Nothing is downloaded: the model is built from a config with random weights (at the default
-`--size smoke`: hidden size 32, one layer, 56 px images, a few MB) and its processor wraps a small byte-level BPE tokenizer trained
+Nothing is downloaded: the model is built from a config with random weights (hidden size 32, one
+layer, 56 px images, a few MB) and its processor wraps a small byte-level BPE tokenizer trained
 here on the recipes' own prompt text, with the special tokens that family's processor and chat
 template need. The chat templates are the families' released ones as TRL ships them
 (`trl/chat_templates/*.jinja`), so TRL recognises them and swaps in its training variants with
 `{% generation %}` markers exactly as for the Hub models. The folder it writes loads with
 `AutoModelForImageTextToText` / `AutoProcessor.from_pretrained`, as a Hub checkpoint does, so
 `sft.py` and `generate.py` take it as `--model_name_or_path`. It learns the answer format in a few
-steps; it says nothing about any real model. `--fit-to BUILD` fits a probe to the build it will train on
-(its words whole in the tokenizer, its tower's output standardised on the build's images:
-`training_recipes/probe_fitting.py`), what the learning-signal benchmark's probes start from.
+steps; it says nothing about any real model.
 """
 
 from __future__ import annotations
@@ -79,27 +77,8 @@ class ModelSize:
         )
 
 
-SIZES = {
-    "smoke": ModelSize(
-        width=32, layers=1, vision_width=32, vision_layers=1, image_size=IMAGE_SIZE, patch_size=14, merge=2
-    ),
-    "probe": ModelSize(
-        width=128, layers=2, vision_width=96, vision_layers=2, image_size=112, patch_size=8, merge=2, init_std=0.08
-    ),
-    "wide": ModelSize(
-        width=256, layers=4, vision_width=192, vision_layers=4, image_size=112, patch_size=8, merge=2, init_std=0.06
-    ),
-}
-"""What `--size` takes. `smoke` (a few MB) learns the reply format in a few steps; `probe` (about 1 M
-parameters) sees a 112-pixel image in 8-pixel patches, 49 image tokens, and trains in minutes on a CPU
-(`benchmarks/learning_signal.py`), where it learns what a synthetic picture shows as a whole, not yet where
-the finding a question names lies (docs/benchmarks.md). The probe's
-weights start at a standard deviation of 0.08, about one over the square root of its width, as 0.02 is for
-the Hub's models a thousand wide: at 0.02 its attention starts near uniform and the image's part of the
-answer stays too small to find for hundreds of steps (docs/benchmarks.md). `wide` (about 4 M: twice the
-width, four layers in the decoder and the tower, the same image tokens) is the probe for a GPU's steps, where
-the CPU's probe does not learn ReXVQA's four-option answer (`benchmarks/gpu/`, step `signal`)."""
-SMOKE = SIZES["smoke"]
+SMOKE = ModelSize(width=32, layers=1, vision_width=32, vision_layers=1, image_size=IMAGE_SIZE, patch_size=14, merge=2)
+"""The smoke model's shape (a few MB); it learns the reply format in a few steps."""
 TINY_DECODER = SMOKE.decoder()
 """Every family's language model at the smoke size, one layer of width 32."""
 TINY_SIGLIP = SMOKE.siglip()
@@ -370,42 +349,17 @@ def tiny_gemma3(size: ModelSize = SMOKE, texts: Sequence[str] = ()) -> TinyVLM:
 BUILDERS = {"idefics3": tiny_idefics3, "gemma3": tiny_gemma3, "qwen2_5_vl": tiny_qwen2_5_vl}
 
 
-SIZED_FAMILIES = ("idefics3", "gemma3")
-"""The families `--size` other than smoke applies to (Qwen2.5-VL's tower is not SigLIP)."""
-
-
-def tiny_vlm(
-    family: str, seed: int = 0, builders: dict = BUILDERS, size: str = "smoke", fit_to: Path | None = None
-) -> TinyVLM:
-    """A fresh tiny model (seeded random weights) and its processor, made by `builders[family]` at `size`; with
-    `fit_to`, fitted to that build's training split (`training_recipes.probe_fitting`)."""
+def tiny_vlm(family: str, seed: int = 0, builders: dict = BUILDERS) -> TinyVLM:
+    """A fresh tiny model (seeded random weights) and its processor, made by `builders[family]`."""
     import torch
 
-    if size != "smoke" and family not in SIZED_FAMILIES:
-        raise RecipeError(f"--size {size} is made for {' and '.join(SIZED_FAMILIES)} only, not {family}")
-    if fit_to is not None and family not in SIZED_FAMILIES:
-        raise RecipeError(f"--fit-to is made for {' and '.join(SIZED_FAMILIES)} only, not {family}")
     torch.manual_seed(seed)
-    if fit_to is None:
-        return builders[family]() if size == "smoke" else builders[family](SIZES[size])
-    from training_recipes.probe_fitting import conversation_texts, fitting_images, standardise_tower, training_rows
-
-    rows = training_rows(fit_to)
-    vlm = builders[family](SIZES[size], texts=conversation_texts(rows))
-    standardise_tower(vlm.model, vlm.processor, fitting_images(rows))
-    return vlm
+    return builders[family]()
 
 
-def save_tiny_vlm(
-    family: str,
-    directory: Path,
-    seed: int = 0,
-    builders: dict = BUILDERS,
-    size: str = "smoke",
-    fit_to: Path | None = None,
-) -> Path:
+def save_tiny_vlm(family: str, directory: Path, seed: int = 0, builders: dict = BUILDERS) -> Path:
     """Write a tiny model and processor to `directory`, the way a Hub checkpoint looks on disk."""
-    vlm = tiny_vlm(family, seed, builders, size, fit_to)
+    vlm = tiny_vlm(family, seed, builders)
     vlm.model.save_pretrained(directory)
     vlm.processor.save_pretrained(directory)
     return directory
@@ -420,31 +374,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--family", choices=FAMILIES, default="idefics3", help="the model family to copy the shape of")
     parser.add_argument("--out", type=Path, required=True, help="the checkpoint folder to write")
     parser.add_argument("--seed", type=int, default=0, help="seed of the random weights")
-    parser.add_argument(
-        "--size",
-        choices=list(SIZES),
-        default="smoke",
-        help="smoke: a few MB, learns the reply format; probe: learns what a synthetic image shows, in minutes; wide: "
-        f"a larger probe, for a GPU's steps (probe and wide: {', '.join(SIZED_FAMILIES)})",
-    )
-    parser.add_argument(
-        "--fit-to",
-        type=Path,
-        help="a built folder whose training split the probe is fitted to: its tokenizer learns the build's words "
-        "whole and its vision tower's output is standardised on the build's images (then train it with "
-        "--freeze_vision_tower true; training_recipes/probe_fitting.py)",
-    )
     args = parser.parse_args(argv)
     try:
-        save_tiny_vlm(args.family, args.out, args.seed, size=args.size, fit_to=args.fit_to)
+        save_tiny_vlm(args.family, args.out, args.seed)
     except RecipeError as error:
         print(f"tiny_model: error: {error}", file=sys.stderr)
         return 1
-    fitted = f", fitted to {args.fit_to}" if args.fit_to else ""
-    print(
-        f"{args.out}: a tiny random-weight {args.family} model ({args.size} size{fitted}) and its processor "
-        "(offline; for smoke runs and probes only)"
-    )
+    print(f"{args.out}: a tiny random-weight {args.family} model and its processor (offline; for smoke runs only)")
     return 0
 
 

@@ -4,7 +4,7 @@ LLaMA-Factory (`freeze_vision_tower`, 0.9.5) and ms-swift (`freeze_vit`, 4.6) fr
 tower by default, and its connector to the language model too (`freeze_multi_modal_projector`,
 `freeze_aligner`); TRL's VLM example trains all of it, and so does the recipe unless asked. Frozen, the tower
 keeps what its pretraining learnt and takes no backward pass. The connector still trains, as in LLaVA's
-fine-tuning stage: the recipe's probe (`tiny_model --size probe`) starts from random weights and reads its
+fine-tuning stage: the learning-signal probe (`benchmarks/probe_model.py`) starts from random weights and reads its
 images only through a connector that learns (docs/benchmarks.md). Under LoRA the tower's layers get no adapters.
 """
 
