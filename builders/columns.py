@@ -48,10 +48,3 @@ def offsets(lengths: np.ndarray) -> pa.Array:
 def empty_lists(rows: int, type_: pa.DataType | None = None) -> pa.Array:
     """`rows` empty lists of `type_`."""
     return pa.ListArray.from_arrays(offsets(np.zeros(rows, dtype=np.int32)), pa.array([], type_ or pa.string()))
-
-
-def join_lists(items: pa.Array, lengths: np.ndarray, open_: str, separator: str, close: str) -> pa.Array:
-    """Per row, its run of `items` (lengths given) written `open_ item, item close`."""
-    return pc.binary_join_element_wise(
-        open_, pc.binary_join(pa.ListArray.from_arrays(offsets(lengths), items), separator), close, ""
-    )

@@ -39,7 +39,7 @@ from gemex_dataset.features import (
     features,
     per_image_features,
 )
-from gemex_dataset.prompts import messages_array, to_messages
+from gemex_dataset.prompts import CONVERSATION, to_messages
 from gemex_dataset.records import SourceFile, find_source_files
 
 LAYOUT_PREFERENCE = ("per_type", "grouped", "llava")
@@ -185,7 +185,7 @@ class GemexBuild(DatasetBuild):
         ).reshape(-1, 2)
         sized = usable[image_of_row]
         width, height = sizes[image_of_row, 0], sizes[image_of_row, 1]
-        boxes, pixels = pixel_box_column(table["boxes_224"].combine_chunks(), width, height, sized, self.to_pixels)
+        boxes = pixel_box_column(table["boxes_224"].combine_chunks(), width, height, sized, self.to_pixels)
         table = (
             table.append_column("image_width", pa.array(width, pa.int32(), mask=~sized))
             .append_column("image_height", pa.array(height, pa.int32(), mask=~sized))
@@ -200,7 +200,7 @@ class GemexBuild(DatasetBuild):
                 pa.StructArray.from_arrays([pa.nulls(table.num_rows, pa.binary()), stored], names=["bytes", "path"]),
             )
         if "messages" in self.features:
-            table = table.append_column("messages", messages_array(table, pixels))
+            table = table.append_column("messages", CONVERSATION.column(table))
         shown = paths.filter(pa.array(usable)) if self.settings.image_mode != "none" else paths
         return table, set(shown.to_pylist())
 
@@ -255,8 +255,8 @@ def pixel_box_column(
     height: np.ndarray,
     sized: np.ndarray,
     to_pixels: Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray],
-) -> tuple[pa.Array, np.ndarray]:
-    """`boxes` of each row (null where not `sized`) from its `boxes_224` and its image's size; and the pixel boxes flat."""
+) -> pa.Array:
+    """`boxes` of each row (null where not `sized`) from its `boxes_224` and its image's size."""
     box_row = pc.list_parent_indices(boxes_224).to_numpy()
     corners = pc.list_flatten(pc.list_flatten(boxes_224)).to_numpy().reshape(-1, 4).astype(np.float64)
     pixels = np.zeros_like(corners)
@@ -265,7 +265,7 @@ def pixel_box_column(
     corners_32 = pa.FixedSizeListArray.from_arrays(pa.array(pixels.ravel(), pa.float32()), 4)
     return pa.ListArray.from_arrays(
         offsets(pc.list_value_length(boxes_224).to_numpy()), corners_32, mask=pa.array(~sized)
-    ), pixels
+    )
 
 
 def repeated_questions(table: pa.Table) -> np.ndarray:

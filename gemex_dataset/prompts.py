@@ -21,13 +21,8 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from builders.assembly.sft import ConversationFormat, chat_messages_array, format_choices, format_choices_array
+from builders.assembly.sft import ConversationFormat, format_choices
 from builders.box_frame import to_model_frame
-from builders.columns import join_lists
 from builders.pixel_budget import PixelBudget
 from gemex_dataset.features import QUESTION_TYPES
 
@@ -109,66 +104,3 @@ def image_count(row: dict) -> int:
 CONVERSATION = ConversationFormat(instruction, question_text, image_count, target_text)
 to_messages = CONVERSATION.messages
 """A GEMeX row as TRL's conversational vision format (`ConversationFormat.messages`)."""
-
-
-def messages_array(rows: pa.Table, pixel_boxes: np.ndarray) -> pa.Array:
-    """`to_messages` of every row at once (pixels convention, with the answer).
-
-    `rows` holds the staged columns; `pixel_boxes` (one per item of `boxes_224`, in order) are
-    the rows' boxes in the stored image's pixels.
-    """
-    qtype = rows["question_type"].to_numpy()
-    instruction = pa.array([type_prompt(k) for k in range(len(QUESTION_TYPES))]).take(pa.array(qtype))
-    is_choice = np.isin(qtype, [QUESTION_TYPES.index(name) for name in CHOICE_TYPES])
-    question = _with_choices(rows["question"].combine_chunks(), rows["choices"].combine_chunks(), is_choice)
-    target = pc.binary_join_element_wise(
-        "<answer> ",
-        _answers(rows, qtype),
-        " <reason> ",
-        rows["reason"],
-        " <location> ",
-        _locations(rows["boxes_224"].combine_chunks(), pixel_boxes),
-        "",
-    )
-    return chat_messages_array(instruction, question, np.ones(len(qtype), dtype=np.int64), target)
-
-
-def _with_choices(question: pa.Array, choices: pa.Array, is_choice: np.ndarray) -> pa.Array:
-    """`question_text`: choice questions with non-empty choices get `` <choices>: [A: x, B: y]``."""
-    written = pc.binary_join_element_wise(question, " <choices>: ", format_choices_array(choices), "")
-    return pc.if_else(
-        pa.array(is_choice & (pc.list_value_length(choices).fill_null(0).to_numpy() > 0)), written, question
-    )
-
-
-def _answers(rows: pa.Table, qtype: np.ndarray) -> pa.Array:
-    """`answer_text`: multi-choice letters as a Python list repr, a single choice's letter, else the answer as stored."""
-    letters, answer = rows["answer_letters"].combine_chunks(), rows["answer"].combine_chunks()
-    count = pc.list_value_length(letters).fill_null(0).to_numpy()
-    multi, single = qtype == QUESTION_TYPES.index("multi_choice"), qtype == QUESTION_TYPES.index("single_choice")
-    flat = pc.list_flatten(letters)
-    quoted = pc.binary_join_element_wise("'", flat, "'", "")
-    first = (
-        flat.take(pa.array(np.r_[0, np.cumsum(count)][:-1], mask=count == 0))
-        if len(flat)
-        else pa.nulls(len(count), pa.string())
-    )
-    written = pc.if_else(
-        pa.array(multi),
-        join_lists(quoted, count, "[", ", ", "]"),
-        pc.if_else(pa.array(single & (count > 0)), first, answer),
-    )
-    unlettered = np.flatnonzero(multi & (count == 0))
-    if len(unlettered):  # no answer letters staged: read them from the answer text, as `answer_text` does
-        fixed = written.to_pylist()
-        for k in unlettered.tolist():
-            fixed[k] = answer_text({"question_type": int(qtype[k]), "answer_letters": [], "answer": answer[k].as_py()})
-        written = pa.array(fixed, pa.string())
-    return written
-
-
-def _locations(boxes_224: pa.Array, pixel_boxes: np.ndarray) -> pa.Array:
-    """`location_text` in pixels: ``[[x1, y1, x2, y2], ...]`` of integers (Python's round, half to even)."""
-    corners = pc.cast(pa.array(np.rint(pixel_boxes).astype(np.int64).ravel()), pa.string())
-    boxes = join_lists(corners, np.full(len(pixel_boxes), 4), "[", ", ", "]")
-    return join_lists(boxes, pc.list_value_length(boxes_224).fill_null(0).to_numpy(), "[", ", ", "]")

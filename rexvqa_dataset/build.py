@@ -43,7 +43,7 @@ from rexvqa_dataset.features import (
     features,
     per_study_features,
 )
-from rexvqa_dataset.prompts import messages_array, to_messages
+from rexvqa_dataset.prompts import CONVERSATION, to_messages
 from rexvqa_dataset.records import RawRecord, find_source_files, metadata_folder
 from rexvqa_dataset.rows import drop_missing_views, question_row, study_columns
 
@@ -220,7 +220,7 @@ class RexvqaBuild(DatasetBuild):
                 "images", per_image(references, self.features.arrow_schema.field("images").type.value_type)
             )
         if "messages" in self.features:
-            rows = rows.append_column("messages", messages_array(rows, counts))
+            rows = rows.append_column("messages", CONVERSATION.column(rows))
         return rows
 
     def card_context(self, out: Path, configs: dict[str, dict]) -> dict:

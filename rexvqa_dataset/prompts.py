@@ -10,11 +10,7 @@ from __future__ import annotations
 
 import string
 
-import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
-
-from builders.assembly.sft import ConversationFormat, chat_messages_array, format_choices, format_choices_array
+from builders.assembly.sft import ConversationFormat, format_choices
 from builders.pixel_budget import PixelBudget
 from rexvqa_dataset.scoring import task_of
 
@@ -80,16 +76,3 @@ to_messages = CONVERSATION.messages
 """A ReXVQA row as TRL's conversational vision format, one image part per study image."""
 CHECKLIST = ConversationFormat(instruction, question_text, image_count, checklist_text)
 """The same conversation with a checklist reply (`checklist_text`) in place of the letter and explanation."""
-
-
-def messages_array(rows: pa.Table, image_counts: np.ndarray) -> pa.Array:
-    """`to_messages` of every row at once (with the answer); row i has `image_counts[i]` images."""
-    question = pc.binary_join_element_wise(
-        rows["question"].combine_chunks(), " <choices>: ", format_choices_array(rows["options"].combine_chunks()), ""
-    )
-    target = [
-        target_text({"answer": answer, "answer_index": index, "explanation": explanation})
-        for answer, index, explanation in zip(*(rows[c].to_pylist() for c in ("answer", "answer_index", "explanation")))
-    ]
-    instructions = pa.repeat(INSTRUCTION, len(question))
-    return chat_messages_array(instructions, question, image_counts, pa.array(target, pa.string()))

@@ -15,12 +15,9 @@ import string
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 from datasets import Features, List, Value
 
-from builders.columns import join_lists, positions
 from builders.pixel_budget import PixelBudget
 
 MESSAGES = List({"role": Value("string"), "content": List({"type": Value("string"), "text": Value("string")})})
@@ -84,6 +81,11 @@ class ConversationFormat:
         target = self.target_text(row, box_convention, budget) if with_answer else None
         return chat_messages(self.instruction(row), self.question_text(row), self.image_count(row), target, fold_system)
 
+    def column(self, rows: pa.Table) -> pa.Array:
+        """`messages` of every row of a table (pixels convention, with the answer), as the build writes them."""
+        prompt_columns = rows.drop_columns([name for name in ("image", "images") if name in rows.column_names])
+        return pa.array([self.messages(row) for row in prompt_columns.to_pylist()], MESSAGES_ARROW)
+
 
 def _text(text: str) -> dict:
     return {"type": "text", "text": text}
@@ -101,49 +103,9 @@ def image_count(row: dict) -> int:
     return int(row.get("image") is not None)
 
 
-def chat_messages_array(instruction: pa.Array, question: pa.Array, images: np.ndarray, target: pa.Array) -> pa.Array:
-    """`chat_messages` of every row at once, as the Arrow type of `MESSAGES`: row i has `images[i]` image parts."""
-    n = len(question)
-    images = np.asarray(images, dtype=np.int64)
-    parts_per_row = images + 3  # the instruction; the images and the question; the target
-    row_start = np.r_[0, np.cumsum(parts_per_row)]
-    # Each row's parts in order: instruction, images..., question, target (a run of the concatenated columns).
-    source = np.full(row_start[-1], -1, dtype=np.int64)  # -1: an image part
-    rows = np.arange(n)
-    source[row_start[:-1]] = rows
-    source[row_start[1:] - 2] = n + rows
-    source[row_start[1:] - 1] = 2 * n + rows
-    texts = pa.concat_arrays(
-        [pa.array(instruction, pa.string()), pa.array(question, pa.string()), pa.array(target, pa.string())]
-    )
-    is_image = source < 0
-    text = texts.take(pa.array(np.where(is_image, 0, source), mask=is_image))
-    kinds = pa.DictionaryArray.from_arrays(pa.array(is_image.astype(np.int8)), pa.array(["text", "image"])).cast(
-        pa.string()
-    )
-    parts = pa.StructArray.from_arrays([kinds, text], names=["type", "text"])
-    message_start = np.stack([row_start[:-1], row_start[:-1] + 1, row_start[1:] - 1], axis=1).ravel()
-    content = pa.ListArray.from_arrays(pa.array(np.r_[message_start, row_start[-1]].astype(np.int32)), parts)
-    roles = pa.array(["system", "user", "assistant"] * n, pa.string())
-    messages = pa.StructArray.from_arrays([roles, content], names=["role", "content"])
-    return pa.ListArray.from_arrays(pa.array(np.arange(0, 3 * n + 1, 3, dtype=np.int32)), messages).cast(MESSAGES_ARROW)
-
-
 def format_choices(choices: Sequence[str]) -> str:
     """``[A: x, B: y]``, as in the released human turns."""
     return "[" + ", ".join(f"{letter}: {text}" for letter, text in zip(string.ascii_uppercase, choices)) + "]"
-
-
-def format_choices_array(choices: pa.Array) -> pa.Array:
-    """`format_choices` of every row's list at once: ``[A: x, B: y]`` (at most 26 lettered)."""
-    items = pc.list_flatten(choices)
-    position = positions(choices)
-    letters = pa.array(list(string.ascii_uppercase)).take(pa.array(np.minimum(position, 25)))
-    lettered = pc.binary_join_element_wise(letters, items, ": ").filter(
-        pa.array(position < len(string.ascii_uppercase))
-    )
-    lengths = np.minimum(pc.list_value_length(choices).fill_null(0).to_numpy(), len(string.ascii_uppercase))
-    return join_lists(lettered, lengths, "[", ", ", "]")
 
 
 def conversation(questions: list[list[dict]], images: int) -> list[dict]:
