@@ -41,7 +41,7 @@ the question (how much is drawn on it) scores 50: above it, the probe reads the 
 names. `--train-both-ways` trains on such images only.
 
 The probe is `python -m benchmarks.probe_model`; every size and count is an option. Where the
-machine's speed is not known (a GPU lease), `--train-seconds` stops every arm at the same wall time instead of
+machine's speed is not known (a GPU), `--train-seconds` stops every arm at the same wall time instead of
 after `--steps`, and each run records the steps it reached (`benchmarks/gpu/`, step `signal`).
 """
 

@@ -43,7 +43,7 @@ Qwen2.5-VL's, whose ``qwen2.5-vl`` boxes are in the resized image's pixels."""
 
 HELP = {
     "max_pixels": f"Pixel budget: the most pixels of an image the model sees (Qwen families; default {MAX_PIXELS:,}, "
-    "about 0.5 M, chosen for chest X-rays: README 'Pixel budget'). Training, generation and box scoring use the "
+    "about 0.5 M, chosen for chest X-rays: docs/training.md, 'Pixel budget'). Training, generation and box scoring use the "
     "same: give generation and scoring the training run's.",
     "min_pixels": f"The fewest pixels of an image after the resize (default {MIN_PIXELS:,}: small images are not upscaled).",
 }

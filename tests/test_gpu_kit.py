@@ -181,7 +181,7 @@ def test_a_call_packs_and_reads_only_its_own_logs(tmp_path):
     work = tmp_path / "work"
     earlier = work / "logs" / "profile-earlier"
     earlier.mkdir(parents=True)
-    (earlier / kit.TRACE).write_bytes(b"an earlier lease's trace")
+    (earlier / kit.TRACE).write_bytes(b"an earlier run's trace")
     (work / "logs" / "scores-gemex.json").write_text("{}")
     plan = kit.load_plan(tiny=True)
     plan["parts"] = {"x": [{"step": "epoch_hours"}]}

@@ -175,7 +175,7 @@ def test_a_sigterm_handler_is_read_from_proc_and_assumed_where_it_cannot_be():
 
 
 def test_an_arm_that_fails_leaves_the_others_results(tmp_path, monkeypatch):
-    """Arms of a long run (four at once on a GPU lease) finish and are written though one fails; the failed one is
+    """Arms of a long run (four at once on a GPU) finish and are written though one fails; the failed one is
     listed with the command's error and the run exits 1."""
     from benchmarks import learning_signal
 

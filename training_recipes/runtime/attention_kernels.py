@@ -5,7 +5,7 @@ H100 the GPU kit ran on). cuDNN builds an execution plan for each new shape it m
 of host time while the GPU waits. The recipes' batches bring new shapes at every step: rows of like
 length, not of one length; each image at its own size within the pixel budget; the vision tower's chunks
 stacked by length. On an H100 a full fine-tuning step of Qwen2.5-VL-3B at batch 8 spent 1.2 s of its
-2.7 s in 21 such plan builds, the GPU idle throughout (benchmarks/README.md, B.1, the third lease).
+2.7 s in 21 such plan builds, the GPU idle throughout (benchmarks/README.md, B.1, the third H100 run).
 FlashAttention, and the memory-efficient kernel where a padding mask rules FlashAttention out, build
 nothing per shape; cuDNN stays as the fallback for a shape neither takes, the math kernel last.
 """
