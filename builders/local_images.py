@@ -15,6 +15,7 @@ rows left out.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -135,9 +136,22 @@ def usable_images(rows: list[dict], root: Path, column: str, consequence: str) -
     return images, {row for row, _ in missing}
 
 
+def attached_fingerprint(dataset: Dataset, images: dict[str, StoredImage]) -> str:
+    """The cache key of the attached split: the split, this module's code and each image file as checked (its
+    path, size on disk, modification time and pixel size), so that images replaced under the root, at another
+    resolution say, are attached again."""
+    digest = hashlib.sha256(f"{dataset._fingerprint}\n".encode() + Path(__file__).read_bytes())
+    for path, image in sorted(images.items()):
+        file = os.stat(image.path)
+        digest.update(
+            f"{path}\0{image.path}\0{file.st_size}\0{file.st_mtime_ns}\0{image.width}x{image.height}\n".encode()
+        )
+    return digest.hexdigest()
+
+
 def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming: bool = False) -> Dataset:
     """`dataset` with each row's image(s) from `root / path`, sizes and boxes filled; see the module's docstring.
-    A `datasets` map (cached beside the split), reading no more than the image files' headers."""
+    A `datasets` map, cached beside the split on `attached_fingerprint`, reading no more than the files' headers."""
     if streaming:
         raise LocalImagesError("--image-root reads a split whole, to count missing images first: not with --streaming")
     root = Path(root)
@@ -165,7 +179,10 @@ def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming:
             out.append({**filled, image_column: files[0] if column == "image_path" else files})
         return {c: [row.get(c) for row in out] for c in features}
 
-    return dataset.map(attach, batched=True, features=features, desc="Attaching local images")
+    fingerprint = attached_fingerprint(dataset, images)
+    return dataset.map(
+        attach, batched=True, features=features, new_fingerprint=fingerprint, desc="Attaching local images"
+    )
 
 
 def with_local_sizes(rows: list[dict], root: str | os.PathLike[str]) -> list[dict]:

@@ -133,6 +133,22 @@ def test_empty_and_undecodable_images_count_as_missing_before_training(gemex_non
     examples_by_question(attached)  # every image left decodes
 
 
+def test_images_replaced_under_the_root_are_attached_at_their_new_size(gemex_none, gemex_release, tmp_path):
+    """The attached split is cached on the image files, not on the root's name: unchanged files reuse the cache,
+    images replaced at another resolution give their own sizes and boxes, not the cached ones of the old files."""
+    from PIL import Image as PILImage
+
+    root, _ = image_copy(gemex_release, tmp_path, removed=0)
+    old = with_local_images(load_dataset(str(gemex_none), split="train"), root)
+    assert with_local_images(load_dataset(str(gemex_none), split="train"), root).cache_files == old.cache_files
+    for path in root.rglob("*.jpg"):
+        with PILImage.open(path) as image:
+            image.resize((image.width // 2, image.height // 2)).save(path)
+    new = with_local_images(load_dataset(str(gemex_none), split="train"), root)
+    assert new["image_width"] == [width // 2 for width in old["image_width"]]
+    assert new["boxes"] != old["boxes"]
+
+
 def test_many_missing_images_stop_the_run_before_training(gemex_none, gemex_release, tmp_path):
     from training_recipes import sft
 
