@@ -66,7 +66,6 @@ def _print_report(report, out: Path) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from builders.assembly.lifecycle import renamed_into_place
     from builders.assembly.settings import BuildSettings
     from cxr_vqa.options import parsed_options
 
@@ -74,11 +73,7 @@ def run_build(args: argparse.Namespace) -> int:
         from gemex_dataset.build import build_gemex as build
     else:
         from rexvqa_dataset.build import build_rexvqa as build
-    try:
-        report = build(parsed_options(BuildSettings, args))
-    finally:
-        if renamed_into_place(args.out):
-            args.written = args.out
+    report = build(parsed_options(BuildSettings, args))
     _print_report(report, args.out)
     return 0
 
@@ -424,13 +419,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _output_state(signal_: BaseException, args: argparse.Namespace | None) -> str:
-    """What a signal left on disk: a build whose output was already renamed into place (`written`: as the
-    signal arrived, `builders.assembly.lifecycle.staged_output`, or by the time Python raised it,
-    `run_build`) had completed."""
-    written = getattr(signal_, "written", None) or getattr(args, "written", None)
-    if written:
-        return f"it came after the build had completed: {written} is written whole (its report: {Path(written) / 'build_report.json'})"
-    return "no partial output was left behind"
+    """What a signal left on disk: an output already renamed into place (`written`: as the signal arrived,
+    `builders.assembly.lifecycle.staged_output`, or by the time Python raised it, `renamed_into_place`) is whole."""
+    from builders.assembly.lifecycle import renamed_into_place
+
+    out = getattr(args, "out", None)
+    written = getattr(signal_, "written", None) or (out if out and renamed_into_place(out) else None)
+    if not written:
+        return "no partial output was left behind"
+    report = Path(written) / "build_report.json"
+    return f"it came after the output was complete: {written} is written whole" + (
+        f" (its report: {report})" if report.exists() else ""
+    )
 
 
 if __name__ == "__main__":

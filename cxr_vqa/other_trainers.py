@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import shutil
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +37,7 @@ from datasets import Image, List, load_dataset
 from PIL import Image as PILImage
 from PIL import ImageChops
 
+from builders.assembly.lifecycle import staged_output
 from builders.box_frame import scale_box
 from builders.built_folder import card_configs, config_shards
 from builders.files import atomic_path, atomic_write, write_text
@@ -229,10 +232,13 @@ def write_for_trainer(
     splits: list[str] | None = None,
     workers: int = 1,
 ) -> Written:
-    """Write the build `folder` for `tool` (one of `TOOLS`) into `out`; see the module's docstring."""
+    """Write the build `folder` for `tool` (one of `TOOLS`) into `out`; see the module's docstring.
+
+    Written in a hidden folder beside `out` (`staged_output`) that starts as a copy of `out` (its files hard
+    linked), renamed onto it once every file and image is written: stopped or failed, `out` is as it was."""
     if tool not in TOOLS:
         raise ValueError(f"--to {tool}: expected one of {', '.join(TOOLS)}")
-    folder, out = Path(folder), Path(out)
+    folder = Path(folder)
     configs, _ = card_configs(folder)
     wanted = configs_to_write(folder, configs)
     settings = conversion_settings(box_convention, budget or PixelBudget())
@@ -243,17 +249,28 @@ def write_for_trainer(
         raise ValueError(
             f"{folder}: no {missing[0]!r} split in config {wanted[0]} (pass --split train, validation or test)"
         )
-    images = ImageFiles(out, settings.pixel_budget, workers)
-    written = Written()
-    info: dict[str, dict] = {}
-    try:
-        for config in wanted:
-            for split in splits or list(config_shards(folder, configs[config])):
-                name, rows = write_split(folder, config, split, out, tool, settings, images)
-                written.files[f"{name}.jsonl"] = rows
-                info[name] = {"file_name": f"{name}.jsonl", **SHAREGPT_ENTRY}
-    finally:
-        written.images = images.finish()
-    if tool == "llamafactory":
-        write_text(out / DATASET_INFO, json.dumps(info, indent=2) + "\n")
+    with staged_output(out, True, lambda _: None, "convert writes into a folder") as (staging, _):
+        if Path(out).is_dir():
+            shutil.copytree(out, staging, symlinks=True, copy_function=link_or_copy, dirs_exist_ok=True)
+        images = ImageFiles(staging, settings.pixel_budget, workers)
+        written = Written()
+        info: dict[str, dict] = {}
+        try:
+            for config in wanted:
+                for split in splits or list(config_shards(folder, configs[config])):
+                    name, rows = write_split(folder, config, split, staging, tool, settings, images)
+                    written.files[f"{name}.jsonl"] = rows
+                    info[name] = {"file_name": f"{name}.jsonl", **SHAREGPT_ENTRY}
+        finally:
+            written.images = images.finish()
+        if tool == "llamafactory":
+            write_text(staging / DATASET_INFO, json.dumps(info, indent=2) + "\n")
     return written
+
+
+def link_or_copy(source: str, target: str) -> None:
+    """`source` hard linked at `target` (no bytes copied), or copied where the file system links none."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

@@ -1,0 +1,48 @@
+"""What `cxr-vqa convert --to llamafactory|swift` leaves on disk: a whole conversion or none at all."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from cxr_vqa.cli import main
+
+
+def stopped_convert(build: Path, out: Path, point: str) -> subprocess.Popen:
+    """`cxr-vqa convert BUILD --to llamafactory --out OUT` in a process of its own, stopped at `point`."""
+    env = {**os.environ, "CXR_VQA_STOP_AT": point, "TQDM_DISABLE": "1"}
+    argv = [sys.executable, "-m", "cxr_vqa.cli", "convert", str(build), "--to", "llamafactory", "--out", str(out)]
+    # Ctrl-C's default action, as from a terminal (a test run in the background inherits SIGINT ignored)
+    default_sigint = lambda: signal.signal(signal.SIGINT, signal.SIG_DFL)  # noqa: E731
+    process = subprocess.Popen(argv, env=env, stderr=subprocess.PIPE, text=True, preexec_fn=default_sigint)
+    stat = Path(f"/proc/{process.pid}/stat")
+    while stat.read_text().rsplit(")", 1)[1].split()[0] != "T":
+        if process.poll() is not None:
+            pytest.fail(f"convert ended before {point}: {process.stderr.read()}")
+        time.sleep(0.01)
+    return process
+
+
+@pytest.mark.parametrize("signum, status", [(signal.SIGTERM, 143), (signal.SIGINT, 130)])
+def test_a_stopped_convert_leaves_nothing_behind(gemex_embed, tmp_path, signum, status):
+    out = tmp_path / "lf"
+    process = stopped_convert(gemex_embed[0], out, "atomic-write")
+    os.kill(process.pid, signum)
+    os.kill(process.pid, signal.SIGCONT)
+    assert process.wait(timeout=120) == status
+    assert "no partial output was left behind" in process.stderr.read()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_convert_that_completes_says_what_it_wrote(gemex_embed, tmp_path, capsys):
+    out = tmp_path / "lf"
+    assert main(["convert", str(gemex_embed[0]), "--to", "swift", "--out", str(out)]) == 0
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["lf"]
+    printed = capsys.readouterr().out
+    assert all(f"{out / p.name}:" in printed for p in out.glob("*.jsonl"))
