@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -11,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from builders.assembly.settings import BuildSettings
 from cxr_vqa.cli import main
+from gemex_dataset.build import build_gemex
 
 
 def stopped_convert(build: Path, out: Path, point: str) -> subprocess.Popen:
@@ -46,3 +49,16 @@ def test_a_convert_that_completes_says_what_it_wrote(gemex_embed, tmp_path, caps
     assert sorted(p.name for p in tmp_path.iterdir()) == ["lf"]
     printed = capsys.readouterr().out
     assert all(f"{out / p.name}:" in printed for p in out.glob("*.jsonl"))
+
+
+def test_a_convert_whose_image_fails_writes_no_file(gemex_release, tmp_path, capsys):
+    """One image unreadable: exit 1 naming it, and no JSON Lines file (they would name PNGs never written)."""
+    images = shutil.copytree(gemex_release.image_root, tmp_path / "files")
+    build = tmp_path / "reference"
+    build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=build, images=images))
+    broken = sorted(images.rglob("*.jpg"))[0]
+    broken.write_bytes(b"not a JPEG")
+    out = tmp_path / "lf"
+    assert main(["convert", str(build), "--to", "llamafactory", "--out", str(out)]) == 1
+    assert broken.name in capsys.readouterr().err
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["files", "reference"]
