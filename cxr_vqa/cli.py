@@ -143,6 +143,9 @@ def _synthesize_parser(
 
 
 def run_convert(args: argparse.Namespace) -> int:
+    from builders.built_folder import refuse_out_inside
+
+    refuse_out_inside(args.dataset, args.out)
     if args.to == "llava":
         from gemex_dataset.conversion import write_llava
 
@@ -161,8 +164,10 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_attach(args: argparse.Namespace) -> int:
+    from builders.built_folder import refuse_out_inside
     from cxr_vqa.attach import attach_images
 
+    refuse_out_inside(args.dataset, args.out)
     report = attach_images(args.dataset, args.image_root, args.out, args.image_mode, args.overwrite)
     _print_report(report, args.out)
     print(f"  annotations from {args.dataset}, images from {args.image_root} ({args.image_mode})")
@@ -409,9 +414,9 @@ def main(argv: list[str] | None = None) -> int:
             print(mask_secrets("".join(traceback.format_exception(err))), file=sys.stderr, end="")
             return 1
         print(mask_secrets(f"cxr-vqa: error: {line}"), file=sys.stderr)
-        from builders.built_folder import UnknownConfig
+        from builders.built_folder import UsageError
 
-        return 2 if isinstance(err, UnknownConfig) else 1
+        return 2 if isinstance(err, UsageError) else 1
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         if argv is None:  # this process is the command: its outcome is told, a Ctrl-C while it exits changes nothing

@@ -13,8 +13,16 @@ from pathlib import Path
 import pytest
 
 from builders.assembly.settings import BuildSettings
+from builders.hub.validate import validate
 from cxr_vqa.cli import main
 from gemex_dataset.build import build_gemex
+
+
+@pytest.fixture(scope="module")
+def gemex_none(gemex_release, tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("gemex-none") / "gemex"
+    build_gemex(BuildSettings(source=gemex_release.root / "per_type", out=out, image_mode="none"))
+    return out
 
 
 def stopped_convert(build: Path, out: Path, point: str) -> subprocess.Popen:
@@ -62,3 +70,18 @@ def test_a_convert_whose_image_fails_writes_no_file(gemex_release, tmp_path, cap
     assert main(["convert", str(build), "--to", "llamafactory", "--out", str(out)]) == 1
     assert broken.name in capsys.readouterr().err
     assert sorted(p.name for p in tmp_path.iterdir()) == ["files", "reference"]
+
+
+@pytest.mark.parametrize("inside", [".", "converted", "data/x.json"])
+@pytest.mark.parametrize("command", ["llava", "swift", "attach"])
+def test_an_out_inside_the_build_is_refused(gemex_none, gemex_release, capsys, command, inside):
+    build = gemex_none
+    before = sorted(build.rglob("*"))
+    out = build / inside
+    argv = ["--to", command] if command != "attach" else ["--image-root", str(gemex_release.image_root)]
+    verb = "attach" if command == "attach" else "convert"
+    assert main([verb, str(build), *argv, "--out", str(out)]) == 2
+    assert capsys.readouterr().err == f"cxr-vqa: error: --out {out}: inside the build {build} it reads; " + (
+        "choose an --out outside it\n"
+    )
+    assert sorted(build.rglob("*")) == before and validate(build) == []
