@@ -8,7 +8,7 @@ Lines of that shape, one file per config and split, and each image once, as a PN
 ``images/`` that the rows name by a path relative to the output folder:
 
 - ``llamafactory``: beside the files, a `dataset_info.json` entry per file (``formatting:
-  sharegpt``, its `columns` and `tags`), so ``dataset_dir: DIR`` and ``dataset: NAME`` are all a
+  sharegpt``, its `columns` and `tags`; the file's other entries are kept), so ``dataset_dir: DIR`` and ``dataset: NAME`` are all a
   training config needs. GEMeX boxes are text in the model family's convention
   (`builders.box_frame`), as the recipes write them.
 - ``swift``: the same rows with GEMeX boxes as ms-swift's grounding ``objects`` (``ref``: the
@@ -254,7 +254,7 @@ def write_for_trainer(
             shutil.copytree(out, staging, symlinks=True, copy_function=link_or_copy, dirs_exist_ok=True)
         images = ImageFiles(staging, settings.pixel_budget, workers)
         written = Written()
-        info: dict[str, dict] = {}
+        info = dataset_info(Path(out)) if tool == "llamafactory" else {}
         try:
             for config in wanted:
                 for split in splits or list(config_shards(folder, configs[config])):
@@ -266,6 +266,19 @@ def write_for_trainer(
         if tool == "llamafactory":
             write_text(staging / DATASET_INFO, json.dumps(info, indent=2) + "\n")
     return written
+
+
+def dataset_info(folder: Path) -> dict[str, dict]:
+    """The entries of the folder's `dataset_info.json`, kept beside the ones `convert` writes (none without one)."""
+    path = folder / DATASET_INFO
+    try:
+        info = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except (OSError, ValueError) as err:
+        info = err
+    if not isinstance(info, dict):
+        why = info if isinstance(info, Exception) else f"a JSON {type(info).__name__}"
+        raise ValueError(f"{path}: not a JSON object of datasets ({why}); fix it or choose another --out")
+    return info
 
 
 def link_or_copy(source: str, target: str) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -16,6 +17,7 @@ from builders.assembly.settings import BuildSettings
 from builders.hub.validate import validate
 from cxr_vqa.cli import main
 from gemex_dataset.build import build_gemex
+from rexvqa_dataset.build import build_rexvqa
 
 
 @pytest.fixture(scope="module")
@@ -85,3 +87,30 @@ def test_an_out_inside_the_build_is_refused(gemex_none, gemex_release, capsys, c
         "choose an --out outside it\n"
     )
     assert sorted(build.rglob("*")) == before and validate(build) == []
+
+
+def test_llamafactory_entries_join_those_already_in_the_folder(gemex_embed, rexvqa_release, tmp_path):
+    """GEMeX then ReXVQA into one folder that holds the user's own dataset: every entry kept, ours replaced."""
+    rexvqa = tmp_path / "rexvqa"
+    build_rexvqa(BuildSettings(source=rexvqa_release.root, out=rexvqa, image_mode="embed"))
+    out = tmp_path / "data"
+    out.mkdir()
+    mine = {"mine": {"file_name": "mine.json"}, "gemex_sft_test": {"file_name": "old.jsonl"}}
+    (out / "dataset_info.json").write_text(json.dumps(mine))
+    (out / "mine.json").write_text("[]")
+    for build in (gemex_embed[0], rexvqa):
+        assert main(["convert", str(build), "--to", "llamafactory", "--out", str(out), "--split", "test"]) == 0
+    info = json.loads((out / "dataset_info.json").read_text())
+    names = ["gemex_sft_test", "gemex_sft_per_image_test", "rexvqa_sft_test", "rexvqa_sft_per_study_test"]
+    assert sorted(info) == sorted(["mine", *names])
+    assert info["mine"] == mine["mine"] and info["gemex_sft_test"]["file_name"] == "gemex_sft_test.jsonl"
+    assert (out / "mine.json").read_text() == "[]" and all((out / f"{name}.jsonl").is_file() for name in names)
+
+
+def test_a_dataset_info_that_is_no_json_object_is_named_and_kept(gemex_embed, tmp_path, capsys):
+    out = tmp_path / "data"
+    out.mkdir()
+    (out / "dataset_info.json").write_text("[1, 2]")
+    assert main(["convert", str(gemex_embed[0]), "--to", "llamafactory", "--out", str(out), "--split", "test"]) == 1
+    assert f"{out / 'dataset_info.json'}: not a JSON object of datasets (a JSON list)" in capsys.readouterr().err
+    assert [p.name for p in out.iterdir()] == ["dataset_info.json"]
