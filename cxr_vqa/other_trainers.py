@@ -26,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import threading
 from collections.abc import Iterator
@@ -54,6 +55,8 @@ from training_recipes.data import (
 
 TOOLS = ("llamafactory", "swift")
 IMAGE_TAG = "<image>"
+TRAINER_TAGS = re.compile(r"<(image|video|audio|bbox|ref-object|cot-process|start-image)>")
+"""The tags LLaMA-Factory (media) or ms-swift (media, grounding) read in a message's text."""
 BBOX_TAG = "<bbox>"
 IMAGES = "images"
 PNG_LEVEL = 1
@@ -136,11 +139,18 @@ def greyscale_if_grey(image: PILImage.Image) -> PILImage.Image:
 
 
 def text_messages(messages: list[dict]) -> list[dict]:
-    """TRL's content parts as one string a turn, an ``<image>`` tag where each image part was."""
+    """TRL's content parts as one string a turn, an ``<image>`` tag where each image part was.
+
+    A tag either tool reads in the text itself (``<image>``, ``<bbox>``, ...: `TRAINER_TAGS`, as a record's
+    question or report may hold) is written HTML-escaped, ``&lt;image&gt;``, which neither parses: a row's
+    ``<image>`` tags are its images and its ``<bbox>`` tags its boxes."""
     return [
         {
             "role": m["role"],
-            "content": "".join(IMAGE_TAG if part["type"] == "image" else part["text"] for part in m["content"]),
+            "content": "".join(
+                IMAGE_TAG if part["type"] == "image" else TRAINER_TAGS.sub(r"&lt;\1&gt;", part["text"])
+                for part in m["content"]
+            ),
         }
         for m in messages
     ]

@@ -114,3 +114,26 @@ def test_a_dataset_info_that_is_no_json_object_is_named_and_kept(gemex_embed, tm
     assert main(["convert", str(gemex_embed[0]), "--to", "llamafactory", "--out", str(out), "--split", "test"]) == 1
     assert f"{out / 'dataset_info.json'}: not a JSON object of datasets (a JSON list)" in capsys.readouterr().err
     assert [p.name for p in out.iterdir()] == ["dataset_info.json"]
+
+
+def test_tags_in_the_record_text_are_escaped(gemex_release, tmp_path):
+    """A question and a reason holding `<image>` and `<bbox>`: each converted row's tags are its images and boxes."""
+    source = shutil.copytree(gemex_release.root / "per_type", tmp_path / "per_type")
+    path = source / "train" / "open_ended_question.jsonl"
+    lines = path.read_text().splitlines()
+    record = json.loads(lines[0])
+    record["question"] += " (compare <image> with the prior)"
+    record["reason"] += " <bbox> <image>"
+    path.write_text("\n".join([json.dumps(record), *lines[1:]]) + "\n")
+    build_gemex(BuildSettings(source=source, out=tmp_path / "gemex", images=gemex_release.image_root))
+    for tool in ("llamafactory", "swift"):
+        argv = ["convert", str(tmp_path / "gemex"), "--to", tool, "--out", str(tmp_path / tool), "--split", "train"]
+        assert main(argv) == 0
+        escaped = 0
+        for file in (tmp_path / tool).glob("*.jsonl"):
+            for row in map(json.loads, file.read_text().splitlines()):
+                text = "".join(m["content"] for m in row["messages"])
+                assert text.count("<image>") == len(row["images"]), (tool, file.name)
+                assert text.count("<bbox>") == len(row.get("objects", {}).get("bbox", [])), (tool, file.name)
+                escaped += "compare &lt;image&gt; with" in text and "&lt;bbox&gt; &lt;image&gt;" in text
+        assert escaped == 2, tool  # the question's row in sft and in sft_per_image
