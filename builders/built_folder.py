@@ -78,8 +78,18 @@ def card_configs(folder: Path) -> tuple[dict[str, dict], DatasetInfosDict]:
     return dict(configs), DatasetInfosDict.from_dataset_card_data(data)
 
 
-class UnknownConfig(ValueError):
-    """A config name the card does not declare: a mistake in the command line, as argparse's are (exit 2)."""
+class UsageError(ValueError):
+    """A mistake in the command line, as argparse's are (exit 2)."""
+
+
+class UnknownConfig(UsageError):
+    """A config name the card does not declare."""
+
+
+def refuse_out_inside(folder: Path, out: Path) -> None:
+    """UsageError when `out` is the build `folder` or lies inside it, which would then no longer validate."""
+    if Path(out).resolve().is_relative_to(Path(folder).resolve()):
+        raise UsageError(f"--out {out}: inside the build {folder} it reads; choose an --out outside it")
 
 
 def named_config(folder: Path, configs: dict[str, dict], name: str) -> dict:

@@ -7,14 +7,15 @@ another machine, names each row's image by its released path (`image_path`, or a
 pixel budget exactly as they decode an embedded image, and fills what a build without images leaves
 empty: each image's size from its header, and boxes in its pixels from the released 224-frame boxes.
 
-Missing files are counted first, all of them, before anything trains: more than `MISSING_ALLOWED`
+Missing files are counted first, all of them, before anything trains, with those a reference build
+rejects (a path outside the root, an empty, truncated or unparsable file): more than `MISSING_ALLOWED`
 stops the run with one line naming the first ones and their rows; fewer are named one by one and their
 rows left out.
 """
 
 from __future__ import annotations
 
-import functools
+import hashlib
 import os
 import sys
 from pathlib import Path
@@ -23,7 +24,7 @@ import numpy as np
 from datasets import Dataset, Image, List, Value
 
 from builders.box_frame import frame224_to_pixels
-from builders.images import ImageError, image_size
+from builders.images import ImageError, StoredImage, reference_image, resolve_image_path
 
 IMAGE_COLUMNS = {"image_path": "image", "image_paths": "images"}
 """A row's released image path column, and the image column it fills."""
@@ -60,70 +61,97 @@ def row_name(row: dict) -> str:
     return "a row"
 
 
-def located(root: Path, path: str) -> Path:
-    return Path(os.path.normpath(root / path))
+def allowed_root(root: Path, column: str) -> Path:
+    """Where the rows' image paths must stay: the root, or for a study's `image_paths` (ReXVQA's, relative to
+    the release's metadata/ and starting `../deid_png/`) the release folder above it, as their build allows."""
+    return root.absolute().parent if column == "image_paths" else root
 
 
-def missing_images(rows: list[dict], root: Path, column: str) -> list[tuple[str, Path]]:
-    """(row, file) of every image the rows name that is no file under `root`, each file checked once."""
-    seen: dict[str, bool] = {}
+def checked_image(root: Path, path: str, column: str) -> StoredImage | ImageError:
+    """The image at `root / path` as a reference build checks it: inside `allowed_root` (else a `path_escape`),
+    a complete file whose header parses."""
+    try:
+        return reference_image(resolve_image_path(root, path, allowed_root=allowed_root(root, column)))
+    except ImageError as err:
+        return err
+
+
+def missing_images(rows: list[dict], root: Path, column: str) -> tuple[dict[str, StoredImage], list[tuple[str, str]]]:
+    """Each image the rows name, checked once: the usable ones by released path, and (row, what is wrong) for
+    every row naming another."""
+    images: dict[str, StoredImage | ImageError] = {}
     missing = []
     for row in rows:
         paths = row[column] if column == "image_paths" else [row[column]]
         for path in paths or []:
-            if path not in seen:
-                seen[path] = located(root, path).is_file()
-            if not seen[path]:
-                missing.append((row_name(row), located(root, path)))
-    return missing
+            if path not in images:
+                images[path] = checked_image(root, path, column)
+            if isinstance(images[path], ImageError):
+                missing.append((row_name(row), f"{column} {images[path]}"))
+    return {path: image for path, image in images.items() if isinstance(image, StoredImage)}, missing
 
 
 def check_missing(
-    missing: list[tuple[str, Path]],
+    missing: list[tuple[str, str]],
     root: Path,
     allowed: int = MISSING_ALLOWED,
     consequence: str = "the row is left out",
 ) -> None:
-    """Stop when more than `allowed` images are missing; else name each on stderr with its `consequence`."""
-    files = {path for _, path in missing}
+    """Stop when more than `allowed` images are missing or unusable; else name each on stderr with its `consequence`."""
+    files = {problem for _, problem in missing}
     if len(files) > allowed:
-        shown = "; ".join(f"{row}: {path}" for row, path in missing[:3])
+        shown = "; ".join(f"{row}: {problem}" for row, problem in missing[:3])
         raise MissingImagesError(
-            f"--image-root {root}: {len(files)} images missing (more than {allowed}; {len(missing)} rows name them), "
-            f"e.g. {shown}: is it the folder the rows' image paths are relative to (MIMIC-CXR-JPG's files/ for "
-            "GEMeX, the ReXVQA release's metadata/ for ReXVQA)?"
+            f"--image-root {root}: {len(files)} images missing or unusable (more than {allowed}; {len(missing)} rows "
+            f"name them), e.g. {shown}: is it the folder the rows' image paths are relative to (MIMIC-CXR-JPG's "
+            "files/ for GEMeX, the ReXVQA release's metadata/ for ReXVQA)?"
         )
-    for row, path in missing:
-        print(f"--image-root: {row}: no image {path}; {consequence}", file=sys.stderr)
+    for row, problem in missing:
+        print(f"--image-root: {row}: {problem}; {consequence}", file=sys.stderr)
 
 
-@functools.lru_cache(maxsize=1 << 16)
-def header_size(path: Path) -> tuple[int, int]:
-    """An image's (width, height) from its header, read once however many questions show it."""
-    return image_size(path)
-
-
-def sizes_and_boxes(row: dict, root: Path, column: str) -> dict:
+def sizes_and_boxes(row: dict, images: dict[str, StoredImage], column: str) -> dict:
     """The row's image sizes from the files' headers where the build left them empty, and GEMeX's boxes in
     those pixels from `boxes_224` where it left them empty."""
     width_column, height_column = SIZE_COLUMNS[column]
     out = {}
     if column == "image_path":
         if row.get(width_column) is None or row.get(height_column) is None:
-            out[width_column], out[height_column] = header_size(located(root, row[column]))
+            out[width_column], out[height_column] = images[row[column]].width, images[row[column]].height
         width, height = out.get(width_column, row.get(width_column)), out.get(height_column, row.get(height_column))
         if row.get("boxes") is None and row.get("boxes_224") is not None:
             boxes = [frame224_to_pixels(box, width, height)[0] for box in row["boxes_224"]]
             out["boxes"] = np.asarray(boxes, dtype=np.float32).reshape(-1, 4).tolist()  # as a build stores them
     elif not row.get(width_column) or len(row[width_column]) != len(row[column]):
-        sizes = [header_size(located(root, path)) for path in row[column]]
-        out[width_column], out[height_column] = [w for w, _ in sizes], [h for _, h in sizes]
+        out[width_column] = [images[path].width for path in row[column]]
+        out[height_column] = [images[path].height for path in row[column]]
     return out
+
+
+def usable_images(rows: list[dict], root: Path, column: str, consequence: str) -> tuple[dict[str, StoredImage], set]:
+    """The rows' usable images by released path, and the names of the rows naming another (each named on
+    stderr; more than `MISSING_ALLOWED` stop the run)."""
+    images, missing = missing_images(rows, root, column)
+    check_missing(missing, root, consequence=consequence)
+    return images, {row for row, _ in missing}
+
+
+def attached_fingerprint(dataset: Dataset, images: dict[str, StoredImage]) -> str:
+    """The cache key of the attached split: the split, this module's code and each image file as checked (its
+    path, size on disk, modification time and pixel size), so that images replaced under the root, at another
+    resolution say, are attached again."""
+    digest = hashlib.sha256(f"{dataset._fingerprint}\n".encode() + Path(__file__).read_bytes())
+    for path, image in sorted(images.items()):
+        file = os.stat(image.path)
+        digest.update(
+            f"{path}\0{image.path}\0{file.st_size}\0{file.st_mtime_ns}\0{image.width}x{image.height}\n".encode()
+        )
+    return digest.hexdigest()
 
 
 def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming: bool = False) -> Dataset:
     """`dataset` with each row's image(s) from `root / path`, sizes and boxes filled; see the module's docstring.
-    A `datasets` map (cached beside the split), reading no more than the image files' headers."""
+    A `datasets` map, cached beside the split on `attached_fingerprint`, reading no more than the files' headers."""
     if streaming:
         raise LocalImagesError("--image-root reads a split whole, to count missing images first: not with --streaming")
     root = Path(root)
@@ -134,10 +162,8 @@ def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming:
     dataset = dataset.remove_columns([c for c in (image_column, "messages") if c in dataset.column_names])
     named_by = [c for c in ("question_id", "conversation_id", "study_id") if c in dataset.column_names][:1]
     named = dataset.select_columns([*named_by, column]).to_list()
-    missing = missing_images(named, root, column)
-    check_missing(missing, root)
-    if missing:
-        left_out = {row for row, _ in missing}
+    images, left_out = usable_images(named, root, column, "the row is left out")
+    if left_out:
         dataset = dataset.select([k for k, row in enumerate(named) if row_name(row) not in left_out])
     features = dataset.features.copy()
     features[image_column] = Image() if column == "image_path" else List(Image())
@@ -145,21 +171,18 @@ def with_local_images(dataset: Dataset, root: str | os.PathLike[str], streaming:
         features.setdefault(size_column, Value("int32") if column == "image_path" else List(Value("int32")))
 
     def attach(batch: dict[str, list]) -> dict[str, list]:
-        rows = [dict(zip(batch, values)) for values in zip(*batch.values())]
         out = []
-        for row in rows:
-            try:
-                filled = {**row, **sizes_and_boxes(row, root, column)}
-            except ImageError as err:
-                raise LocalImagesError(f"--image-root {root}: {row_name(row)}: {err}") from err
-            images = [
-                {"path": str(located(root, p)), "bytes": None}
-                for p in ([row[column]] if column == "image_path" else row[column])
-            ]
-            out.append({**filled, image_column: images[0] if column == "image_path" else images})
+        for row in (dict(zip(batch, values)) for values in zip(*batch.values())):
+            paths = [row[column]] if column == "image_path" else row[column]
+            files = [{"path": images[path].path, "bytes": None} for path in paths]
+            filled = {**row, **sizes_and_boxes(row, images, column)}
+            out.append({**filled, image_column: files[0] if column == "image_path" else files})
         return {c: [row.get(c) for row in out] for c in features}
 
-    return dataset.map(attach, batched=True, features=features, desc="Attaching local images")
+    fingerprint = attached_fingerprint(dataset, images)
+    return dataset.map(
+        attach, batched=True, features=features, new_fingerprint=fingerprint, desc="Attaching local images"
+    )
 
 
 def with_local_sizes(rows: list[dict], root: str | os.PathLike[str]) -> list[dict]:
@@ -169,10 +192,5 @@ def with_local_sizes(rows: list[dict], root: str | os.PathLike[str]) -> list[dic
     if not root.is_dir():
         raise LocalImagesError(f"--image-root {root}: no such folder")
     column = path_column(list(rows[0]) if rows else list(IMAGE_COLUMNS))
-    missing = missing_images(rows, root, column)
-    check_missing(missing, root, consequence="its boxes are not scored")
-    left_out = {row for row, _ in missing}
-    try:
-        return [row if row_name(row) in left_out else {**row, **sizes_and_boxes(row, root, column)} for row in rows]
-    except ImageError as err:
-        raise LocalImagesError(f"--image-root {root}: {err}") from err
+    images, left_out = usable_images(rows, root, column, "its boxes are not scored")
+    return [row if row_name(row) in left_out else {**row, **sizes_and_boxes(row, images, column)} for row in rows]

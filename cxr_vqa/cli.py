@@ -66,7 +66,6 @@ def _print_report(report, out: Path) -> None:
 
 
 def run_build(args: argparse.Namespace) -> int:
-    from builders.assembly.lifecycle import renamed_into_place
     from builders.assembly.settings import BuildSettings
     from cxr_vqa.options import parsed_options
 
@@ -74,11 +73,7 @@ def run_build(args: argparse.Namespace) -> int:
         from gemex_dataset.build import build_gemex as build
     else:
         from rexvqa_dataset.build import build_rexvqa as build
-    try:
-        report = build(parsed_options(BuildSettings, args))
-    finally:
-        if renamed_into_place(args.out):
-            args.written = args.out
+    report = build(parsed_options(BuildSettings, args))
     _print_report(report, args.out)
     return 0
 
@@ -148,6 +143,9 @@ def _synthesize_parser(
 
 
 def run_convert(args: argparse.Namespace) -> int:
+    from builders.built_folder import refuse_out_inside
+
+    refuse_out_inside(args.dataset, args.out)
     if args.to == "llava":
         from gemex_dataset.conversion import write_llava
 
@@ -166,8 +164,10 @@ def run_convert(args: argparse.Namespace) -> int:
 
 
 def run_attach(args: argparse.Namespace) -> int:
+    from builders.built_folder import refuse_out_inside
     from cxr_vqa.attach import attach_images
 
+    refuse_out_inside(args.dataset, args.out)
     report = attach_images(args.dataset, args.image_root, args.out, args.image_mode, args.overwrite)
     _print_report(report, args.out)
     print(f"  annotations from {args.dataset}, images from {args.image_root} ({args.image_mode})")
@@ -414,9 +414,9 @@ def main(argv: list[str] | None = None) -> int:
             print(mask_secrets("".join(traceback.format_exception(err))), file=sys.stderr, end="")
             return 1
         print(mask_secrets(f"cxr-vqa: error: {line}"), file=sys.stderr)
-        from builders.built_folder import UnknownConfig
+        from builders.built_folder import UsageError
 
-        return 2 if isinstance(err, UnknownConfig) else 1
+        return 2 if isinstance(err, UsageError) else 1
     finally:
         signal.signal(signal.SIGTERM, previous_handler)
         if argv is None:  # this process is the command: its outcome is told, a Ctrl-C while it exits changes nothing
@@ -424,13 +424,18 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _output_state(signal_: BaseException, args: argparse.Namespace | None) -> str:
-    """What a signal left on disk: a build whose output was already renamed into place (`written`: as the
-    signal arrived, `builders.assembly.lifecycle.staged_output`, or by the time Python raised it,
-    `run_build`) had completed."""
-    written = getattr(signal_, "written", None) or getattr(args, "written", None)
-    if written:
-        return f"it came after the build had completed: {written} is written whole (its report: {Path(written) / 'build_report.json'})"
-    return "no partial output was left behind"
+    """What a signal left on disk: an output already renamed into place (`written`: as the signal arrived,
+    `builders.assembly.lifecycle.staged_output`, or by the time Python raised it, `renamed_into_place`) is whole."""
+    from builders.assembly.lifecycle import renamed_into_place
+
+    out = getattr(args, "out", None)
+    written = getattr(signal_, "written", None) or (out if out and renamed_into_place(out) else None)
+    if not written:
+        return "no partial output was left behind"
+    report = Path(written) / "build_report.json"
+    return f"it came after the output was complete: {written} is written whole" + (
+        f" (its report: {report})" if report.exists() else ""
+    )
 
 
 if __name__ == "__main__":

@@ -90,7 +90,17 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         "--strict", action="store_true", help="exit 1 when predictions are missing, repeated or unknown"
     )
-    gemex = parser.add_argument_group("GEMeX")
+    add_gemex_arguments(parser.add_argument_group("GEMeX"))
+    rex = parser.add_argument_group("ReXVQA")
+    rex.add_argument(
+        "--write-rexrank", type=Path, help="also write the scored predictions in the ReXrank submission layout"
+    )
+    parser.set_defaults(func=run)
+    return parser
+
+
+def add_gemex_arguments(gemex: argparse._ArgumentGroup) -> None:
+    """The options only GEMeX scoring reads: boxes, images, text metrics and the judge."""
     gemex.add_argument("--box-convention", choices=BOX_CONVENTIONS, default="pixels", help="how the model writes boxes")
     pixel_budget.add_arguments(gemex)  # qwen2.5-vl boxes are in the pixels of the image resized to it
     gemex.add_argument("--image-root", type=Path, metavar="DIR", help=local_images.HELP)
@@ -112,12 +122,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
     gemex.add_argument(
         "--judge-api-key-env", default="OPENAI_API_KEY", help="environment variable holding the judge's API key"
     )
-    rex = parser.add_argument_group("ReXVQA")
-    rex.add_argument(
-        "--write-rexrank", type=Path, help="also write the scored predictions in the ReXrank submission layout"
-    )
-    parser.set_defaults(func=run)
-    return parser
 
 
 def split_shards(dataset_dir: Path, split: str, config: str | None = None) -> list[Path]:
@@ -297,42 +301,70 @@ def check_resizable(rows: list[dict]) -> None:
             )
 
 
-def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
+def _text_scorers(args: argparse.Namespace) -> tuple[list[str], dict[str, str], object]:
+    """The AR text metrics asked for (default: those installed), those left out as not installed
+    (metric -> extra), and the BERTScore scorer when one is asked for."""
     from builders.scoring import text_metrics
-    from gemex_dataset import scoring
+    from gemex_dataset.scoring import TEXT_METRICS
 
-    image_root = args.image_root
-    wanted = (*scoring.COLUMNS, "image_path") if image_root else scoring.COLUMNS
-    required = ("question_id", "question_type", "answer", "reason", "boxes")
-    rows = load_split(args.dataset, args.split, wanted, required, args.config)
-    if image_root:
-        rows = local_images.with_local_sizes(rows, image_root)
-    if args.box_convention == "qwen2.5-vl":
-        check_resizable(rows)
-    predictions, check, source = _predictions(args, rows, scoring)
-    budget = pixel_budget.from_arguments(args)
     not_installed: dict[str, str] = {}
     if args.text_metrics is None:
         metrics, not_installed = text_metrics.installed_metrics()
     else:
         metrics = [m for m in args.text_metrics.split(",") if m]
-    unknown = [m for m in metrics if m not in scoring.TEXT_METRICS]
+    unknown = [m for m in metrics if m not in TEXT_METRICS]
     if unknown:
-        raise EvaluationError(
-            f"unknown text metric(s) {', '.join(unknown)}; expected {', '.join(scoring.TEXT_METRICS)}"
-        )
+        raise EvaluationError(f"unknown text metric(s) {', '.join(unknown)}; expected {', '.join(TEXT_METRICS)}")
     bert = None
     if "bertscore" in metrics:
         bert = text_metrics.BertScorer(args.bertscore_model, device=args.device)
         if args.torch_threads:
             bert.torch.set_num_threads(args.torch_threads)
-    judge = None
-    if args.judge_url or args.judge_model:
-        if not (args.judge_url and args.judge_model):
-            raise EvaluationError("the judge needs both --judge-url and --judge-model")
-        from builders.scoring.judge import ChatJudge
+    return metrics, not_installed, bert
 
-        judge = ChatJudge(args.judge_url, args.judge_model, api_key_env=args.judge_api_key_env)
+
+def _judge(args: argparse.Namespace):
+    """The LLM judge of `--judge-url` and `--judge-model`, or None when neither is given."""
+    if not (args.judge_url or args.judge_model):
+        return None
+    if not (args.judge_url and args.judge_model):
+        raise EvaluationError("the judge needs both --judge-url and --judge-model")
+    from builders.scoring.judge import ChatJudge
+
+    return ChatJudge(args.judge_url, args.judge_model, api_key_env=args.judge_api_key_env)
+
+
+def _majority_accuracy(rows: list[dict], box_convention: str, budget) -> dict[str, float]:
+    """The A-score of always giving the most common answer, per question type: the floor a model must beat."""
+    from gemex_dataset import scoring
+
+    replies = scoring.majority_replies(rows, box_convention, budget)
+    floor = scoring.score_gemex(rows, replies, box_convention=box_convention, metrics=(), budget=budget)
+    return {name: entry["A"] for name, entry in floor["table"].items()}
+
+
+def gemex_rows(args: argparse.Namespace) -> list[dict]:
+    """The split's questions, sized from `--image-root` when given, checked readable in the box convention."""
+    from gemex_dataset.scoring import COLUMNS
+
+    wanted = (*COLUMNS, "image_path") if args.image_root else COLUMNS
+    required = ("question_id", "question_type", "answer", "reason", "boxes")
+    rows = load_split(args.dataset, args.split, wanted, required, args.config)
+    if args.image_root:
+        rows = local_images.with_local_sizes(rows, args.image_root)
+    if args.box_convention == "qwen2.5-vl":
+        check_resizable(rows)
+    return rows
+
+
+def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
+    from gemex_dataset import scoring
+
+    rows = gemex_rows(args)
+    predictions, check, source = _predictions(args, rows, scoring)
+    budget = pixel_budget.from_arguments(args)
+    metrics, not_installed, bert = _text_scorers(args)
+    judge = _judge(args)
     result = scoring.score_gemex(
         rows,
         predictions,
@@ -357,16 +389,7 @@ def evaluate_gemex(args: argparse.Namespace) -> tuple[dict, str]:
         "bertscore_note": BERTSCORE_NOTE if bert else None,
         "judge": {"url": mask_url(args.judge_url), "model": args.judge_model} if judge else None,
     }
-    majority = None
-    if args.baseline is None:
-        floor = scoring.score_gemex(
-            rows,
-            scoring.majority_replies(rows, args.box_convention, budget),
-            box_convention=args.box_convention,
-            metrics=(),
-            budget=budget,
-        )
-        majority = {name: entry["A"] for name, entry in floor["table"].items()}
+    majority = None if args.baseline is not None else _majority_accuracy(rows, args.box_convention, budget)
     text = gemex_table(result["table"], metrics, judge is not None, majority)
     if bert:
         text += f"\n\n* {BERTSCORE_NOTE}."

@@ -8,7 +8,7 @@ Lines of that shape, one file per config and split, and each image once, as a PN
 ``images/`` that the rows name by a path relative to the output folder:
 
 - ``llamafactory``: beside the files, a `dataset_info.json` entry per file (``formatting:
-  sharegpt``, its `columns` and `tags`), so ``dataset_dir: DIR`` and ``dataset: NAME`` are all a
+  sharegpt``, its `columns` and `tags`; the file's other entries are kept), so ``dataset_dir: DIR`` and ``dataset: NAME`` are all a
   training config needs. GEMeX boxes are text in the model family's convention
   (`builders.box_frame`), as the recipes write them.
 - ``swift``: the same rows with GEMeX boxes as ms-swift's grounding ``objects`` (``ref``: the
@@ -25,6 +25,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
+import shutil
 import threading
 from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -35,6 +38,7 @@ from datasets import Image, List, load_dataset
 from PIL import Image as PILImage
 from PIL import ImageChops
 
+from builders.assembly.lifecycle import staged_output
 from builders.box_frame import scale_box
 from builders.built_folder import card_configs, config_shards
 from builders.files import atomic_path, atomic_write, write_text
@@ -51,6 +55,8 @@ from training_recipes.data import (
 
 TOOLS = ("llamafactory", "swift")
 IMAGE_TAG = "<image>"
+TRAINER_TAGS = re.compile(r"<(image|video|audio|bbox|ref-object|cot-process|start-image)>")
+"""The tags LLaMA-Factory (media) or ms-swift (media, grounding) read in a message's text."""
 BBOX_TAG = "<bbox>"
 IMAGES = "images"
 PNG_LEVEL = 1
@@ -133,11 +139,18 @@ def greyscale_if_grey(image: PILImage.Image) -> PILImage.Image:
 
 
 def text_messages(messages: list[dict]) -> list[dict]:
-    """TRL's content parts as one string a turn, an ``<image>`` tag where each image part was."""
+    """TRL's content parts as one string a turn, an ``<image>`` tag where each image part was.
+
+    A tag either tool reads in the text itself (``<image>``, ``<bbox>``, ...: `TRAINER_TAGS`, as a record's
+    question or report may hold) is written HTML-escaped, ``&lt;image&gt;``, which neither parses: a row's
+    ``<image>`` tags are its images and its ``<bbox>`` tags its boxes."""
     return [
         {
             "role": m["role"],
-            "content": "".join(IMAGE_TAG if part["type"] == "image" else part["text"] for part in m["content"]),
+            "content": "".join(
+                IMAGE_TAG if part["type"] == "image" else TRAINER_TAGS.sub(r"&lt;\1&gt;", part["text"])
+                for part in m["content"]
+            ),
         }
         for m in messages
     ]
@@ -229,10 +242,13 @@ def write_for_trainer(
     splits: list[str] | None = None,
     workers: int = 1,
 ) -> Written:
-    """Write the build `folder` for `tool` (one of `TOOLS`) into `out`; see the module's docstring."""
+    """Write the build `folder` for `tool` (one of `TOOLS`) into `out`; see the module's docstring.
+
+    Written in a hidden folder beside `out` (`staged_output`) that starts as a copy of `out` (its files hard
+    linked), renamed onto it once every file and image is written: stopped or failed, `out` is as it was."""
     if tool not in TOOLS:
         raise ValueError(f"--to {tool}: expected one of {', '.join(TOOLS)}")
-    folder, out = Path(folder), Path(out)
+    folder = Path(folder)
     configs, _ = card_configs(folder)
     wanted = configs_to_write(folder, configs)
     settings = conversion_settings(box_convention, budget or PixelBudget())
@@ -243,17 +259,41 @@ def write_for_trainer(
         raise ValueError(
             f"{folder}: no {missing[0]!r} split in config {wanted[0]} (pass --split train, validation or test)"
         )
-    images = ImageFiles(out, settings.pixel_budget, workers)
-    written = Written()
-    info: dict[str, dict] = {}
-    try:
-        for config in wanted:
-            for split in splits or list(config_shards(folder, configs[config])):
-                name, rows = write_split(folder, config, split, out, tool, settings, images)
-                written.files[f"{name}.jsonl"] = rows
-                info[name] = {"file_name": f"{name}.jsonl", **SHAREGPT_ENTRY}
-    finally:
-        written.images = images.finish()
-    if tool == "llamafactory":
-        write_text(out / DATASET_INFO, json.dumps(info, indent=2) + "\n")
+    with staged_output(out, True, lambda _: None, "convert writes into a folder") as (staging, _):
+        if Path(out).is_dir():
+            shutil.copytree(out, staging, symlinks=True, copy_function=link_or_copy, dirs_exist_ok=True)
+        images = ImageFiles(staging, settings.pixel_budget, workers)
+        written = Written()
+        info = dataset_info(Path(out)) if tool == "llamafactory" else {}
+        try:
+            for config in wanted:
+                for split in splits or list(config_shards(folder, configs[config])):
+                    name, rows = write_split(folder, config, split, staging, tool, settings, images)
+                    written.files[f"{name}.jsonl"] = rows
+                    info[name] = {"file_name": f"{name}.jsonl", **SHAREGPT_ENTRY}
+        finally:
+            written.images = images.finish()
+        if tool == "llamafactory":
+            write_text(staging / DATASET_INFO, json.dumps(info, indent=2) + "\n")
     return written
+
+
+def dataset_info(folder: Path) -> dict[str, dict]:
+    """The entries of the folder's `dataset_info.json`, kept beside the ones `convert` writes (none without one)."""
+    path = folder / DATASET_INFO
+    try:
+        info = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except (OSError, ValueError) as err:
+        info = err
+    if not isinstance(info, dict):
+        why = info if isinstance(info, Exception) else f"a JSON {type(info).__name__}"
+        raise ValueError(f"{path}: not a JSON object of datasets ({why}); fix it or choose another --out")
+    return info
+
+
+def link_or_copy(source: str, target: str) -> None:
+    """`source` hard linked at `target` (no bytes copied), or copied where the file system links none."""
+    try:
+        os.link(source, target)
+    except OSError:
+        shutil.copy2(source, target)

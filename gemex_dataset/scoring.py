@@ -204,6 +204,45 @@ def summarise(
     return table
 
 
+def add_text_metrics(scores: list[QuestionScore], metrics: Sequence[str], bert_scorer, progress: bool) -> None:
+    """Each score's text metrics (answer and reason against the reference), clipped to [0, 1]."""
+    from builders.scoring import text_metrics
+
+    candidates = [s.candidate for s in scores]
+    references = [s.reference for s in scores]
+    metric_functions: dict[str, Callable] = {"rougeL": text_metrics.rouge_l, "bleu1": text_metrics.bleu_1}
+    for metric in metrics:
+        if metric == "bertscore":
+            scorer = bert_scorer or text_metrics.BertScorer()
+            values = scorer.score(candidates, references, progress=progress)
+        elif metric in metric_functions:
+            values = metric_functions[metric](candidates, references)
+        else:
+            raise ValueError(f"unknown text metric {metric!r}; expected one of {', '.join(TEXT_METRICS)}")
+        for score, value in zip(scores, values):
+            score.text[metric] = min(max(value, 0.0), 1.0)
+
+
+def judged_by_type(scores: list[QuestionScore], judge, workers: int, progress: bool) -> dict:
+    """The judge's relative score per question type and over all, asking `workers` questions at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from builders.scoring.judge import relative_score
+
+    with ThreadPoolExecutor(max_workers=max(1, workers)) as pool:
+        calls = pool.map(lambda s: judge.judge(s.question, s.reference, s.candidate), scores)
+        if progress:
+            from tqdm.auto import tqdm
+
+            calls = tqdm(calls, total=len(scores), desc="LLM judge", unit="q")
+        judged = list(calls)
+    judge_scores = {
+        kind: relative_score([j for j, s in zip(judged, scores) if s.question_type == kind]) for kind in QUESTION_TYPES
+    }
+    judge_scores["all"] = relative_score(judged)
+    return judge_scores
+
+
 def score_gemex(
     rows: Sequence[Mapping],
     predictions: Mapping[str, str],
@@ -221,45 +260,14 @@ def score_gemex(
     `budget` is the resize ``qwen2.5-vl`` boxes are read in (`builders.box_frame`). `bert_scorer` is a `builders.scoring.text_metrics.BertScorer` (made on demand when ``bertscore`` is in
     `metrics`); `judge` a `builders.scoring.judge.ChatJudge` or None, asked `judge_workers` questions at a time. Returns ``{"table": ..., "per_question": ...}``.
     """
-    from builders.scoring import text_metrics
-
     iterator = rows
     if progress:
         from tqdm.auto import tqdm
 
         iterator = tqdm(rows, desc="GEMeX questions", unit="q")
     scores = [score_question(row, predictions.get(row["question_id"]), box_convention, budget) for row in iterator]
-    candidates = [s.candidate for s in scores]
-    references = [s.reference for s in scores]
-    metric_functions: dict[str, Callable] = {"rougeL": text_metrics.rouge_l, "bleu1": text_metrics.bleu_1}
-    for metric in metrics:
-        if metric == "bertscore":
-            scorer = bert_scorer or text_metrics.BertScorer()
-            values = scorer.score(candidates, references, progress=progress)
-        elif metric in metric_functions:
-            values = metric_functions[metric](candidates, references)
-        else:
-            raise ValueError(f"unknown text metric {metric!r}; expected one of {', '.join(TEXT_METRICS)}")
-        for score, value in zip(scores, values):
-            score.text[metric] = min(max(value, 0.0), 1.0)
-    judge_scores = None
-    if judge is not None:
-        from concurrent.futures import ThreadPoolExecutor
-
-        from builders.scoring.judge import relative_score
-
-        with ThreadPoolExecutor(max_workers=max(1, judge_workers)) as pool:
-            calls = pool.map(lambda s: judge.judge(s.question, s.reference, s.candidate), scores)
-            if progress:
-                from tqdm.auto import tqdm
-
-                calls = tqdm(calls, total=len(scores), desc="LLM judge", unit="q")
-            judged = list(calls)
-        judge_scores = {
-            kind: relative_score([j for j, s in zip(judged, scores) if s.question_type == kind])
-            for kind in QUESTION_TYPES
-        }
-        judge_scores["all"] = relative_score(judged)
+    add_text_metrics(scores, metrics, bert_scorer, progress)
+    judge_scores = None if judge is None else judged_by_type(scores, judge, judge_workers, progress)
     table = summarise(scores, metrics, judge_scores)
     per_question = [
         {

@@ -416,7 +416,7 @@ def test_a_signal_raised_once_the_output_is_in_place_says_the_build_completed(
     status, stderr = cxr_vqa(build_args(gemex_release, out, "--image-mode", "none"))
     assert status == 130
     assert messages(stderr) == [
-        f"cxr-vqa: interrupted (Ctrl-C); it came after the build had completed: {out} is "
+        f"cxr-vqa: interrupted (Ctrl-C); it came after the output was complete: {out} is "
         f"written whole (its report: {out / 'build_report.json'})"
     ]
     assert (out / "build_report.json").is_file()
@@ -456,7 +456,7 @@ def test_a_signal_after_the_output_is_written_says_the_build_completed(
     returncode, stderr = finish(process)
     assert returncode == status
     assert (
-        messages(stderr) == [messages(stderr)[0]] and "after the build had completed" in stderr and str(out) in stderr
+        messages(stderr) == [messages(stderr)[0]] and "after the output was complete" in stderr and str(out) in stderr
     )
     assert sorted(p.name for p in tmp_path.iterdir()) == ["gemex"]
     assert build_here(cxr_vqa, gemex_release, out, "--image-mode", "none", "--overwrite")[0] == 0

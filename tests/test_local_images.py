@@ -11,11 +11,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from datasets import load_dataset
+from datasets import Image, load_dataset
 
 from builders.assembly.settings import BuildSettings
 from builders.hub.validate import validate
-from builders.local_images import MISSING_ALLOWED, MissingImagesError, with_local_images
+from builders.local_images import MISSING_ALLOWED, MissingImagesError, with_local_images, with_local_sizes
 from builders.pixel_budget import PixelBudget
 from cxr_vqa.cli import main
 from gemex_dataset.build import build_gemex
@@ -96,7 +96,57 @@ def test_a_few_missing_images_are_named_and_their_rows_left_out(gemex_none, geme
     named = capsys.readouterr().err
     lost = [r["question_id"] for r in bare if (root / r["image_path"]) == gone[0]]
     assert lost and len(attached) == len(bare) - len(lost)
-    assert all(f"question {q}: no image {gone[0]}" in named for q in lost)
+    assert all(f"question {q}: image_path {gone[0]}: file not found" in named for q in lost)
+
+
+def test_an_image_path_outside_the_root_is_refused_as_the_build_refuses_it(gemex_none, gemex_release, tmp_path, capsys):
+    """`../` and an absolute path name a real image outside the root: each row is named with its field and left
+    out (training, generating) or left unscored (evaluate), as a build counts a `path_escape`."""
+    root = tmp_path / "files"
+    shutil.copytree(gemex_release.image_root, root)
+    bare = load_dataset(str(gemex_none), split="train")
+    shutil.copy(root / bare[0]["image_path"], tmp_path / "outside.jpg")
+    escapes = {0: "../outside.jpg", 1: str(tmp_path / "outside.jpg")}
+    hostile = bare.map(lambda row, k: {"image_path": escapes.get(k, row["image_path"])}, with_indices=True)
+    attached = with_local_images(hostile, root)
+    assert len(attached) == len(bare) - 2
+    assert str(tmp_path / "outside.jpg") not in {
+        e["path"] for e in attached.cast_column("image", Image(decode=False))["image"]
+    }
+    rows = with_local_sizes(hostile.select_columns(["question_id", "image_path", "boxes_224"]).to_list(), root)
+    named = capsys.readouterr().err
+    for k, path in escapes.items():
+        assert f"question {bare[k]['question_id']}: image_path {path}: image path resolves outside {root}" in named
+        assert rows[k].get("image_width") is None
+
+
+def test_empty_and_undecodable_images_count_as_missing_before_training(gemex_none, gemex_release, tmp_path, capsys):
+    root, _ = image_copy(gemex_release, tmp_path, removed=0)
+    bare = load_dataset(str(gemex_none), split="train")
+    empty, garbled = (root / path for path in sorted(set(bare["image_path"]))[:2])
+    empty.write_bytes(b"")
+    garbled.write_bytes(b"\xff\xd8\xff" + os.urandom(500) + b"\xff\xd9")
+    attached = with_local_images(bare, root)
+    named = capsys.readouterr().err
+    assert f"image_path {empty}: empty file (0 bytes)" in named and f"image_path {garbled}: " in named
+    assert {empty, garbled}.isdisjoint(root / r["image_path"] for r in attached.select_columns(["image_path"]))
+    examples_by_question(attached)  # every image left decodes
+
+
+def test_images_replaced_under_the_root_are_attached_at_their_new_size(gemex_none, gemex_release, tmp_path):
+    """The attached split is cached on the image files, not on the root's name: unchanged files reuse the cache,
+    images replaced at another resolution give their own sizes and boxes, not the cached ones of the old files."""
+    from PIL import Image as PILImage
+
+    root, _ = image_copy(gemex_release, tmp_path, removed=0)
+    old = with_local_images(load_dataset(str(gemex_none), split="train"), root)
+    assert with_local_images(load_dataset(str(gemex_none), split="train"), root).cache_files == old.cache_files
+    for path in root.rglob("*.jpg"):
+        with PILImage.open(path) as image:
+            image.resize((image.width // 2, image.height // 2)).save(path)
+    new = with_local_images(load_dataset(str(gemex_none), split="train"), root)
+    assert new["image_width"] == [width // 2 for width in old["image_width"]]
+    assert new["boxes"] != old["boxes"]
 
 
 def test_many_missing_images_stop_the_run_before_training(gemex_none, gemex_release, tmp_path):
@@ -107,7 +157,7 @@ def test_many_missing_images_stop_the_run_before_training(gemex_none, gemex_rele
     argv = ["--model_name_or_path", str(model_dir), "--gemex_path", str(gemex_none), "--image_root", str(root)]
     with pytest.raises(
         MissingImagesError,
-        match=rf"images missing \(more than {MISSING_ALLOWED}; \d+ rows name them\), e\.g\. question ",
+        match=rf"images missing or unusable \(more than {MISSING_ALLOWED}; \d+ rows name them\), e\.g\. question ",
     ):
         sft.main([*argv, "--output_dir", str(tmp_path / "run"), "--use_cpu", "true", "--max_steps", "1"])
     assert not (tmp_path / "run").exists()

@@ -127,6 +127,10 @@ class ChestPainter:
                     Shown(shown.finding, shown.region.replace("bilateral", side), shown.severity, shown.size_cm), seed
                 )
             return
+        self.shape(shown, seed, kind)
+
+    def shape(self, shown: Shown, seed: int, kind: str) -> None:
+        """Paint a finding's shape of `kind` in its region's box, at a place drawn from its own seed."""
         rng = random.Random(f"{seed}/{shown.finding}/{shown.region}")  # a finding's place does not depend on the others
         x1, y1, x2, y2 = self.box(shown.region)
         w, h = x2 - x1, y2 - y1
@@ -140,9 +144,7 @@ class ChestPainter:
                 fill=OPACITY_FILL.get(shown.finding, 140),
             )
         elif kind == "nodule":  # its diameter is its size, kept inside the box
-            r = min(
-                max(2.5, shown.size_cm / CHEST_WIDTH_CM * self.width / 2), w / 2, h / 2
-            )  # at least a few pixels wide
+            r = min(max(2.5, shown.size_cm / CHEST_WIDTH_CM * self.width / 2), w / 2, h / 2)  # a few pixels at least
             cx, cy = rng.uniform(x1 + r, x2 - r), rng.uniform(y1 + r, y2 - r)
             draw.ellipse(
                 (cx - r, cy - r, cx + r, cy + r),

@@ -381,6 +381,131 @@ def _options(rng: random.Random, correct: str, pool: list[str]) -> tuple[list[st
     return options, chr(65 + options.index(correct))
 
 
+ABNORMALITY_QUESTIONS = (
+    "what abnormality is seen in the {r}",
+    "what is observed in the {r}",
+    "what {does} the {r} show",
+    "which finding is present in the {r}",
+    "what can be seen in the {r}",
+    "what finding involves the {r}",
+    "describe any abnormality of the {r}",
+)
+# The open questions on a finding `{f}` the film shows in `{r}`, by content type.
+OPEN_QUESTIONS = {
+    "location": ("where {be} the {f} located", "in which region {be} the {f} seen", "where in the chest {be} the {f}"),
+    "severity": (
+        "how severe {be} the {f} in the {r}",
+        "what is the severity of the {f} in the {r}",
+        "how would you grade the {f} in the {r}",
+    ),
+    "disease": (
+        "what condition could the {f} in the {r} indicate",
+        "what disease might the {f} in the {r} point to",
+        "what underlying condition fits the {f} in the {r}",
+    ),
+    "size": (
+        "what is the size of the {f} in the {r}",
+        "how large is the {f} in the {r}",
+        "what does the {f} in the {r} measure",
+    ),
+    "implication": (
+        "what {does} the {f} in the {r} suggest",
+        "what is the significance of the {f} in the {r}",
+        "what {does} the {f} in the {r} imply",
+    ),
+}
+
+
+def _open_question_about(rng: random.Random, shown: Shown, ctype: str) -> tuple[str, str]:
+    """The open question of type `ctype` on a finding the film shows, and its answer. Every type draws
+    its phrasing, so that the one asked leaves the draws after it unchanged."""
+    f, words = FINDING_BY_NAME[shown.finding], {"f": shown.finding, "r": shown.region}
+    asked = {t: rng.choice(q).format(be=be(f.name), does=does(f.name), **words) for t, q in OPEN_QUESTIONS.items()}
+    answers = {
+        "location": f"In the {shown.region}.",
+        "severity": f"{shown.severity.capitalize()}.",
+        "disease": f"{f.disease.capitalize()}.",
+        "size": f"About {shown.size_cm} cm.",
+        "implication": f"{f.implication.capitalize()}.",
+    }
+    return asked[ctype], answers[ctype]
+
+
+def _single_choice_about(rng: random.Random, shown: Shown, ctype: str) -> tuple[str, list[str], str, str]:
+    """The type asked (location falls back where a finding has too few places), options, answer letter
+    and question of a single-choice question on a finding the film shows."""
+    region, f = shown.region, FINDING_BY_NAME[shown.finding]
+    if ctype == "location" and len(f.regions) < 3:  # too few places to choose from
+        ctype = "severity" if graded(f.name) else "implication"
+    if ctype == "location":
+        options, answer = _options(rng, region, list(f.regions))
+        core = rng.choice(
+            (f"where {be(f.name)} the {f.name} located", f"which region {does(f.name)} the {f.name} involve")
+        )
+    elif ctype == "severity":
+        options, answer = _options(rng, shown.severity, [*SEVERITIES, "none"])
+        core = rng.choice(
+            (
+                f"how severe {be(f.name)} the {f.name} in the {region}",
+                f"what grade {be(f.name)} the {f.name} in the {region}",
+            )
+        )
+    elif ctype == "size":
+        options, answer = _options(rng, f"{shown.size_cm} cm", [f"{s} cm" for s in SIZES_CM])
+        core = rng.choice(
+            (f"what is the size of the {f.name} in the {region}", f"how large is the {f.name} in the {region}")
+        )
+    else:
+        attribute = "disease" if ctype == "disease" else "implication"
+        pool = [getattr(FINDING_BY_NAME[n], attribute) for n in findings_at(region)]
+        pool += [getattr(g, attribute) for g in FINDINGS if g.name not in findings_at(region)]
+        options, answer = _options(rng, getattr(f, attribute), pool[: max(4, len(findings_at(region)))])
+        core = rng.choice(
+            (
+                f"which condition best explains the finding in the {region}",
+                f"what diagnosis does the finding in the {region} favour",
+            )
+            if ctype == "disease"
+            else (
+                f"what does the finding in the {region} most likely indicate",
+                f"what is the finding in the {region} most likely a sign of",
+            )
+        )
+    return ctype, options, answer, core
+
+
+STATEMENT_QUESTIONS = (
+    "which findings are present",
+    "which statements are correct",
+    "which of these are true",
+    "which descriptions are correct",
+    "what abnormalities are present",
+    "which of the following are shown",
+    "which options match the appearance",
+    "which of these findings can be confirmed",
+)
+DISEASE_STATEMENT_QUESTIONS = (
+    "which findings support a diagnosis",
+    "which findings point to an underlying disease",
+    "which findings would explain the symptoms",
+)
+
+
+def _statements_reason(rng: random.Random, true: list[str], letters: list[str]) -> str:
+    """Why the `true` statements (letters `letters`) hold: what the film shows and what it lacks."""
+    shown = [o for o in true if not o.startswith("no ")]
+    missing = [o.removeprefix("no ") for o in true if o.startswith("no ")]
+    text = (
+        rng.choice(("The film shows ", "The image shows ", "This CXR shows ", "Seen here: ")) + _and(shown)
+        if shown
+        else "There is " + " and ".join(f"no {o}" for o in missing)
+    )
+    extra = f"; there is no {_and(missing)}" if shown and missing else ""
+    if len(text) > 149:
+        text = f"Options {_and(letters)} match the film, which shows {shown[0] if shown else 'no ' + missing[0]}"
+    return _fit(text, extra)
+
+
 class QuestionWriter:
     """Writes one image's questions, deciding its findings as they are asked."""
 
@@ -417,76 +542,12 @@ class QuestionWriter:
         shown = self._target(ctype)
         if shown is None or ctype == "abnormality":
             region = shown.region if shown else pick_region(rng)
-            question = _phrase(
-                rng,
-                rng.choice(
-                    (
-                        "what abnormality is seen in the {r}",
-                        "what is observed in the {r}",
-                        f"what {does(region)} the {{r}} show",
-                        "which finding is present in the {r}",
-                        "what can be seen in the {r}",
-                        "what finding involves the {r}",
-                        "describe any abnormality of the {r}",
-                    )
-                ).format(r=region),
-            )
+            question = _phrase(rng, rng.choice(ABNORMALITY_QUESTIONS).format(r=region, does=does(region)))
             answer = described(shown).capitalize() + "."
             ctype = "abnormality"
         else:
-            region, f = shown.region, FINDING_BY_NAME[shown.finding]
-            question, answer = {
-                "location": (
-                    rng.choice(
-                        (
-                            f"where {be(f.name)} the {f.name} located",
-                            f"in which region {be(f.name)} the {f.name} seen",
-                            f"where in the chest {be(f.name)} the {f.name}",
-                        )
-                    ),
-                    f"In the {region}.",
-                ),
-                "severity": (
-                    rng.choice(
-                        (
-                            f"how severe {be(f.name)} the {f.name} in the {region}",
-                            f"what is the severity of the {f.name} in the {region}",
-                            f"how would you grade the {f.name} in the {region}",
-                        )
-                    ),
-                    f"{shown.severity.capitalize()}.",
-                ),
-                "disease": (
-                    rng.choice(
-                        (
-                            f"what condition could the {f.name} in the {region} indicate",
-                            f"what disease might the {f.name} in the {region} point to",
-                            f"what underlying condition fits the {f.name} in the {region}",
-                        )
-                    ),
-                    f"{f.disease.capitalize()}.",
-                ),
-                "size": (
-                    rng.choice(
-                        (
-                            f"what is the size of the {f.name} in the {region}",
-                            f"how large is the {f.name} in the {region}",
-                            f"what does the {f.name} in the {region} measure",
-                        )
-                    ),
-                    f"About {shown.size_cm} cm.",
-                ),
-                "implication": (
-                    rng.choice(
-                        (
-                            f"what {does(f.name)} the {f.name} in the {region} suggest",
-                            f"what is the significance of the {f.name} in the {region}",
-                            f"what {does(f.name)} the {f.name} in the {region} imply",
-                        )
-                    ),
-                    f"{f.implication.capitalize()}.",
-                ),
-            }[ctype]
+            region = shown.region
+            question, answer = _open_question_about(rng, shown, ctype)
             question = _phrase(rng, question)
         reason = present_reason(rng, shown, region) if shown else self._clear_reason(region)
         return {
@@ -548,59 +609,11 @@ class QuestionWriter:
         shown = self._target(ctype)
         if shown is None or ctype == "abnormality":
             region = shown.region if shown else pick_region(rng)
-            present = [s.finding for s in self.findings.at(region)]
-            correct = present[0] if present else "normal"
-            shown = self.findings.at(region)[0] if present else None
-            others = set(present[1:])
-            options, answer = _options(rng, correct, [f for f in [*findings_at(region), "normal"] if f not in others])
-            core = rng.choice(
-                (
-                    "what is observed in the {r}",
-                    f"what abnormality {does(region)} the {{r}} show",
-                    "which finding is seen in the {r}",
-                    "which of these best describes the {r}",
-                    "what is the main finding in the {r}",
-                )
-            ).format(r=region)
+            shown, options, answer, core = self._single_abnormality(region)
             ctype = "abnormality"
         else:
-            region, f = shown.region, FINDING_BY_NAME[shown.finding]
-            if ctype == "location" and len(f.regions) < 3:  # too few places to choose from
-                ctype = "severity" if graded(f.name) else "implication"
-            if ctype == "location":
-                options, answer = _options(rng, region, list(f.regions))
-                core = rng.choice(
-                    (f"where {be(f.name)} the {f.name} located", f"which region {does(f.name)} the {f.name} involve")
-                )
-            elif ctype == "severity":
-                options, answer = _options(rng, shown.severity, [*SEVERITIES, "none"])
-                core = rng.choice(
-                    (
-                        f"how severe {be(f.name)} the {f.name} in the {region}",
-                        f"what grade {be(f.name)} the {f.name} in the {region}",
-                    )
-                )
-            elif ctype == "size":
-                options, answer = _options(rng, f"{shown.size_cm} cm", [f"{s} cm" for s in SIZES_CM])
-                core = rng.choice(
-                    (f"what is the size of the {f.name} in the {region}", f"how large is the {f.name} in the {region}")
-                )
-            else:
-                attribute = "disease" if ctype == "disease" else "implication"
-                pool = [getattr(FINDING_BY_NAME[n], attribute) for n in findings_at(region)]
-                pool += [getattr(g, attribute) for g in FINDINGS if g.name not in findings_at(region)]
-                options, answer = _options(rng, getattr(f, attribute), pool[: max(4, len(findings_at(region)))])
-                core = rng.choice(
-                    (
-                        f"which condition best explains the finding in the {region}",
-                        f"what diagnosis does the finding in the {region} favour",
-                    )
-                    if ctype == "disease"
-                    else (
-                        f"what does the finding in the {region} most likely indicate",
-                        f"what is the finding in the {region} most likely a sign of",
-                    )
-                )
+            region = shown.region
+            ctype, options, answer, core = _single_choice_about(rng, shown, ctype)
         reason = present_reason(rng, shown, region) if shown else self._clear_reason(region)
         return {
             "question": _phrase(rng, core),
@@ -610,6 +623,26 @@ class QuestionWriter:
             "reason": reason,
             "regions": _boxes(rng, [region]),
         }
+
+    def _single_abnormality(self, region: str) -> tuple[Shown | None, list[str], str, str]:
+        """What `region` shows among findings seen there and "normal", none of the options being
+        another finding the film shows there."""
+        rng = self.rng
+        present = [s.finding for s in self.findings.at(region)]
+        correct = present[0] if present else "normal"
+        shown = self.findings.at(region)[0] if present else None
+        others = set(present[1:])
+        options, answer = _options(rng, correct, [f for f in [*findings_at(region), "normal"] if f not in others])
+        core = rng.choice(
+            (
+                "what is observed in the {r}",
+                f"what abnormality {does(region)} the {{r}} show",
+                "which finding is seen in the {r}",
+                "which of these best describes the {r}",
+                "what is the main finding in the {r}",
+            )
+        ).format(r=region)
+        return shown, options, answer, core
 
     def multi_choice(self) -> dict:
         """2-4 correct options; tried again in the rare case earlier questions left none true."""
@@ -626,83 +659,21 @@ class QuestionWriter:
         k = int(_pick(rng, {str(n): p for n, p in MULTI_CORRECT.items()}))
         correct = set(rng.sample(range(4), k=k))
         if ctype == "location":
-            finding = rng.choice([f for f in FINDINGS if len(f.regions) >= 4])
-            regions = rng.sample(finding.regions, k=4)
-            truths = [
-                self.findings.decide(finding.name, r, i in correct, rng) is not None for i, r in enumerate(regions)
-            ]
-            options = regions
-            core = rng.choice(
-                (
-                    "which regions show {d}{f}",
-                    "where {is_} {d}{f} seen",
-                    "which areas contain {d}{f}",
-                    "in which regions {is_} there {d}{f}",
-                )
-            ).format(d=rng.choice(DESCRIPTORS), f=finding.name, is_=be(finding.name))
-            grounded = [r for r, t in zip(regions, truths) if t] or regions[:1]
+            finding, options, truths, core, grounded = self._multi_location(correct)
         else:
-            pairs: list[tuple[str, str]] = []
-            while len(pairs) < 4:
-                pair = pick_pair(rng)
-                if pair[0] not in (p[0] for p in pairs):
-                    pairs.append(pair)
-            options, truths, grounded = [], [], []
-            for i, (finding, region) in enumerate(pairs):
-                negated = (i in correct) if self.findings.healthy else rng.random() < NEGATION_OPTION_SHARE
-                want = (i in correct) != negated
-                shown = self.findings.decide(finding, region, want, rng)
-                truths.append((shown is not None) != negated)
-                options.append(f"no {finding} in the {region}" if negated else f"{finding} in the {region}")
-                if truths[-1] and not negated:  # an absence is not boxed (public samples: one box for three)
-                    grounded.append(region)
-            core = rng.choice(
-                (
-                    "which findings are present",
-                    "which statements are correct",
-                    "which of these are true",
-                    "which descriptions are correct",
-                    "what abnormalities are present",
-                    "which of the following are shown",
-                    "which options match the appearance",
-                    "which of these findings can be confirmed",
-                )
-            )
-            if ctype == "disease":
-                core = rng.choice(
-                    (
-                        "which findings support a diagnosis",
-                        "which findings point to an underlying disease",
-                        "which findings would explain the symptoms",
-                    )
-                )
-            named = list(dict.fromkeys(region for _, region in pairs))
-            if rng.random() < 0.7:  # the regions every option is about, true or not
-                core += " in the " + _and(named[:3]) + (" and elsewhere" if len(named) > 3 else "")
+            finding, options, truths, core, grounded = self._multi_statements(ctype, correct)
         letters = [chr(65 + i) for i, t in enumerate(truths) if t]
         grounded = list(dict.fromkeys(grounded)) or [options[0] if ctype == "location" else pick_region(rng)]
         true = [o for o, t in zip(options, truths) if t]
         if not true:  # asked again by `multi_choice`
             reason = "None of the options matches what this film shows, on a careful look at each region named."
         elif ctype == "location":
-            text = f"{finding.name.capitalize()} {be(finding.name)} seen in the {_and(true)}"
+            text = f"{finding.capitalize()} {be(finding)} seen in the {_and(true)}"
             reason = _fit(
                 text, f", not in the {_and([o for o, t in zip(options, truths) if not t])}" if len(true) < 4 else ""
             )
         else:
-            shown_ = [o for o in true if not o.startswith("no ")]
-            missing = [o.removeprefix("no ") for o in true if o.startswith("no ")]
-            text = (
-                rng.choice(("The film shows ", "The image shows ", "This CXR shows ", "Seen here: ")) + _and(shown_)
-                if shown_
-                else "There is " + " and ".join(f"no {o}" for o in missing)
-            )
-            extra = f"; there is no {_and(missing)}" if shown_ and missing else ""
-            if len(text) > 149:
-                text = (
-                    f"Options {_and(letters)} match the film, which shows {shown_[0] if shown_ else 'no ' + missing[0]}"
-                )
-            reason = _fit(text, extra)
+            reason = _statements_reason(rng, true, letters)
         return {
             "question": _phrase(rng, core),
             "choices": _letters(options),
@@ -711,6 +682,49 @@ class QuestionWriter:
             "reason": reason,
             "regions": grounded[:4],
         }
+
+    def _multi_location(self, correct: set[int]) -> tuple[str, list[str], list[bool], str, list[str]]:
+        """Four regions of one finding, those at the `correct` positions showing it."""
+        rng = self.rng
+        finding = rng.choice([f for f in FINDINGS if len(f.regions) >= 4])
+        regions = rng.sample(finding.regions, k=4)
+        truths = [self.findings.decide(finding.name, r, i in correct, rng) is not None for i, r in enumerate(regions)]
+        core = rng.choice(
+            (
+                "which regions show {d}{f}",
+                "where {is_} {d}{f} seen",
+                "which areas contain {d}{f}",
+                "in which regions {is_} there {d}{f}",
+            )
+        ).format(d=rng.choice(DESCRIPTORS), f=finding.name, is_=be(finding.name))
+        grounded = [r for r, t in zip(regions, truths) if t] or regions[:1]
+        return finding.name, regions, truths, core, grounded
+
+    def _multi_statements(self, ctype: str, correct: set[int]) -> tuple[str, list[str], list[bool], str, list[str]]:
+        """Four statements on distinct findings, some negated ("no X in the R"), true at the
+        `correct` positions; the finding returned is the last one stated."""
+        rng = self.rng
+        pairs: list[tuple[str, str]] = []
+        while len(pairs) < 4:
+            pair = pick_pair(rng)
+            if pair[0] not in (p[0] for p in pairs):
+                pairs.append(pair)
+        options, truths, grounded = [], [], []
+        for i, (finding, region) in enumerate(pairs):
+            negated = (i in correct) if self.findings.healthy else rng.random() < NEGATION_OPTION_SHARE
+            want = (i in correct) != negated
+            shown = self.findings.decide(finding, region, want, rng)
+            truths.append((shown is not None) != negated)
+            options.append(f"no {finding} in the {region}" if negated else f"{finding} in the {region}")
+            if truths[-1] and not negated:  # an absence is not boxed (public samples: one box for three)
+                grounded.append(region)
+        core = rng.choice(STATEMENT_QUESTIONS)
+        if ctype == "disease":
+            core = rng.choice(DISEASE_STATEMENT_QUESTIONS)
+        named = list(dict.fromkeys(region for _, region in pairs))
+        if rng.random() < 0.7:  # the regions every option is about, true or not
+            core += " in the " + _and(named[:3]) + (" and elsewhere" if len(named) > 3 else "")
+        return finding, options, truths, core, grounded
 
 
 def healthy(rng: random.Random) -> bool:

@@ -168,19 +168,7 @@ def ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dict
     present = [f.kind for f in findings]
     absent = [kind for kind in FINDINGS if kind not in present]
     if task in (PRESENCE, NEGATION):
-        right, wrong = (
-            (rng.choice(present), rng.sample(absent, 3))
-            if task == PRESENCE
-            else (rng.choice(absent), rng.sample(present, 3))
-        )
-        kinds = _shuffled(rng, right, wrong)
-        options, answer = [_capital(k.name) for k in kinds], kinds.index(right)
-        if task == PRESENCE:
-            explanation = f"The radiograph shows {right.name}; {', '.join(k.name for k in wrong)} are not seen."
-        else:
-            explanation = f"{_capital(', '.join(k.name for k in wrong))} are seen; {right.name} is not."
-        shows = (right,) if task == PRESENCE else tuple(wrong)
-        return Question(task, wording, options, answer, explanation, rng.choice(kinds), shows)
+        return _ask_presence(rng, task, wording, present, absent)
     about = rng.choice([f for f in findings if ASKABLE[task](f.kind)])
     if task == DIFFERENTIAL:
         others = [k.diagnosis for k in absent if k.diagnosis is not None]
@@ -218,6 +206,22 @@ def ask(rng: random.Random, task: str, findings: list[StudyFinding], study: dict
         about.kind,
         (about.kind,),
     )
+
+
+def _ask_presence(
+    rng: random.Random, task: str, wording: str, present: list[FindingKind], absent: list[FindingKind]
+) -> Question:
+    """A presence question (one present finding among three absent) or a negation one (the reverse)."""
+    yes, no = (present, absent) if task == PRESENCE else (absent, present)
+    right, wrong = rng.choice(yes), rng.sample(no, 3)
+    kinds = _shuffled(rng, right, wrong)
+    options, answer = [_capital(k.name) for k in kinds], kinds.index(right)
+    if task == PRESENCE:
+        explanation = f"The radiograph shows {right.name}; {', '.join(k.name for k in wrong)} are not seen."
+    else:
+        explanation = f"{_capital(', '.join(k.name for k in wrong))} are seen; {right.name} is not."
+    shows = (right,) if task == PRESENCE else tuple(wrong)
+    return Question(task, wording, options, answer, explanation, rng.choice(kinds), shows)
 
 
 def _shuffled(rng: random.Random, right: object, wrong: list) -> list:
