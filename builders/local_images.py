@@ -76,7 +76,7 @@ def checked_image(root: Path, path: str, column: str) -> StoredImage | ImageErro
         return err
 
 
-def missing_images(rows: list[dict], root: Path, column: str) -> tuple[dict[str, StoredImage], list[tuple[str, str]]]:
+def checked_images(rows: list[dict], root: Path, column: str) -> tuple[dict[str, StoredImage], list[tuple[str, str]]]:
     """Each image the rows name, checked once: the usable ones by released path, and (row, what is wrong) for
     every row naming another."""
     images: dict[str, StoredImage | ImageError] = {}
@@ -131,7 +131,7 @@ def sizes_and_boxes(row: dict, images: dict[str, StoredImage], column: str) -> d
 def usable_images(rows: list[dict], root: Path, column: str, consequence: str) -> tuple[dict[str, StoredImage], set]:
     """The rows' usable images by released path, and the names of the rows naming another (each named on
     stderr; more than `MISSING_ALLOWED` stop the run)."""
-    images, missing = missing_images(rows, root, column)
+    images, missing = checked_images(rows, root, column)
     check_missing(missing, root, consequence=consequence)
     return images, {row for row, _ in missing}
 
